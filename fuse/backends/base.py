@@ -1,0 +1,106 @@
+"""The contract a communication backend plugin fulfils.
+
+A backend is a class registered in the entry-point group ``fuse.backends``.  The engine makes one
+instance per process (``Backend(config)``), asks it for a :class:`Group` per process set, and
+drives collectives on flat host buffers.  Negotiation, fusion, scaling and error reporting live in
+the engine; a backend only moves bytes.
+
+Fast path: ``Group.native_ops()`` may return a PyCapsule named ``"fuse.group_ops.v1"`` holding a
+``fuse_group_ops`` table (see ``fuse/backends/fuse_backend.h``); the engine then calls it without
+the GIL.  Otherwise the engine calls the Python methods below with the GIL held.
+"""
+
+from __future__ import annotations
+
+import abc
+from typing import Any, ClassVar, Sequence
+
+import numpy as np
+
+
+class Group(abc.ABC):
+    """The members of one process set, as the backend sees them.
+
+    ``rank`` and ``size`` are positions inside the group.  All buffers are 1-D contiguous numpy
+    arrays; for bfloat16 the engine passes a uint16 view and ``dtype`` says ``"bfloat16"``.
+    ``op`` is one of ``"sum"``, ``"min"``, ``"max"``, ``"product"``.  Each method is collective
+    over the group and raises on failure (the message is shown to the user).
+    """
+
+    rank: int
+    size: int
+
+    def native_ops(self) -> Any | None:
+        """A ``fuse.group_ops.v1`` capsule for GIL-free calls, or None."""
+        return None
+
+    @abc.abstractmethod
+    def allreduce(self, buf: np.ndarray, dtype: str, op: str) -> None:
+        """Reduce ``buf`` in place across the group."""
+
+    @abc.abstractmethod
+    def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray,
+                   recvbytes: Sequence[int]) -> None:
+        """Gather every member's bytes into ``recvbuf`` (uint8), member after member."""
+
+    @abc.abstractmethod
+    def broadcast(self, buf: np.ndarray, root: int) -> None:
+        """Copy ``buf`` (uint8) from group rank ``root`` to everyone."""
+
+    @abc.abstractmethod
+    def alltoallv(self, sendbuf: np.ndarray, sendbytes: Sequence[int], recvbuf: np.ndarray,
+                  recvbytes: Sequence[int]) -> None:
+        """Send block i of ``sendbuf`` to member i; receive member i's block into ``recvbuf``."""
+
+    def reducescatter(self, buf: np.ndarray, recvcounts: Sequence[int], dtype: str,
+                      op: str) -> None:
+        """Leave this member's block of the reduction at the front of ``buf``.
+
+        The default reduces everything and moves the block; backends may do better."""
+        self.allreduce(buf, dtype, op)
+        start = int(sum(recvcounts[: self.rank]))
+        n = int(recvcounts[self.rank])
+        if start:
+            buf[:n] = buf[start:start + n].copy()
+
+    @abc.abstractmethod
+    def barrier(self) -> None:
+        """Return once every member has called it."""
+
+    def close(self) -> None:
+        """Release the group's resources."""
+
+
+class Backend(abc.ABC):
+    """One per process.  Constructed by the engine as ``cls(config)`` during ``fuse.init``."""
+
+    api_version: ClassVar[int] = 1
+    name: ClassVar[str] = "unnamed"
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        """(usable here, reason if not).  Must be cheap and must not start communication."""
+        return True, ""
+
+    @abc.abstractmethod
+    def __init__(self, config) -> None:
+        """Connect to the job: ``config`` is a :class:`fuse.config.Config` (rank, size,
+        rendezvous address, timeouts, interface)."""
+
+    @abc.abstractmethod
+    def exchange(self, data: bytes) -> list[bytes]:
+        """Allgather a small bytes object over all ranks (used once, at start-up)."""
+
+    @abc.abstractmethod
+    def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
+        """Build the group of the given global ranks (sorted).  Called by the members only,
+        all with the same arguments; ``group_id`` is unique for the life of the job (0 is the
+        world) and may be used to namespace rendezvous keys."""
+
+    def close(self) -> None:
+        """Tear down connections.  Called once, at shutdown."""
+
+
+def dtype_name_to_numpy(dtype: str) -> np.dtype:
+    """numpy dtype used to view a buffer of wire type ``dtype`` (bfloat16 travels as uint16)."""
+    return np.dtype("uint16" if dtype == "bfloat16" else dtype)

@@ -1,0 +1,1 @@
+"""Shared pieces the framework adapters use."""

@@ -1,0 +1,160 @@
+"""Every knob fuse reads from the environment, parsed once into one typed object.
+
+Each knob is read as ``FUSE_<NAME>``; where Horovod has the same knob, ``HOROVOD_<NAME>`` is
+accepted as an alias (the FUSE_ spelling wins when both are set).  Booleans accept 1/0,
+true/false, yes/no, on/off (Horovod reads ``"true"`` as false; we do not copy that trap).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any, Mapping
+
+LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+
+
+def _parse_bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on", "y"):
+        return True
+    if t in ("0", "false", "no", "off", "n", ""):
+        return False
+    try:
+        return int(t) > 0
+    except ValueError:
+        raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}") from None
+
+
+def _parse_log_level(text: str) -> str:
+    t = text.strip().lower()
+    if t == "warn":
+        t = "warning"
+    if t not in LOG_LEVELS:
+        raise ValueError(f"expected one of {', '.join(LOG_LEVELS)}, got {text!r}")
+    return t
+
+
+def _knob(default, env: str, horovod: str | None = None, parse=None, doc: str = ""):
+    """A config field read from FUSE_<env> (and HOROVOD_<horovod> when Horovod has it)."""
+    return dataclasses.field(default=default, metadata={
+        "env": env, "horovod": horovod, "parse": parse, "doc": doc})
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    # identity (set by fuserun / horovodrun-style launchers)
+    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process")
+    size: int = _knob(1, "SIZE", "SIZE", doc="number of processes")
+    local_rank: int = _knob(0, "LOCAL_RANK", "LOCAL_RANK", doc="rank on this host")
+    local_size: int = _knob(1, "LOCAL_SIZE", "LOCAL_SIZE", doc="processes on this host")
+    cross_rank: int = _knob(0, "CROSS_RANK", "CROSS_RANK", doc="index of this host")
+    cross_size: int = _knob(1, "CROSS_SIZE", "CROSS_SIZE", doc="number of hosts")
+    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME", doc="host identity")
+    # backends
+    backend: str = _knob("gloo", "BACKEND", doc="CPU backend plugin (entry point in fuse.backends)")
+    gpu_backend: str = _knob("nccl", "GPU_BACKEND", doc="GPU backend plugin")
+    rendezvous_addr: str = _knob("", "GLOO_RENDEZVOUS_ADDR", "GLOO_RENDEZVOUS_ADDR",
+                                 doc="address of the launcher's rendezvous store")
+    rendezvous_port: int = _knob(-1, "GLOO_RENDEZVOUS_PORT", "GLOO_RENDEZVOUS_PORT",
+                                 doc="port of the launcher's rendezvous store")
+    gloo_iface: str = _knob("", "GLOO_IFACE", "GLOO_IFACE", doc="network interface for Gloo")
+    gloo_timeout_seconds: float = _knob(30.0, "GLOO_TIMEOUT_SECONDS", "GLOO_TIMEOUT_SECONDS",
+                                        doc="rendezvous and collective timeout")
+    # engine
+    fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
+                                  doc="fusion buffer size in bytes; 0 disables fusion")
+    cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
+                                 doc="ms the coordinator holds ready tensors while others are "
+                                     "partly submitted, to fuse them")
+    cache_capacity: int = _knob(1024, "CACHE_CAPACITY", "CACHE_CAPACITY",
+                                doc="response cache entries; 0 disables the cache")
+    disable_group_fusion: bool = _knob(False, "DISABLE_GROUP_FUSION", "DISABLE_GROUP_FUSION",
+                                       _parse_bool, "fuse grouped tensors only with their group")
+    dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
+                                       _parse_bool, "allow add/remove_process_set after init")
+    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", _parse_bool, doc="elastic mode")
+    # diagnostics
+    stall_check_disable: bool = _knob(False, "STALL_CHECK_DISABLE", "STALL_CHECK_DISABLE",
+                                      _parse_bool, "turn off the stall inspector")
+    stall_check_time_seconds: float = _knob(60.0, "STALL_CHECK_TIME_SECONDS",
+                                            "STALL_CHECK_TIME_SECONDS",
+                                            doc="warn about ranks missing for this long")
+    stall_shutdown_time_seconds: float = _knob(0.0, "STALL_SHUTDOWN_TIME_SECONDS",
+                                               "STALL_SHUTDOWN_TIME_SECONDS",
+                                               doc="fail the job after this long (0: never)")
+    log_level: str = _knob("warning", "LOG_LEVEL", "LOG_LEVEL", _parse_log_level,
+                           "trace, debug, info, warning, error or fatal")
+    log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", _parse_bool,
+                                "omit timestamps from log lines")
+    timeline: str = _knob("", "TIMELINE", "TIMELINE", doc="Chrome-trace output path, or DYNAMIC")
+    timeline_mark_cycles: bool = _knob(False, "TIMELINE_MARK_CYCLES", "TIMELINE_MARK_CYCLES",
+                                       _parse_bool, "mark engine cycles in the timeline")
+    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", _parse_bool, "tune fusion online")
+    autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG", doc="autotune sample log")
+    thread_affinity: str = _knob("", "THREAD_AFFINITY", "THREAD_AFFINITY",
+                                 doc="cores for the engine thread, one per local rank")
+    # where the value of each field came from: name -> env variable (only fields set by env)
+    explicit: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None, **overrides: Any) -> "Config":
+        env = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        explicit: dict[str, str] = {}
+        for f in dataclasses.fields(cls):
+            meta = f.metadata
+            if not meta:
+                continue
+            names = ["FUSE_" + meta["env"]]
+            if meta["horovod"]:
+                names.append("HOROVOD_" + meta["horovod"])
+            for var in names:
+                if var in env:
+                    values[f.name] = _convert(f, var, env[var])
+                    explicit[f.name] = var
+                    break
+        values.update(overrides)
+        explicit.update({k: "argument" for k in overrides})
+        cfg = cls(**values, explicit=explicit)
+        cfg._validate()
+        return cfg
+
+    def _validate(self) -> None:
+        if self.size < 1 or not 0 <= self.rank < self.size:
+            raise ValueError(f"invalid identity: rank {self.rank} of size {self.size}")
+        if self.fusion_threshold < 0:
+            raise ValueError("FUSE_FUSION_THRESHOLD must be >= 0")
+        if self.cycle_time_ms < 0:
+            raise ValueError("FUSE_CYCLE_TIME must be >= 0")
+        if self.cache_capacity < 0:
+            raise ValueError("FUSE_CACHE_CAPACITY must be >= 0")
+
+    @classmethod
+    def describe(cls) -> list[tuple[str, str | None, Any, str]]:
+        """(FUSE_ name, HOROVOD_ alias or None, default, meaning) for every knob."""
+        rows = []
+        for f in dataclasses.fields(cls):
+            if not f.metadata:
+                continue
+            m = f.metadata
+            alias = "HOROVOD_" + m["horovod"] if m["horovod"] else None
+            rows.append(("FUSE_" + m["env"], alias, f.default, m["doc"]))
+        return rows
+
+
+def _convert(f: dataclasses.Field, var: str, text: str) -> Any:
+    parse = f.metadata["parse"]
+    try:
+        if parse is not None:
+            return parse(text)
+        typ = f.type if isinstance(f.type, type) else eval(f.type)  # annotations are strings
+        if typ is bool:
+            return _parse_bool(text)
+        if typ is int:
+            return int(float(text)) if text.strip() else f.default
+        if typ is float:
+            return float(text) if text.strip() else f.default
+        return text
+    except ValueError as err:
+        raise ValueError(f"environment variable {var}={text!r}: {err}") from None
