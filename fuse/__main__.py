@@ -1,1 +1,8 @@
-"""placeholder"""
+"""``python -m fuse``: the environment report of :mod:`fuse.info`."""
+
+import sys
+
+from fuse.info import main
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,1 +1,211 @@
-"""placeholder"""
+"""What fuse finds in this environment: ``python -m fuse.info [--json]``.
+
+Prints fuse's version, Python, numpy, whether the engine imports, every backend and framework
+plugin with "available" or "unavailable: <reason>", which deep-learning frameworks are installed
+(from package metadata, without importing them), and the FUSE_/HOROVOD_ environment knobs in
+effect.  ``python -m fuse`` and ``fuserun --check-build`` print the same.  Always exits 0: it is
+a report, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+from importlib import metadata, util
+from typing import Any
+
+# Frameworks fuse has adapters for: top-level module -> distributions that may provide it.
+FRAMEWORKS = {
+    "torch": ("torch",),
+    "tensorflow": ("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tensorflow-intel",
+                   "tensorflow-macos", "tf-nightly", "tf-nightly-cpu"),
+    "mxnet": ("mxnet", "mxnet-mkl", "mxnet-native"),
+}
+
+
+def _version(dist: str) -> str | None:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _fuse_version() -> str:
+    v = _version("fuse")
+    if v is None:
+        import fuse
+
+        v = getattr(fuse, "__version__", "unknown")
+    return v
+
+
+def _engine() -> dict[str, Any]:
+    try:
+        from fuse import _core
+    except Exception as err:  # a broken build is exactly what this report is for
+        return {"importable": False, "reason": f"{type(err).__name__}: {err}"}
+    return {"importable": True, "reason": "", "file": getattr(_core, "__file__", None)}
+
+
+def installed_frameworks() -> dict[str, dict[str, Any]]:
+    """For torch, tensorflow and mxnet: whether the module is on the path and its package version.
+
+    Uses ``importlib.util.find_spec`` and package metadata only; never imports a framework."""
+    out: dict[str, dict[str, Any]] = {}
+    by_module = None
+    for module, dists in FRAMEWORKS.items():
+        try:
+            found = util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        dist = version = None
+        if found:
+            for candidate in dists:
+                version = _version(candidate)
+                if version is not None:
+                    dist = candidate
+                    break
+            if version is None:  # an unusual distribution name: ask the metadata index
+                if by_module is None:
+                    by_module = metadata.packages_distributions()
+                for candidate in by_module.get(module, []):
+                    version = _version(candidate)
+                    if version is not None:
+                        dist = candidate
+                        break
+        out[module] = {"installed": found, "distribution": dist, "version": version}
+    return out
+
+
+def environment() -> dict[str, Any]:
+    """The knobs set in the environment, as ``fuse.config.Config`` reads them."""
+    from fuse.config import Config
+
+    known: dict[str, str] = {}
+    for fuse_name, horovod_name, _default, _doc in Config.describe():
+        known[fuse_name] = fuse_name
+        if horovod_name:
+            known[horovod_name] = fuse_name
+    result: dict[str, Any] = {"knobs": {}, "shadowed": {}, "other": {}, "error": None,
+                              "backend": Config.backend}
+    try:
+        cfg = Config.from_env()
+    except ValueError as err:
+        result["error"] = str(err)
+        cfg = None
+    if cfg is not None:
+        result["backend"] = cfg.backend
+        used = {var for var in cfg.explicit.values() if var in os.environ}
+        result["knobs"] = {var: os.environ[var] for var in sorted(used)}
+    else:  # show what is set, unparsed, next to the error
+        used = {var for var in os.environ if var in known}
+        result["knobs"] = {var: os.environ[var] for var in sorted(used)}
+    for var in sorted(os.environ):
+        if not var.startswith(("FUSE_", "HOROVOD_")) or var in used:
+            continue
+        if var in known and cfg is not None:
+            result["shadowed"][var] = known[var]
+        elif var not in known:
+            result["other"][var] = os.environ[var]
+    return result
+
+
+def collect() -> dict[str, Any]:
+    """Everything the report shows, as plain data (what ``--json`` prints)."""
+    from fuse.backends import describe_backends
+    from fuse.frameworks import describe_frameworks
+
+    return {
+        "fuse": _fuse_version(),
+        "python": {"version": platform.python_version(), "executable": sys.executable,
+                   "implementation": platform.python_implementation()},
+        "platform": platform.platform(),
+        "numpy": _version("numpy"),
+        "engine": _engine(),
+        "backends": [p.as_dict() for p in describe_backends()],
+        "frameworks": [p.as_dict() for p in describe_frameworks()],
+        "installed_frameworks": installed_frameworks(),
+        "environment": environment(),
+    }
+
+
+def _plugin_lines(rows: list[dict[str, Any]], selected: str | None = None) -> list[str]:
+    if not rows:
+        return ["  (none registered)"]
+    width = max(len(r["name"]) for r in rows)
+    lines = []
+    for r in rows:
+        state = "available" if r["loads"] else f"unavailable: {r['reason']}"
+        extra = []
+        if r["version"]:
+            extra.append(f"version {r['version']}")
+        if r["distribution"] and r["distribution"] != "fuse":
+            extra.append(f"from {r['distribution']} {r['dist_version'] or ''}".rstrip())
+        mark = " (selected)" if r["name"] == selected else ""
+        tail = f" [{', '.join(extra)}]" if extra else ""
+        lines.append(f"  {r['name']:<{width}}  {state}{tail}{mark}    -> {r['target']}")
+    return lines
+
+
+def render(data: dict[str, Any]) -> str:
+    env = data["environment"]
+    py = data["python"]
+    eng = data["engine"]
+    lines = [
+        f"fuse {data['fuse']}",
+        f"  python   {py['version']} ({py['implementation']}, {py['executable']})",
+        f"  platform {data['platform']}",
+        f"  numpy    {data['numpy'] or 'not installed'}",
+        "  engine   " + ("built" if eng["importable"] else f"not importable: {eng['reason']}"),
+        "",
+        "backends (entry point group fuse.backends, chosen by FUSE_BACKEND):",
+        *_plugin_lines(data["backends"], env["backend"]),
+    ]
+    names = {r["name"] for r in data["backends"]}
+    if env["backend"] and env["backend"] not in names:
+        lines.append(f"  warning: FUSE_BACKEND={env['backend']!r} is not installed")
+    lines += ["", "framework adapters (entry point group fuse.frameworks):",
+              *_plugin_lines(data["frameworks"]), "", "frameworks installed here:"]
+    for module, info in data["installed_frameworks"].items():
+        if not info["installed"]:
+            state = "not installed"
+        elif info["version"]:
+            dist = "" if info["distribution"] == module else f" ({info['distribution']})"
+            state = f"{info['version']}{dist}"
+        else:
+            state = "installed (version unknown)"
+        lines.append(f"  {module:<10}  {state}")
+    lines += ["", "environment:"]
+    if env["error"]:
+        lines.append(f"  error: {env['error']}")
+    for var, value in env["knobs"].items():
+        lines.append(f"  {var}={value}")
+    for var, winner in env["shadowed"].items():
+        lines.append(f"  {var}={os.environ.get(var, '')}  (ignored: {winner} is set)")
+    for var, value in env["other"].items():
+        lines.append(f"  {var}={value}  (not a fuse.config knob)")
+    if not (env["error"] or env["knobs"] or env["shadowed"] or env["other"]):
+        lines.append("  no FUSE_ or HOROVOD_ variables set (all defaults)")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Print the report.  ``argv`` defaults to ``sys.argv[1:]``; callers embedding the report
+    (``fuserun --check-build``) pass ``[]`` or ``["--json"]``."""
+    parser = argparse.ArgumentParser(prog="python -m fuse.info",
+                                     description="Show what fuse finds in this environment.")
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    data = collect()
+    if args.json:
+        print(json.dumps(data, indent=2, sort_keys=False))
+    else:
+        print(render(data))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

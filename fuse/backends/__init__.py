@@ -1,1 +1,74 @@
-"""Backend plugins."""
+"""Communication backend plugins.
+
+A backend is a subclass of :class:`fuse.backends.base.Backend` registered in the entry-point group
+``fuse.backends``.  fuse's own backends register exactly as a third party does, in
+``pyproject.toml``::
+
+    [project.entry-points."fuse.backends"]
+    gloo = "fuse.backends.gloo:GlooBackend"
+
+To ship your own backend, put the class in a package of yours, declare the entry point in that
+package's ``pyproject.toml``::
+
+    [project.entry-points."fuse.backends"]
+    ucc = "fuse_ucc:UCCBackend"
+
+``pip install`` it, and select it with ``FUSE_BACKEND=ucc``.  That is all; fuse needs no change.
+The class must keep ``api_version`` equal to ``Backend.api_version`` and answer
+``is_available()`` cheaply, with ``(False, "why")`` when it cannot run here (library or device
+missing).  ``python -m fuse.info`` lists every registered backend and whether it loads.
+``tests/plugins/fuse_kvbackend`` is a complete example.
+
+Nothing is loaded at ``import fuse``: :func:`load_backend` runs once per process, in ``fuse.init``.
+stevedore caches the entry-point scan in ``~/.cache/python-entrypoints`` (keyed by the interpreter
+and the modification times of ``sys.path``); on a shared ``$HOME`` with very many workers, create
+an empty file ``~/.cache/python-entrypoints/.disable`` to turn the cache off.  A process that
+installs a plugin after it first looked one up must be restarted to see it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from fuse.backends._registry import PluginStatus
+
+if TYPE_CHECKING:
+    from fuse.backends.base import Backend
+
+NAMESPACE = "fuse.backends"
+
+__all__ = ["NAMESPACE", "PluginStatus", "backend_names", "describe_backends", "load_backend"]
+
+
+def _unavailable(message: str):
+    from fuse.exceptions import BackendUnavailable
+
+    return BackendUnavailable(message)
+
+
+def load_backend(name: str) -> "type[Backend]":
+    """The backend class registered as ``name``, checked and available here.
+
+    Raises :class:`fuse.exceptions.BackendUnavailable` naming the plugin, its entry point target
+    and the reason: not installed (the message lists the installed names), import failed (chained
+    to the import error), not a ``Backend`` subclass, another plugin API version, or its
+    ``is_available()`` said no."""
+    from fuse.backends._registry import load_plugin
+    from fuse.backends.base import Backend
+
+    return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
+
+
+def backend_names() -> list[str]:
+    """Names of the installed backends, sorted; imports none of them."""
+    from fuse.backends._registry import entry_point_names
+
+    return entry_point_names(NAMESPACE)
+
+
+def describe_backends() -> list[PluginStatus]:
+    """Every installed backend, whether it loads here, and why not."""
+    from fuse.backends._registry import describe_plugins
+    from fuse.backends.base import Backend
+
+    return describe_plugins(NAMESPACE, Backend)
