@@ -193,12 +193,13 @@ def render(data: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Print the report.  ``argv`` defaults to ``sys.argv[1:]``; callers embedding the report
-    (``fuserun --check-build``) pass ``[]`` or ``["--json"]``."""
+    """Print the report; returns 0.  ``argv`` holds this report's own options (``["--json"]``);
+    None means none, so a caller with its own command line (``fuserun --check-build`` calls
+    ``main()``) gets the text report.  ``python -m fuse.info`` passes ``sys.argv[1:]``."""
     parser = argparse.ArgumentParser(prog="python -m fuse.info",
                                      description="Show what fuse finds in this environment.")
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
-    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    args = parser.parse_args([] if argv is None else argv)
     data = collect()
     if args.json:
         print(json.dumps(data, indent=2, sort_keys=False))
@@ -208,4 +209,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

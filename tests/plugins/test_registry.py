@@ -295,6 +295,18 @@ def test_python_dash_m_fuse_is_the_report():
     assert "backends" in json.loads(proc.stdout)
 
 
+def test_main_ignores_the_callers_command_line(monkeypatch, capsys):
+    """fuserun --check-build calls main() while sys.argv is fuserun's own."""
+    from fuse import info
+
+    monkeypatch.setattr(sys, "argv", ["fuserun", "--check-build"])
+    assert info.main() == 0
+    out = capsys.readouterr().out
+    assert out.startswith("fuse ") and "backends (entry point group fuse.backends" in out
+    assert info.main(["--json"]) == 0
+    assert "numpy" in json.loads(capsys.readouterr().out)
+
+
 def test_import_fuse_loads_no_plugin():
     out = run_code("""
         import sys
