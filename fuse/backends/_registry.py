@@ -132,5 +132,14 @@ def describe_plugins(namespace: str, base: type) -> list[PluginStatus]:
     for ep, err in failures:
         rows.append(PluginStatus(ep.name, ep.value, False, f"import failed: {_reason(err)}",
                                  *dists.get((ep.name, ep.value), (None, None))))
+    counts: dict[str, list[str]] = {}
+    for row in rows:
+        counts.setdefault(row.name, []).append(row.target)
+    for i, row in enumerate(rows):
+        targets = counts[row.name]
+        if len(targets) > 1:  # load_plugin refuses to pick one; say so here too
+            why = f"the name is registered {len(targets)} times ({', '.join(targets)})"
+            rows[i] = dataclasses.replace(row, loads=False,
+                                          reason=f"{why}; {row.reason}" if row.reason else why)
     rows.sort(key=lambda r: (r.name, r.target))
     return rows

@@ -147,6 +147,7 @@ class GhostAdapter(FrameworkAdapter):
 '''
 ENTRY_POINTS = """\
 [fuse.backends]
+gloo = fuse_odd_plugins:OldAPI
 broken_import = fuse_broken_plugins:Missing
 not_a_backend = fuse_odd_plugins:NotABackend
 old_api = fuse_odd_plugins:OldAPI
@@ -178,7 +179,7 @@ def test_broken_plugins_are_named_with_their_reason(broken_site):
         from fuse.frameworks import load_framework, describe_frameworks
         from fuse.exceptions import BackendUnavailable, FrameworkUnavailable
         result = {"names": backend_names(), "errors": {}}
-        for name in ["broken_import", "not_a_backend", "old_api", "no_device"]:
+        for name in ["broken_import", "not_a_backend", "old_api", "no_device", "gloo"]:
             try:
                 load_backend(name)
             except BackendUnavailable as err:
@@ -214,6 +215,10 @@ def test_broken_plugins_are_named_with_their_reason(broken_site):
     assert rows["broken_import"]["distribution"] == "fuse-bad-plugins"
     assert rows["no_device"]["reason"] == "no GPU visible"
     assert rows["old_api"]["loads"] is False and rows["not_a_backend"]["loads"] is False
+    dup = [r for r in result["backends"] if r["name"] == "gloo"]
+    assert len(dup) == 2 and not any(r["loads"] for r in dup)
+    assert all("registered 2 times" in r["reason"] for r in dup)
+    assert "several installed packages register a backend named 'gloo'" in errors["gloo"][0]
     frameworks = {r["name"]: r for r in result["frameworks"]}
     assert frameworks["ghost"]["loads"] is False and frameworks["numpy"]["loads"] is True
 
