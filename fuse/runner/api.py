@@ -1,0 +1,139 @@
+"""``fuse.run``: run a Python function on every worker of a job and collect the results."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import sys
+from typing import Any, Callable, Mapping, Sequence
+
+from . import hosts as _hosts
+from .job import Job, Settings
+from ._payload import FUNC_KEY, KEY_ENV, PATH_KEY, RESULT_KEY, sign, type_name, verify
+
+__all__ = ["run", "WorkerError"]
+
+
+class WorkerError(RuntimeError):
+    """A worker of :func:`run` failed.
+
+    ``rank`` is the first rank that failed; ``exc_type`` the qualified name of the exception it
+    raised (None if it died without raising, see ``exit_code``); ``remote_traceback`` the
+    worker's traceback text.  When the worker's exception could be unpickled, :func:`run`
+    raises that exception itself, with this error as its ``__cause__``.
+    """
+
+    def __init__(self, message: str, rank: int, exc_type: str | None = None,
+                 remote_traceback: str | None = None, exit_code: int | None = None):
+        super().__init__(message)
+        self.rank, self.exc_type = rank, exc_type
+        self.remote_traceback, self.exit_code = remote_traceback, exit_code
+
+
+def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
+        np: int | None = None, hosts: str | None = None, hostfile: str | None = None,
+        start_timeout: float | None = None, ssh_port: int | None = None,
+        ssh_identity_file: str | None = None, output_filename: str | None = None,
+        verbose: bool | None = None, use_gloo: bool | None = None, use_mpi: bool | None = None,
+        mpi_args: str | None = None, network_interfaces: Sequence[str] | str | None = None,
+        executable: str | None = None, env: Mapping[str, str] | None = None,
+        num_proc: int | None = None) -> list[Any]:
+    """Run ``func(*args, **kwargs)`` on ``np`` workers and return their results in rank order.
+
+    ``np`` (alias ``num_proc``) defaults to 1, or to all slots of ``hosts``/``hostfile``.
+    ``hosts`` is ``"host1:2,host2:2"``; ``hostfile`` has lines ``host slots=N``.
+    ``env`` is the workers' whole environment (default: this process's); ``executable`` the
+    Python interpreter the workers run (default: this one).  ``func`` travels with cloudpickle.
+
+    If a worker fails, the others are stopped and this raises: the worker's own exception when
+    it can be unpickled here (chained from a :class:`WorkerError` carrying the rank and the
+    remote traceback), otherwise a :class:`WorkerError`.
+    """
+    import cloudpickle
+
+    if np is not None and num_proc is not None and np != num_proc:
+        raise ValueError(f"np={np} and num_proc={num_proc} disagree; give one of them")
+    n = np if np is not None else num_proc
+    if hosts and hostfile:
+        raise ValueError("give hosts or hostfile, not both")
+    if use_gloo and use_mpi:
+        raise ValueError("give use_gloo or use_mpi, not both")
+    if use_mpi:
+        raise NotImplementedError(
+            "fuse.run(use_mpi=True) is not supported yet; use the default launcher, or start "
+            "the script with `fuserun --mpi`")
+    if hosts:
+        specs = _hosts.parse_hosts(hosts)
+    elif hostfile:
+        specs = _hosts.parse_hostfile(hostfile)
+    else:
+        specs = [_hosts.HostSpec("localhost", 1 if n is None else n)]
+    if n is None:
+        n = sum(s.slots for s in specs)
+    slots = _hosts.assign_slots(specs, n)
+    if isinstance(network_interfaces, str):
+        network_interfaces = [x.strip() for x in network_interfaces.split(",") if x.strip()]
+
+    if start_timeout is None:
+        start_timeout = float(os.environ.get("FUSE_START_TIMEOUT")
+                              or os.environ.get("HOROVOD_START_TIMEOUT") or 30)
+    settings = Settings(start_timeout=start_timeout, ssh_port=ssh_port,
+                        ssh_identity_file=ssh_identity_file, output_filename=output_filename,
+                        verbose=bool(verbose), network_interfaces=network_interfaces,
+                        name="fuse.run")
+    key = secrets.token_bytes(32)
+    worker_env = dict(os.environ if env is None else env)
+    worker_env[KEY_ENV] = key.hex()
+    if use_gloo:
+        worker_env.setdefault("FUSE_BACKEND", "gloo")
+    payload = cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
+    command = [executable or sys.executable, "-m", "fuse.runner.run_task"]
+
+    with Job(command, slots, worker_env, settings) as job:
+        job.server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
+        job.server.put(FUNC_KEY, sign(key, payload))
+        result = job.run()
+        raw = {r: job.server.get(RESULT_KEY.format(rank=r)) for r in range(n)}
+
+    if result.interrupted is not None:
+        if result.interrupted == signal.SIGINT:
+            raise KeyboardInterrupt
+        os.kill(os.getpid(), result.interrupted)  # the default action, now that workers are gone
+        raise WorkerError(f"fuse.run: interrupted by signal {result.interrupted}", -1)
+
+    def load(rank: int):
+        blob = raw.get(rank)
+        if blob is None:
+            return None
+        return cloudpickle.loads(verify(key, blob, f"the result of rank {rank}"))
+
+    failure = result.failure
+    if failure is not None:
+        try:
+            payload = load(failure.rank)
+        except Exception as err:
+            payload = ("error", None, type_name(type(err)),
+                       f"its result could not be unpickled: {err}", "")
+        if payload is not None and payload[0] == "error":
+            _, exc, tname, message, tb = payload
+            err = WorkerError(f"rank {failure.rank} raised {tname}: {message}\n\n"
+                              f"Traceback on rank {failure.rank}:\n{tb}", failure.rank,
+                              tname, tb, failure.exit_code)
+            if isinstance(exc, BaseException):
+                if hasattr(exc, "add_note"):
+                    exc.add_note(f"(raised by fuse.run worker rank {failure.rank} of {n})")
+                raise exc from err
+            raise err
+        raise WorkerError(failure.describe("fuse.run"), failure.rank,
+                          exit_code=failure.exit_code)
+
+    results = []
+    for rank in range(n):
+        payload = load(rank)
+        if payload is None:
+            raise WorkerError(f"fuse.run: rank {rank} exited with code 0 without returning a "
+                              "result (did the function call os._exit?)", rank, exit_code=0)
+        results.append(payload[1])
+    return results

@@ -1,0 +1,595 @@
+"""Starting, watching and stopping the workers of one job.
+
+This is the single code path behind ``fuserun`` and :func:`fuse.run`: a :class:`Job` owns the
+rendezvous :class:`~fuse.runner.store.KVStoreServer`, starts one process per slot (directly on
+this machine, over ``ssh`` elsewhere), forwards every output line with a ``[rank]<stream>:``
+prefix, and takes the whole job down when one worker fails or the launcher is interrupted.
+
+One thread does all of it: a selector waits on the workers' pipes, on a pidfd per worker (so an
+exit wakes us at once; without pidfds we poll every 50 ms) and on a self-pipe written by the
+signal handlers.  Each worker is the leader of its own process group, which is what we signal,
+so grandchildren go down with it and nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import secrets
+import selectors
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+from typing import IO, Mapping, Sequence
+
+from .hosts import Slot, is_local_host, loopback_interface, store_address
+from .store import KVStoreServer
+
+__all__ = ["Settings", "Failure", "JobResult", "Job", "worker_base_env"]
+
+# never handed to workers: shell functions exported by bash, and the caller's previous directory
+_DROP_PREFIXES = ("BASH_FUNC_",)
+_DROP_NAMES = {"OLDPWD"}
+# also left out of the environment sent to other machines: they describe this machine/session
+_DROP_REMOTE = {"HOSTNAME", "PWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
+                "SSH_AUTH_SOCK", "TERMCAP", "XDG_RUNTIME_DIR", "XDG_SESSION_ID"}
+
+STDERR_TAIL_LINES = 20
+_MAX_LINE = 1 << 20  # a line longer than this is forwarded in pieces
+
+
+def worker_base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The caller's environment as workers get it (minus BASH_FUNC_* and OLDPWD)."""
+    env = os.environ if environ is None else environ
+    return {k: v for k, v in env.items()
+            if k not in _DROP_NAMES and not k.startswith(_DROP_PREFIXES)}
+
+
+@dataclasses.dataclass
+class Settings:
+    start_timeout: float = 30.0          # seconds ssh hosts get to start their worker
+    ssh_port: int | None = None
+    ssh_identity_file: str | None = None
+    output_filename: str | None = None   # directory: <dir>/rank.<N>/{stdout,stderr}
+    prefix_timestamp: bool = False
+    verbose: bool = False
+    network_interfaces: Sequence[str] | None = None
+    grace_seconds: float = 5.0           # SIGTERM -> SIGKILL
+    cwd: str | None = None
+    name: str = "fuserun"                # how the launcher names itself in messages
+    stdout: IO | None = None             # where workers' stdout goes (default sys.stdout)
+    stderr: IO | None = None             # where workers' stderr and our messages go
+
+
+@dataclasses.dataclass
+class Failure:
+    """Why the job failed: the first worker that went wrong."""
+    rank: int
+    hostname: str
+    kind: str                      # "exit", "signal", "start", "timeout"
+    returncode: int | None = None  # exit code, or -signal
+    detail: str = ""               # for "start"/"timeout": what happened
+    error: str | None = None       # text the worker stored under errors/<rank>
+    stderr_tail: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        if self.kind == "start" and self.returncode is None:
+            return 127  # like a shell: the command could not be run
+        if self.kind in ("exit", "start") and self.returncode and self.returncode > 0:
+            return self.returncode
+        return 1
+
+    def what(self) -> str:
+        if self.kind == "exit":
+            return f"exited with code {self.returncode}"
+        if self.kind == "signal":
+            return f"was killed by signal {_signame(-self.returncode)}"
+        return self.detail
+
+    def describe(self, name: str = "fuserun") -> str:
+        lines = [f"{name}: rank {self.rank} (host {self.hostname}) failed first: {self.what()}."]
+        if self.error:
+            lines.append(f"{name}: error reported by rank {self.rank}:")
+            lines.extend("    " + line for line in self.error.rstrip().splitlines())
+        elif self.stderr_tail:
+            n = len(self.stderr_tail)
+            lines.append(f"{name}: last {'line' if n == 1 else f'{n} lines'} of rank "
+                         f"{self.rank}'s stderr:")
+            lines.extend("    " + line for line in self.stderr_tail)
+        elif self.kind in ("exit", "signal"):
+            lines.append(f"{name}: rank {self.rank} reported no error and wrote nothing to stderr.")
+        return "\n".join(lines)
+
+
+@dataclasses.dataclass
+class JobResult:
+    returncode: int                  # what the launcher should exit with
+    exit_codes: dict[int, int | None]  # rank -> returncode (None: never started)
+    failure: Failure | None = None
+    interrupted: int | None = None   # the signal that stopped the launcher, if any
+
+
+def _signame(sig: int) -> str:
+    try:
+        return f"{signal.Signals(sig).name} ({sig})"
+    except ValueError:
+        return str(sig)
+
+
+class _Sink:
+    """Writes bytes to a binary or text stream, serialised between threads."""
+
+    def __init__(self, stream: IO):
+        self._binary = getattr(stream, "buffer", None)
+        self._text = stream
+        self._lock = threading.Lock()
+
+    def write(self, data: bytes) -> None:
+        with self._lock:
+            try:
+                if self._binary is not None:
+                    self._text.flush()  # keep order with text already written there
+                    self._binary.write(data)
+                    self._binary.flush()
+                else:
+                    self._text.write(data.decode("utf-8", "replace"))
+                    self._text.flush()
+            except (OSError, ValueError):
+                pass  # our own stdout is gone (closed pipe); keep supervising the workers
+
+
+class _Stream:
+    """One pipe of one worker: splits bytes into lines and forwards them with a prefix.
+
+    Lines end at ``\\n`` or at a lone ``\\r`` (progress bars); a partial line is kept until its end
+    arrives (or the pipe closes), bytes are never decoded on the way through.
+    """
+
+    def __init__(self, worker: "_Worker", name: str, fd: int, sink: _Sink, prefix_timestamp: bool,
+                 tee: IO | None, keep_tail: bool, marker: bytes | None = None):
+        self.worker, self.name, self.fd, self.sink = worker, name, fd, sink
+        self.prefix = f"[{worker.slot.rank}]<{name}>:".encode()
+        self.timestamps = prefix_timestamp
+        self.tee = tee
+        self.tail: collections.deque | None = (
+            collections.deque(maxlen=STDERR_TAIL_LINES) if keep_tail else None)
+        self.marker = marker  # first line expected from a remote wrapper, swallowed
+        self.buf = bytearray()
+        self.open = True
+
+    def feed(self, data: bytes) -> None:
+        if self.tee is not None:
+            self.tee.write(data)
+            self.tee.flush()
+        self.buf += data
+        out = []
+        start = 0
+        buf = self.buf
+        n = len(buf)
+        while start < n:
+            nl = buf.find(b"\n", start)
+            cr = buf.find(b"\r", start, nl if nl >= 0 else n)
+            if cr >= 0:
+                if cr == n - 1:
+                    break  # a '\r' at the end may be the first half of '\r\n': wait
+                end = cr + 2 if buf[cr + 1:cr + 2] == b"\n" else cr + 1
+            elif nl >= 0:
+                end = nl + 1
+            elif n - start > _MAX_LINE:
+                end = n
+            else:
+                break
+            out.append(bytes(buf[start:end]))
+            start = end
+        del buf[:start]
+        self._emit(out)
+
+    def close(self) -> None:
+        self.open = False
+        if self.buf:
+            line = bytes(self.buf)
+            self.buf.clear()
+            self._emit([line if line.endswith((b"\n", b"\r")) else line + b"\n"])
+        if self.tee is not None:
+            self.tee.close()
+            self.tee = None
+
+    def _emit(self, lines: list[bytes]) -> None:
+        if not lines:
+            return
+        if self.marker is not None:
+            if lines[0].rstrip(b"\r\n") == self.marker:
+                self.worker.started = True
+                lines = lines[1:]
+            self.marker = None
+        if self.tail is not None:
+            for line in lines:
+                text = line.rstrip(b"\r\n").decode("utf-8", "replace")
+                self.tail.append(text)
+        if not lines:
+            return
+        if self.timestamps:
+            stamp = time.strftime("%Y-%m-%d %H:%M:%S").encode()
+            prefix = stamp + self.prefix
+        else:
+            prefix = self.prefix
+        if len(lines) == 1 and not lines[0].endswith((b"\n", b"\r")):
+            lines[0] += b"\n"
+        elif not lines[-1].endswith((b"\n", b"\r")):
+            lines[-1] += b"\n"
+        self.sink.write(b"".join(prefix + line for line in lines))
+
+
+class _Worker:
+    def __init__(self, slot: Slot, remote: bool):
+        self.slot = slot
+        self.remote = remote
+        self.proc: subprocess.Popen | None = None
+        self.pidfd: int | None = None
+        self.streams: list[_Stream] = []
+        self.started = not remote      # remote: set when the wrapper's marker arrives
+        self.start_deadline = 0.0
+        self.returncode: int | None = None
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.returncode is None
+
+    def signal_group(self, sig: int) -> None:
+        if self.proc is None:
+            return
+        try:
+            os.killpg(self.proc.pid, sig)  # the worker leads its own group: pgid == pid
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+class Job:
+    """A job: the store, the workers, and their supervision.
+
+    ``command`` is the argv each worker runs; ``env`` the base environment (default: ours,
+    filtered), to which the job adds the rendezvous address, ``PYTHONUNBUFFERED=1`` and each
+    slot's identity.  Use as a context manager, or call :meth:`close`.
+    """
+
+    def __init__(self, command: Sequence[str], slots: Sequence[Slot],
+                 env: Mapping[str, str] | None = None, settings: Settings | None = None):
+        if not command:
+            raise ValueError("no command to run")
+        if not slots:
+            raise ValueError("no slots to run on")
+        self.command = list(command)
+        self.slots = list(slots)
+        self.settings = settings or Settings()
+        self.base_env = worker_base_env(env)
+        remote_hosts = []
+        for s in self.slots:
+            if not is_local_host(s.hostname) and s.hostname not in remote_hosts:
+                remote_hosts.append(s.hostname)
+        self.remote_hosts = remote_hosts
+        nics = list(self.settings.network_interfaces or [])
+        self.addr = store_address(remote_hosts, nics)
+        self.server = KVStoreServer("0.0.0.0" if remote_hosts else "127.0.0.1", 0).start()
+        self.port = self.server.port
+        self._sel: selectors.BaseSelector | None = None
+        self._workers: list[_Worker] = []
+        self._signals: list[int] = []
+        self._wake_r = self._wake_w = -1
+
+    # -- context ---------------------------------------------------------------------------
+    def __enter__(self) -> "Job":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.server.stop()
+
+    # -- environment -----------------------------------------------------------------------
+    def worker_env(self, slot: Slot) -> dict[str, str]:
+        env = dict(self.base_env)
+        nics = list(self.settings.network_interfaces or [])
+        if nics:
+            env["FUSE_GLOO_IFACE"] = nics[0]
+        elif not self.remote_hosts and not (env.get("FUSE_GLOO_IFACE")
+                                            or env.get("HOROVOD_GLOO_IFACE")):
+            env["FUSE_GLOO_IFACE"] = loopback_interface()
+        for prefix in ("FUSE_", "HOROVOD_"):
+            env[prefix + "GLOO_RENDEZVOUS_ADDR"] = self.addr
+            env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(self.port)
+        env["PYTHONUNBUFFERED"] = "1"
+        env.update(slot.env())
+        return env
+
+    # -- messages --------------------------------------------------------------------------
+    def _say(self, text: str) -> None:
+        self._err_sink.write(f"{self.settings.name}: {text}\n".encode())
+
+    def _debug(self, text: str) -> None:
+        if self.settings.verbose:
+            self._say(text)
+
+    # -- starting --------------------------------------------------------------------------
+    def _ssh_argv(self, host: str, env: Mapping[str, str], marker: str) -> list[str]:
+        st = self.settings
+        cwd = st.cwd or os.getcwd()
+        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
+                           if k not in _DROP_REMOTE and "=" not in k and k)
+        cmd = " ".join(shlex.quote(a) for a in self.command)
+        grace = max(1, int(round(st.grace_seconds)))
+        # The worker runs in the foreground; a watcher holds the ssh session's stdin and, when it
+        # closes (the launcher stopped the job or died), terminates the session's process group,
+        # which sshd made for this command alone.  The marker line tells the launcher we started.
+        script = (
+            f"cd {shlex.quote(cwd)} >/dev/null 2>&1\n"
+            "exec 3<&0\n"
+            "{ trap '' TERM; cat <&3 >/dev/null; kill -TERM 0; "
+            f"sleep {grace}; kill -KILL 0; }} >/dev/null 2>&1 &\n"
+            f"printf '%s\\n' {marker}\n"
+            f"env {assigns} {cmd} </dev/null 3<&-\n"
+        )
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
+                "-o", f"ConnectTimeout={max(1, int(st.start_timeout))}",
+                "-o", "ServerAliveInterval=15"]
+        if st.ssh_port:
+            argv += ["-p", str(st.ssh_port)]
+        if st.ssh_identity_file:
+            argv += ["-i", st.ssh_identity_file]
+        argv += [host, "sh -c " + shlex.quote(script)]
+        return argv
+
+    def _output_files(self, rank: int) -> tuple[IO | None, IO | None]:
+        d = self.settings.output_filename
+        if not d:
+            return None, None
+        path = os.path.join(d, f"rank.{rank}")
+        os.makedirs(path, exist_ok=True)
+        return open(os.path.join(path, "stdout"), "wb"), open(os.path.join(path, "stderr"), "wb")
+
+    def _start(self, w: _Worker) -> Failure | None:
+        env = self.worker_env(w.slot)
+        st = self.settings
+        marker = None
+        try:
+            if w.remote:
+                marker = f"__fuse_started_{secrets.token_hex(8)}__"
+                argv = self._ssh_argv(w.slot.hostname, env, marker)
+                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(argv[:-1])} "
+                            "<script>")
+                w.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True)
+                w.start_deadline = time.monotonic() + st.start_timeout
+            else:
+                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(self.command)}")
+                w.proc = subprocess.Popen(self.command, env=env, cwd=st.cwd,
+                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                          stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as err:
+            return Failure(w.slot.rank, w.slot.hostname, "start",
+                           detail=f"could not start {self.command[0] if not w.remote else 'ssh'}: "
+                                  f"{err.strerror or err}")
+        out_f, err_f = self._output_files(w.slot.rank)
+        for name, pipe, tee in (("stdout", w.proc.stdout, out_f), ("stderr", w.proc.stderr, err_f)):
+            sink = self._out_sink if name == "stdout" else self._err_sink
+            s = _Stream(w, name, pipe.fileno(), sink, st.prefix_timestamp, tee,
+                        keep_tail=(name == "stderr"),
+                        marker=marker.encode() if marker and name == "stdout" else None)
+            w.streams.append(s)
+            self._sel.register(s.fd, selectors.EVENT_READ, s)
+        try:
+            w.pidfd = os.pidfd_open(w.proc.pid)
+            self._sel.register(w.pidfd, selectors.EVENT_READ, w)
+        except (AttributeError, OSError):
+            w.pidfd = None
+        return None
+
+    # -- signals ---------------------------------------------------------------------------
+    def _on_signal(self, signum, frame) -> None:
+        self._signals.append(signum)
+        try:
+            os.write(self._wake_w, b"s")
+        except OSError:
+            pass
+
+    def _install_signals(self) -> dict:
+        old = {}
+        if threading.current_thread() is not threading.main_thread():
+            return old
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            try:
+                old[sig] = signal.signal(sig, self._on_signal)
+            except (ValueError, OSError):
+                pass
+        return old
+
+    # -- stopping --------------------------------------------------------------------------
+    def _stop_all(self, sig: int) -> None:
+        for w in self._workers:
+            if w.running:
+                if w.remote and w.proc.stdin is not None and sig == signal.SIGTERM:
+                    try:
+                        w.proc.stdin.close()  # ssh forwards EOF; the remote watcher stops the worker
+                    except OSError:
+                        pass
+                w.signal_group(sig)
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> JobResult:
+        """Start every worker, forward output until all have exited, and return the outcome.
+
+        Blocks.  On the main thread it handles SIGINT, SIGTERM and SIGHUP itself (stopping the
+        workers) and reports the signal in :attr:`JobResult.interrupted`.
+        """
+        st = self.settings
+        self._out_sink = _Sink(st.stdout or sys.stdout)
+        self._err_sink = _Sink(st.stderr or sys.stderr)
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        old_handlers = self._install_signals()
+        failure: Failure | None = None
+        interrupted: int | None = None
+        kill_at: float | None = None
+        drain_until: float | None = None
+        try:
+            self._workers = [_Worker(s, s.hostname in self.remote_hosts) for s in self.slots]
+            for w in self._workers:
+                failure = self._start(w)
+                if failure is not None or self._signals:
+                    break
+            stopping = failure is not None
+            if stopping:
+                self._say(f"rank {failure.rank}: {failure.what()}; stopping the job")
+                self._stop_all(signal.SIGTERM)
+                kill_at = time.monotonic() + st.grace_seconds
+            have_pidfds = all(w.pidfd is not None for w in self._workers if w.proc)
+            while True:
+                now = time.monotonic()
+                # signals
+                while self._signals:
+                    sig = self._signals.pop(0)
+                    if interrupted is None and not stopping:
+                        interrupted = sig
+                        n = sum(w.running for w in self._workers)
+                        self._say(f"received {signal.Signals(sig).name}; stopping {n} workers")
+                        self._stop_all(signal.SIGTERM)
+                        stopping = True
+                        kill_at = now + st.grace_seconds
+                    else:  # a second signal: no more patience
+                        interrupted = interrupted or sig
+                        self._stop_all(signal.SIGKILL)
+                        kill_at = now
+                # exits
+                for w in self._workers:
+                    if not w.running:
+                        continue
+                    rc = w.proc.poll()
+                    if rc is None:
+                        continue
+                    w.returncode = rc
+                    if w.pidfd is not None:
+                        self._sel.unregister(w.pidfd)
+                        os.close(w.pidfd)
+                        w.pidfd = None
+                    self._debug(f"rank {w.slot.rank} exited with {rc}")
+                    if rc != 0 and not stopping:
+                        if w.remote and not w.started:
+                            failure = Failure(
+                                w.slot.rank, w.slot.hostname, "start", rc,
+                                detail=f"ssh to {w.slot.hostname} failed before the worker "
+                                       f"started (ssh exit code {rc})")
+                        else:
+                            failure = Failure(w.slot.rank, w.slot.hostname,
+                                              "signal" if rc < 0 else "exit", rc)
+                        others = sum(x.running for x in self._workers)
+                        self._say(f"rank {w.slot.rank} {failure.what()}; "
+                                  f"stopping the other {others} worker(s)")
+                        self._stop_all(signal.SIGTERM)
+                        stopping = True
+                        kill_at = now + st.grace_seconds
+                # remote start deadlines
+                if not stopping:
+                    for w in self._workers:
+                        if w.running and not w.started and now >= w.start_deadline:
+                            failure = Failure(
+                                w.slot.rank, w.slot.hostname, "timeout",
+                                detail=f"did not start within {st.start_timeout:g} s "
+                                       "(--start-timeout / FUSE_START_TIMEOUT)")
+                            self._say(f"rank {w.slot.rank} on {w.slot.hostname} "
+                                      f"{failure.detail}; stopping the job")
+                            self._stop_all(signal.SIGTERM)
+                            stopping = True
+                            kill_at = now + st.grace_seconds
+                            break
+                if kill_at is not None and now >= kill_at:
+                    self._stop_all(signal.SIGKILL)
+                    kill_at = None
+                live = [w for w in self._workers if w.running]
+                streams = [s for w in self._workers for s in w.streams if s.open]
+                if not live:
+                    if not streams:
+                        break
+                    if drain_until is None:
+                        drain_until = now + 2.0  # a grandchild may still hold a pipe
+                    elif now >= drain_until:
+                        break
+                deadlines = [t for t in (kill_at, drain_until) if t is not None]
+                deadlines += [w.start_deadline for w in live if not w.started]
+                timeout = 1.0 if have_pidfds else 0.05
+                if deadlines:
+                    timeout = max(0.0, min(timeout, min(deadlines) - now))
+                for key, _ in self._sel.select(timeout):
+                    obj = key.data
+                    if obj is None:
+                        try:
+                            os.read(self._wake_r, 512)
+                        except BlockingIOError:
+                            pass
+                    elif isinstance(obj, _Stream):
+                        try:
+                            data = os.read(obj.fd, 65536)
+                        except OSError:
+                            data = b""
+                        if data:
+                            obj.feed(data)
+                        else:
+                            self._sel.unregister(obj.fd)
+                            obj.close()
+                    # a _Worker's pidfd: the exit is picked up by poll() above
+        finally:
+            # nothing outlives the job: signal each worker's group (its leader may be gone
+            # while a grandchild still runs), then reap
+            for w in self._workers:
+                w.signal_group(signal.SIGKILL if w.running else signal.SIGTERM)
+            for w in self._workers:
+                if w.proc is not None:
+                    try:
+                        w.proc.wait(timeout=st.grace_seconds)
+                    except subprocess.TimeoutExpired:
+                        w.signal_group(signal.SIGKILL)
+                        w.proc.wait()
+                    if w.returncode is None:
+                        w.returncode = w.proc.returncode
+                    for s in w.streams:
+                        if s.open:
+                            s.close()
+                    for pipe in (w.proc.stdin, w.proc.stdout, w.proc.stderr):
+                        if pipe is not None:
+                            try:
+                                pipe.close()
+                            except OSError:
+                                pass
+                    if w.pidfd is not None:
+                        os.close(w.pidfd)
+                        w.pidfd = None
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+            self._sel.close()
+            os.close(self._wake_r)
+            os.close(self._wake_w)
+
+        exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self._workers}
+        for s in self.slots:
+            exit_codes.setdefault(s.rank, None)
+        if failure is not None:
+            raw = self.server.get(f"errors/{failure.rank}")
+            if raw:
+                failure.error = raw.decode("utf-8", "replace")
+            w = self._workers[failure.rank] if failure.rank < len(self._workers) else None
+            if w is not None:
+                for s in w.streams:
+                    if s.tail is not None:
+                        failure.stderr_tail = list(s.tail)
+            rc = failure.exit_code
+        elif interrupted is not None:
+            rc = 128 + interrupted
+        else:
+            rc = 0
+        return JobResult(rc, exit_codes, failure, interrupted)

@@ -1,0 +1,455 @@
+"""``fuserun``: start a fuse job (horovodrun's flags, same names and defaults).
+
+    fuserun -np 4 python train.py
+    fuserun -np 8 -H host1:4,host2:4 python train.py
+    fuserun -np 8 --hostfile hosts.txt --fusion-threshold-mb 32 python train.py
+
+Flags become environment variables of the workers (``--cycle-time-ms 5`` sets
+``FUSE_CYCLE_TIME=5``); everything else in the caller's environment is passed through.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Sequence
+
+from . import hosts as _hosts
+from .job import Job, Settings, worker_base_env
+
+PROG = "fuserun"
+
+
+class UsageError(Exception):
+    """A mistake on the command line; reported without a traceback, exit code 2."""
+
+
+# ---------------------------------------------------------------------------------------------
+# the parser
+
+def _bool_pair(group, name: str, dest: str, help_on: str, *, help_off: str | None = None,
+               on_aliases: Sequence[str] = (), off_aliases: Sequence[str] = ()) -> None:
+    group.add_argument(f"--{name}", *on_aliases, dest=dest, action="store_true", default=None,
+                       help=help_on)
+    group.add_argument(f"--no-{name}", *off_aliases, dest=dest, action="store_false",
+                       default=None, help=help_off or argparse.SUPPRESS)
+
+
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        description="Launch a fuse (Horovod-compatible) distributed training job.",
+        epilog="Every flag below maps to a FUSE_* environment variable of the workers; "
+               "HOROVOD_* spellings in your environment are honoured too.")
+    g = p.add_argument_group("general")
+    g.add_argument("-v", "--version", action="store_true", help="print the fuse version and exit")
+    g.add_argument("-np", "--num-proc", dest="num_proc", type=int,
+                   help="total number of processes (default: all slots of -H/--hostfile)")
+    g.add_argument("-cb", "--check-build", dest="check_build", action="store_true",
+                   help="list the backends and frameworks this installation can use, then exit")
+    g.add_argument("--disable-cache", dest="disable_cache", action="store_true",
+                   help="accepted for horovodrun compatibility; fuserun caches nothing")
+    g.add_argument("--start-timeout", dest="start_timeout", type=float,
+                   help="seconds ssh hosts get to start their workers (default 30, or "
+                        "FUSE_START_TIMEOUT / HOROVOD_START_TIMEOUT)")
+    g.add_argument("--network-interfaces", dest="network_interfaces",
+                   help="comma-separated network interfaces to use, e.g. eth0,eth1")
+    g.add_argument("--network-interface", dest="network_interface", action="append",
+                   help="a network interface to use (repeatable)")
+    g.add_argument("--output-filename", dest="output_filename",
+                   help="also write each rank's output to <dir>/rank.<N>/{stdout,stderr}")
+    g.add_argument("--verbose", action="store_true", default=None,
+                   help="print what the launcher does")
+    g.add_argument("--config-file", dest="config_file",
+                   help="YAML file with parameters (horovodrun's sections: params, autotune, "
+                        "timeline, stall_check, library_options, logging); it overrides flags "
+                        "before it and is overridden by flags after it")
+    g.add_argument("--backend", dest="backend",
+                   help="CPU backend plugin for the workers (sets FUSE_BACKEND)")
+
+    g = p.add_argument_group("ssh")
+    g.add_argument("-p", "--ssh-port", dest="ssh_port", type=int, help="ssh port on all hosts")
+    g.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file",
+                   help="private key file for ssh")
+
+    g = p.add_argument_group("tunables")
+    g.add_argument("--fusion-threshold-mb", dest="fusion_threshold_mb", type=float,
+                   help="fusion buffer size in MiB (default 128) -> FUSE_FUSION_THRESHOLD (bytes)")
+    g.add_argument("--cycle-time-ms", dest="cycle_time_ms", type=float,
+                   help="engine cycle time in ms (default 1) -> FUSE_CYCLE_TIME")
+    g.add_argument("--cache-capacity", dest="cache_capacity", type=int,
+                   help="response cache entries (default 1024; 0 disables) -> FUSE_CACHE_CAPACITY")
+    _bool_pair(g, "hierarchical-allreduce", "hierarchical_allreduce",
+               "hierarchical allreduce -> FUSE_HIERARCHICAL_ALLREDUCE",
+               help_off="disable hierarchical allreduce (autotune leaves it alone)")
+    _bool_pair(g, "hierarchical-allgather", "hierarchical_allgather",
+               "hierarchical allgather -> FUSE_HIERARCHICAL_ALLGATHER",
+               help_off="disable hierarchical allgather")
+    _bool_pair(g, "torus-allreduce", "torus_allreduce", "torus allreduce -> FUSE_TORUS_ALLREDUCE",
+               help_off="disable torus allreduce")
+
+    g = p.add_argument_group("autotune")
+    _bool_pair(g, "autotune", "autotune", "tune fusion parameters online -> FUSE_AUTOTUNE")
+    g.add_argument("--autotune-log-file", dest="autotune_log_file",
+                   help="CSV log of autotune samples -> FUSE_AUTOTUNE_LOG")
+    g.add_argument("--autotune-warmup-samples", dest="autotune_warmup_samples", type=int,
+                   help="samples discarded before tuning (default 3)")
+    g.add_argument("--autotune-steps-per-sample", dest="autotune_steps_per_sample", type=int,
+                   help="steps per sample (default 10)")
+    g.add_argument("--autotune-bayes-opt-max-samples", dest="autotune_bayes_opt_max_samples",
+                   type=int, help="samples per Bayesian-optimisation round (default 20)")
+    g.add_argument("--autotune-gaussian-process-noise", dest="autotune_gaussian_process_noise",
+                   type=float, help="Gaussian-process noise in [0, 1] (default 0.8)")
+
+    g = p.add_argument_group("elastic (not supported yet)")
+    for flags, kw in ((("--min-np", "--min-num-proc"), {"type": int}),
+                      (("--max-np", "--max-num-proc"), {"type": int}),
+                      (("--slots-per-host",), {"type": int}),
+                      (("--elastic-timeout",), {"type": int}),
+                      (("--reset-limit",), {"type": int}),
+                      (("--blacklist-cooldown-range",), {"type": int, "nargs": 2}),
+                      (("--host-discovery-script",), {})):
+        g.add_argument(*flags, dest="elastic_" + flags[0].lstrip("-").replace("-", "_"),
+                       help=argparse.SUPPRESS, **kw)
+
+    g = p.add_argument_group("timeline")
+    g.add_argument("--timeline-filename", dest="timeline_filename",
+                   help="write a Chrome trace of the engine here -> FUSE_TIMELINE")
+    _bool_pair(g, "timeline-mark-cycles", "timeline_mark_cycles",
+               "mark engine cycles in the timeline -> FUSE_TIMELINE_MARK_CYCLES")
+
+    g = p.add_argument_group("stall check")
+    g.add_argument("--no-stall-check", dest="stall_check", action="store_false", default=None,
+                   help="disable the stall inspector -> FUSE_STALL_CHECK_DISABLE=1")
+    g.add_argument("--stall-check", dest="stall_check", action="store_true", default=None,
+                   help=argparse.SUPPRESS)
+    g.add_argument("--stall-check-warning-time-seconds", dest="stall_check_warning_time_seconds",
+                   type=float, help="warn after ranks are missing this long (default 60)")
+    g.add_argument("--stall-check-shutdown-time-seconds",
+                   dest="stall_check_shutdown_time_seconds", type=float,
+                   help="fail the job after ranks are missing this long (default 0: never)")
+
+    g = p.add_argument_group("library")
+    _bool_pair(g, "mpi-threads-disable", "mpi_threads_disable",
+               "initialise MPI single-threaded -> FUSE_MPI_THREADS_DISABLE")
+    g.add_argument("--mpi-args", dest="mpi_args", help="extra mpirun arguments (with --mpi)")
+    g.add_argument("--tcp", dest="tcp", action="store_true", default=None,
+                   help="TCP only: NCCL_IB_DISABLE=1")
+    g.add_argument("--binding-args", dest="binding_args",
+                   help="process binding arguments for mpirun (with --mpi)")
+    g.add_argument("--num-nccl-streams", dest="num_nccl_streams", type=int,
+                   help="-> FUSE_NUM_NCCL_STREAMS")
+    g.add_argument("--thread-affinity", dest="thread_affinity",
+                   help="cores for the engine thread, one per local rank -> FUSE_THREAD_AFFINITY")
+    g.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds", type=float,
+                   help="rendezvous and collective timeout (default 30) -> "
+                        "FUSE_GLOO_TIMEOUT_SECONDS")
+
+    g = p.add_argument_group("logging")
+    g.add_argument("--log-level", dest="log_level", type=str.upper,
+                   choices=["TRACE", "DEBUG", "INFO", "WARNING", "WARN", "ERROR", "FATAL"],
+                   help="worker log level -> FUSE_LOG_LEVEL")
+    g.add_argument("--log-without-timestamp", "--log-hide-timestamp", dest="log_hide_time",
+                   action="store_true", default=None,
+                   help="no timestamps in fuse log lines -> FUSE_LOG_HIDE_TIME")
+    g.add_argument("--log-with-timestamp", "--no-log-hide-timestamp", dest="log_hide_time",
+                   action="store_false", default=None, help=argparse.SUPPRESS)
+    g.add_argument("-prefix-timestamp", "--prefix-output-with-timestamp",
+                   dest="prefix_timestamp", action="store_true", default=None,
+                   help="timestamp every forwarded output line")
+
+    g = p.add_argument_group("hosts").add_mutually_exclusive_group()
+    g.add_argument("-H", "--hosts", dest="hosts",
+                   help="hosts and slots, e.g. host1:2,host2:4 (default localhost:<np>)")
+    g.add_argument("-hostfile", "--hostfile", dest="hostfile",
+                   help="file with lines 'host slots=N' or 'host:N'")
+
+    g = p.add_argument_group("controller").add_mutually_exclusive_group()
+    g.add_argument("--gloo", dest="use_gloo", action="store_true",
+                   help="fuserun's own launcher with the Gloo backend (the default launcher)")
+    g.add_argument("--mpi", dest="use_mpi", action="store_true",
+                   help="hand the launch to mpirun")
+    g.add_argument("--jsrun", dest="use_jsrun", action="store_true", help=argparse.SUPPRESS)
+
+    p.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs")
+    return p
+
+
+# ---------------------------------------------------------------------------------------------
+# --config-file
+
+# (section, key) -> flag taking a value, or (flag if true, flag if false)
+_CONFIG_KEYS: dict[tuple[str, str], Any] = {
+    ("params", "fusion_threshold_mb"): "--fusion-threshold-mb",
+    ("params", "cycle_time_ms"): "--cycle-time-ms",
+    ("params", "cache_capacity"): "--cache-capacity",
+    ("params", "hierarchical_allreduce"): ("--hierarchical-allreduce",
+                                           "--no-hierarchical-allreduce"),
+    ("params", "hierarchical_allgather"): ("--hierarchical-allgather",
+                                           "--no-hierarchical-allgather"),
+    ("params", "torus_allreduce"): ("--torus-allreduce", "--no-torus-allreduce"),
+    ("autotune", "enabled"): ("--autotune", "--no-autotune"),
+    ("autotune", "log_file"): "--autotune-log-file",
+    ("autotune", "warmup_samples"): "--autotune-warmup-samples",
+    ("autotune", "steps_per_sample"): "--autotune-steps-per-sample",
+    ("autotune", "bayes_opt_max_samples"): "--autotune-bayes-opt-max-samples",
+    ("autotune", "gaussian_process_noise"): "--autotune-gaussian-process-noise",
+    ("timeline", "filename"): "--timeline-filename",
+    ("timeline", "mark_cycles"): ("--timeline-mark-cycles", "--no-timeline-mark-cycles"),
+    ("stall_check", "enabled"): ("--stall-check", "--no-stall-check"),
+    ("stall_check", "warning_time_seconds"): "--stall-check-warning-time-seconds",
+    ("stall_check", "shutdown_time_seconds"): "--stall-check-shutdown-time-seconds",
+    ("library_options", "mpi_threads_disable"): ("--mpi-threads-disable",
+                                                 "--no-mpi-threads-disable"),
+    ("library_options", "num_nccl_streams"): "--num-nccl-streams",
+    ("library_options", "gloo_timeout_seconds"): "--gloo-timeout-seconds",
+    ("library_options", "thread_affinity"): "--thread-affinity",
+    ("logging", "level"): "--log-level",
+    ("logging", "hide_timestamp"): ("--log-without-timestamp", "--log-with-timestamp"),
+}
+
+
+def config_file_flags(path: str) -> list[str]:
+    """The flags equivalent to a horovodrun YAML config file."""
+    try:
+        import yaml
+    except ImportError:
+        raise UsageError("--config-file needs PyYAML, which is not installed "
+                         "(pip install pyyaml)") from None
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = yaml.safe_load(f) or {}
+    except OSError as err:
+        raise UsageError(f"--config-file {path}: {err.strerror or err}") from None
+    except yaml.YAMLError as err:
+        raise UsageError(f"--config-file {path}: not valid YAML: {err}") from None
+    if not isinstance(data, dict):
+        raise UsageError(f"--config-file {path}: expected a mapping of sections")
+    flags: list[str] = []
+    for section, values in data.items():
+        if not isinstance(values, dict):
+            raise UsageError(f"--config-file {path}: section {section!r} must be a mapping")
+        for key, value in values.items():
+            flag = _CONFIG_KEYS.get((section, key))
+            if flag is None:
+                print(f"{PROG}: warning: --config-file {path}: ignoring unknown setting "
+                      f"{section}.{key}", file=sys.stderr)
+                continue
+            if isinstance(flag, tuple):
+                if not isinstance(value, bool):
+                    raise UsageError(f"--config-file {path}: {section}.{key} must be true or "
+                                     f"false, got {value!r}")
+                flags.append(flag[0] if value else flag[1])
+            elif value is not None:
+                flags += [flag, str(value)]
+    return flags
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = make_parser()
+    args = parser.parse_args(argv)
+    if args.config_file:
+        argv = list(argv)
+        n_opts = len(argv) - len(args.command)
+        opts, command = argv[:n_opts], argv[n_opts:]
+        pos = max(i for i, a in enumerate(opts)
+                  if a == "--config-file" or a.startswith("--config-file="))
+        insert_at = pos + (1 if "=" in opts[pos] else 2)
+        opts[insert_at:insert_at] = config_file_flags(args.config_file)
+        args = parser.parse_args(opts + command)
+    if args.command and args.command[0] == "--":
+        args.command = args.command[1:]
+    return args
+
+
+# ---------------------------------------------------------------------------------------------
+# flags -> worker environment
+
+def _b(v: bool) -> str:
+    return "1" if v else "0"
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def env_from_args(args: argparse.Namespace) -> dict[str, str]:
+    """The FUSE_* variables the flags set (only flags that were given)."""
+    env: dict[str, str] = {}
+
+    def put(name: str, value, conv=str):
+        if value is not None:
+            env[name] = conv(value)
+
+    put("FUSE_FUSION_THRESHOLD", args.fusion_threshold_mb,
+        lambda mb: str(int(round(mb * 1024 * 1024))))
+    put("FUSE_CYCLE_TIME", args.cycle_time_ms, _num)
+    put("FUSE_CACHE_CAPACITY", args.cache_capacity)
+    put("FUSE_HIERARCHICAL_ALLREDUCE", args.hierarchical_allreduce, _b)
+    put("FUSE_HIERARCHICAL_ALLGATHER", args.hierarchical_allgather, _b)
+    put("FUSE_TORUS_ALLREDUCE", args.torus_allreduce, _b)
+    put("FUSE_AUTOTUNE", args.autotune, _b)
+    put("FUSE_AUTOTUNE_LOG", args.autotune_log_file)
+    put("FUSE_AUTOTUNE_WARMUP_SAMPLES", args.autotune_warmup_samples)
+    put("FUSE_AUTOTUNE_STEPS_PER_SAMPLE", args.autotune_steps_per_sample)
+    put("FUSE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES", args.autotune_bayes_opt_max_samples)
+    put("FUSE_AUTOTUNE_GAUSSIAN_PROCESS_NOISE", args.autotune_gaussian_process_noise, _num)
+    put("FUSE_TIMELINE", args.timeline_filename)
+    put("FUSE_TIMELINE_MARK_CYCLES", args.timeline_mark_cycles, _b)
+    put("FUSE_STALL_CHECK_DISABLE", args.stall_check, lambda on: _b(not on))
+    put("FUSE_STALL_CHECK_TIME_SECONDS", args.stall_check_warning_time_seconds, _num)
+    put("FUSE_STALL_SHUTDOWN_TIME_SECONDS", args.stall_check_shutdown_time_seconds, _num)
+    put("FUSE_MPI_THREADS_DISABLE", args.mpi_threads_disable, _b)
+    put("FUSE_NUM_NCCL_STREAMS", args.num_nccl_streams)
+    put("FUSE_THREAD_AFFINITY", args.thread_affinity)
+    put("FUSE_GLOO_TIMEOUT_SECONDS", args.gloo_timeout_seconds, _num)
+    put("FUSE_LOG_LEVEL", args.log_level, lambda s: "WARNING" if s == "WARN" else s)
+    put("FUSE_LOG_HIDE_TIME", args.log_hide_time, _b)
+    if args.tcp:
+        env["NCCL_IB_DISABLE"] = "1"
+    if args.backend:
+        env["FUSE_BACKEND"] = args.backend
+    elif args.use_gloo:
+        env["FUSE_BACKEND"] = "gloo"
+    elif args.use_mpi:
+        env["FUSE_BACKEND"] = "mpi"
+    return env
+
+
+def network_interfaces(args: argparse.Namespace) -> list[str]:
+    nics: list[str] = []
+    for item in ([args.network_interfaces] if args.network_interfaces else []) + \
+            (args.network_interface or []):
+        nics += [n.strip() for n in item.split(",") if n.strip()]
+    return list(dict.fromkeys(nics))
+
+
+def start_timeout(value: float | None, environ=os.environ) -> float:
+    if value is not None:
+        return float(value)
+    for var in ("FUSE_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+        if environ.get(var, "").strip():
+            try:
+                return float(environ[var])
+            except ValueError:
+                raise UsageError(f"{var}={environ[var]!r} is not a number of seconds") from None
+    return 30.0
+
+
+def host_specs(hosts: str | None, hostfile: str | None,
+               np: int | None) -> tuple[list[_hosts.HostSpec], int]:
+    """The hosts of the job and the number of processes."""
+    try:
+        if hosts:
+            specs = _hosts.parse_hosts(hosts)
+        elif hostfile:
+            specs = _hosts.parse_hostfile(hostfile)
+        else:
+            if np is None:
+                raise UsageError("-np/--num-proc is required (or give -H/--hostfile)")
+            return [_hosts.HostSpec("localhost", np)], np
+    except OSError as err:
+        raise UsageError(f"--hostfile {hostfile}: {err.strerror or err}") from None
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    if np is None:
+        np = sum(s.slots for s in specs)
+    return specs, np
+
+
+# ---------------------------------------------------------------------------------------------
+
+def _check_build() -> int:
+    import importlib
+    try:
+        info = importlib.import_module("fuse.info")
+        entry = getattr(info, "main")
+    except (ImportError, AttributeError) as err:
+        print(f"{PROG}: --check-build: fuse.info is not available in this installation ({err})",
+              file=sys.stderr)
+        return 1
+    rc = entry()
+    return rc if isinstance(rc, int) else 0
+
+
+def _version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("fuse")
+    except Exception:
+        return "unknown"
+
+
+def run_commandline(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.version:
+        print(f"fuse {_version()}")
+        return 0
+    if args.check_build:
+        return _check_build()
+    elastic = [k for k, v in vars(args).items() if k.startswith("elastic_") and v is not None]
+    if elastic:
+        raise UsageError("elastic mode (--min-np, --max-np, --host-discovery-script, ...) is not "
+                         "supported yet")
+    if args.use_jsrun:
+        raise UsageError("--jsrun is not supported; use --mpi or the built-in launcher")
+    if not args.command:
+        raise UsageError("no command given (usage: fuserun -np N COMMAND ...)")
+    if args.num_proc is not None and args.num_proc < 1:
+        raise UsageError(f"-np must be at least 1, got {args.num_proc}")
+    specs, np = host_specs(args.hosts, args.hostfile, args.num_proc)
+    try:
+        slots = _hosts.assign_slots(specs, np)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    verbose = bool(args.verbose) or args.log_level in ("TRACE", "DEBUG")
+    env = worker_base_env()
+    env.update(env_from_args(args))
+    nics = network_interfaces(args)
+
+    if args.use_mpi:
+        from . import mpi
+        try:
+            mpirun = mpi.find_mpirun()
+        except mpi.MPINotFound as err:
+            print(f"{PROG}: {err}", file=sys.stderr)
+            return 1
+        argv = mpi.mpirun_argv(
+            mpirun, mpi.mpi_flavour(mpirun), np,
+            specs if (args.hosts or args.hostfile) else None, env, args.command,
+            mpi_args=args.mpi_args, ssh_port=args.ssh_port,
+            ssh_identity_file=args.ssh_identity_file, network_interfaces=nics,
+            output_filename=args.output_filename, prefix_timestamp=bool(args.prefix_timestamp),
+            binding_args=args.binding_args)
+        mpi.exec_mpirun(argv, env, verbose)  # does not return
+
+    settings = Settings(
+        start_timeout=start_timeout(args.start_timeout), ssh_port=args.ssh_port,
+        ssh_identity_file=args.ssh_identity_file, output_filename=args.output_filename,
+        prefix_timestamp=bool(args.prefix_timestamp), verbose=verbose,
+        network_interfaces=nics, name=PROG)
+    try:
+        job = Job(args.command, slots, env, settings)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
+    with job:
+        result = job.run()
+    if result.failure is not None:
+        print(result.failure.describe(PROG), file=sys.stderr, flush=True)
+    return result.returncode
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    try:
+        rc = run_commandline(argv)
+    except UsageError as err:
+        print(f"{PROG}: error: {err}", file=sys.stderr)
+        rc = 2
+    except KeyboardInterrupt:  # before the job (which handles signals itself) started
+        rc = 130
+    sys.exit(rc)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""The worker side of :func:`fuse.run`: ``python -m fuse.runner.run_task [ADDR PORT]``.
+
+Fetches the pickled function from the launcher's store, runs it, and stores its result or its
+exception under ``runfunc_result/<rank>`` (see :mod:`fuse.runner._payload`).  A worker whose
+function raised also writes the traceback to ``errors/<rank>`` and exits with code 1.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from ._payload import (FUNC_KEY, KEY_ENV, PATH_KEY, RESULT_KEY, dumps_payload, env_rank,
+                       error_payload, sign, verify)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    from .store import HTTPStore
+    if len(argv) >= 2:
+        addr, port = argv[0], int(argv[1])
+    else:
+        addr = (os.environ.get("FUSE_GLOO_RENDEZVOUS_ADDR")
+                or os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
+        port = int(os.environ.get("FUSE_GLOO_RENDEZVOUS_PORT")
+                   or os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
+    key = bytes.fromhex(os.environ.get(KEY_ENV, ""))
+    rank = env_rank()
+    store = HTTPStore(addr, port, timeout=30.0)
+
+    paths = store.try_get(PATH_KEY)
+    if paths:  # the caller's import path, so functions pickled by reference can be imported
+        for entry in json.loads(paths.decode()):
+            if entry and entry not in sys.path and os.path.isdir(entry):
+                sys.path.append(entry)
+
+    import cloudpickle
+    try:
+        blob = store.get(FUNC_KEY, 60.0)
+        func, args, kwargs = cloudpickle.loads(verify(key, blob, "the function"))
+        payload: tuple = ("ok", func(*args, **kwargs))
+    except Exception as exc:  # SystemExit/KeyboardInterrupt end the process as they would
+        payload = error_payload(exc)
+    data, payload = dumps_payload(payload)
+    store.set(RESULT_KEY.format(rank=rank), sign(key, data))
+    if payload[0] == "error":
+        store.set(f"errors/{rank}", payload[4].encode("utf-8", "replace"))
+        sys.stderr.write(payload[4])
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
