@@ -1,1 +1,171 @@
-"""Gloo backend."""
+"""The Gloo backend: fuse's default CPU backend, over Facebook's Gloo library (TCP transport).
+
+Every collective runs with the GIL released, and each group hands the engine a native
+``fuse.group_ops.v1`` table so that its background thread never needs the GIL.
+
+Rendezvous uses the store the launcher gives every worker (:func:`fuse.runner.store.store_from_config`):
+each group publishes its TCP addresses under ``gloo/<epoch>/g<group_id>/<rank>``.  The network
+address is ``FUSE_GLOO_IFACE`` when set; otherwise the local address that routes to the
+rendezvous server (127.0.0.1 when the whole job runs on this host).
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import itertools
+import socket
+from typing import Sequence
+
+from fuse.backends.base import Backend, Group
+from fuse.backends.gloo.errors import GlooError
+
+__all__ = ["GlooBackend", "GlooError", "choose_address"]
+
+# Counts GlooBackend instances in this process; part of every rendezvous key so that a second
+# fuse.init() in the same job does not read the addresses the first one published.
+_epochs = itertools.count()
+
+
+def _import_native():
+    from fuse.backends.gloo import _gloo
+    return _gloo
+
+
+def _route_to(host: str, port: int) -> str | None:
+    """The local address the kernel would use to reach host:port (no packet is sent)."""
+    try:
+        infos = socket.getaddrinfo(host, port or 1, type=socket.SOCK_DGRAM)
+    except OSError:
+        return None
+    for family, _, _, _, sockaddr in infos:
+        try:
+            with socket.socket(family, socket.SOCK_DGRAM) as s:
+                s.connect(sockaddr)
+                return s.getsockname()[0]
+        except OSError:
+            continue
+    return None
+
+
+def _is_loopback(addr: str) -> bool:
+    try:
+        return ipaddress.ip_address(addr).is_loopback
+    except ValueError:
+        return False
+
+
+def choose_address(config) -> tuple[str, str]:
+    """(hostname, iface) for this process's Gloo device; exactly one is non-empty.
+
+    ``FUSE_GLOO_IFACE`` wins.  Otherwise: the address that routes to the rendezvous server; for a
+    job on one host, 127.0.0.1; for a multi-host job without a server, the address of the
+    default route.
+    """
+    if config.gloo_iface:
+        return "", config.gloo_iface
+    multi_host = config.cross_size > 1
+    if config.rendezvous_addr:
+        addr = _route_to(config.rendezvous_addr, config.rendezvous_port)
+        if addr and not (multi_host and _is_loopback(addr)):
+            return addr, ""
+    if not multi_host:
+        return "127.0.0.1", ""
+    addr = _route_to("192.0.2.1", 9)  # TEST-NET-1: only asks the routing table
+    if addr and not _is_loopback(addr):
+        return addr, ""
+    raise GlooError("gloo: cannot tell which network address the other hosts reach this one "
+                    "on; set FUSE_GLOO_IFACE to the interface to use (e.g. eth0)")
+
+
+class GlooBackend(Backend):
+    """The Gloo backend; ``GlooBackend(config)`` connects the world.
+
+    ``store`` overrides the rendezvous store from ``config`` (tests, embedding).
+    """
+
+    name = "gloo"
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        try:
+            _import_native()
+        except ImportError as err:
+            return False, f"the compiled module fuse.backends.gloo._gloo does not import: {err}"
+        return True, ""
+
+    def __init__(self, config, store=None) -> None:
+        from fuse.runner.store import store_from_config
+
+        self._native = _import_native()
+        self.rank, self.size = config.rank, config.size
+        self.timeout = float(config.gloo_timeout_seconds)
+        self._store = store if store is not None else store_from_config(config)
+        if self.size > 1 and self._store is None:
+            raise GlooError(
+                f"gloo: rank {self.rank} of {self.size} has no rendezvous store; start the job "
+                "with fuserun, or set FUSE_RENDEZVOUS_DIR to a directory all workers share")
+        self._device = None
+        if self.size > 1:
+            hostname, iface = choose_address(config)
+            self._device = self._native.Device(hostname=hostname, iface=iface)
+        self._prefix = f"gloo/{next(_epochs)}/"
+        self._groups: dict[int, Group] = {}
+        self.world = self._connect(list(range(self.size)), 0)
+
+    @property
+    def address(self) -> str:
+        """This process's Gloo endpoint, e.g. "[127.0.0.1]:0" (or "none" for one process)."""
+        return str(self._device) if self._device is not None else "none"
+
+    def _connect(self, ranks: list[int], group_id: int) -> Group:
+        if self.rank not in ranks:
+            raise ValueError(f"gloo: rank {self.rank} is not in group {group_id} {ranks}")
+        context = self._native.GlooContext(
+            self._device, ranks.index(self.rank), len(ranks), self.timeout,
+            self._store if len(ranks) > 1 else None, f"{self._prefix}g{group_id}/")
+        self._groups[group_id] = context
+        return context
+
+    def exchange(self, data: bytes) -> list[bytes]:
+        """Allgather one small bytes object per rank over the world."""
+        import numpy as np
+
+        data = bytes(data)
+        lengths = np.zeros(self.size, dtype=np.int64)
+        mine = np.array([len(data)], dtype=np.int64)
+        self.world.allgatherv(mine.view(np.uint8), lengths.view(np.uint8),
+                              [8] * self.size)
+        recv = np.empty(int(lengths.sum()), dtype=np.uint8)
+        self.world.allgatherv(np.frombuffer(data, dtype=np.uint8), recv,
+                              [int(n) for n in lengths])
+        out, start = [], 0
+        for n in lengths:
+            out.append(recv[start:start + int(n)].tobytes())
+            start += int(n)
+        return out
+
+    def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
+        ranks = sorted(int(r) for r in ranks)
+        if group_id == 0 and ranks == list(range(self.size)):
+            return self.world
+        if group_id in self._groups:
+            raise ValueError(f"gloo: group id {group_id} is already in use")
+        if len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
+            raise ValueError(f"gloo: invalid ranks {ranks} for a world of {self.size}")
+        return self._connect(ranks, group_id)
+
+    def close(self) -> None:
+        for group in self._groups.values():
+            group.close()
+        self._groups.clear()
+        self._device = None
+
+
+def _register() -> None:
+    try:
+        Group.register(_import_native().GlooContext)
+    except ImportError:
+        pass
+
+
+_register()
