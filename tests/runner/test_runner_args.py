@@ -1,0 +1,94 @@
+"""fuserun's flags -> worker environment, and --config-file: unit tests."""
+
+import sys
+
+import pytest
+
+from fuse.runner.launch import (UsageError, config_file_flags, env_from_args, network_interfaces,
+                                parse_args, start_timeout)
+
+
+def env(*argv):
+    return env_from_args(parse_args([*argv, "python", "x.py"]))
+
+
+def test_tunables_to_env():
+    e = env("-np", "2", "--fusion-threshold-mb", "32", "--cycle-time-ms", "2.5",
+            "--cache-capacity", "0", "--timeline-filename", "/tmp/t.json", "--timeline-mark-cycles",
+            "--no-stall-check", "--stall-check-warning-time-seconds", "10",
+            "--stall-check-shutdown-time-seconds", "20", "--log-level", "debug",
+            "--log-without-timestamp", "--gloo-timeout-seconds", "90", "--thread-affinity", "0,1",
+            "--autotune", "--autotune-log-file", "at.csv", "--backend", "kv")
+    assert e == {
+        "FUSE_FUSION_THRESHOLD": str(32 * 1024 * 1024), "FUSE_CYCLE_TIME": "2.5",
+        "FUSE_CACHE_CAPACITY": "0", "FUSE_TIMELINE": "/tmp/t.json",
+        "FUSE_TIMELINE_MARK_CYCLES": "1", "FUSE_STALL_CHECK_DISABLE": "1",
+        "FUSE_STALL_CHECK_TIME_SECONDS": "10", "FUSE_STALL_SHUTDOWN_TIME_SECONDS": "20",
+        "FUSE_LOG_LEVEL": "DEBUG", "FUSE_LOG_HIDE_TIME": "1", "FUSE_GLOO_TIMEOUT_SECONDS": "90",
+        "FUSE_THREAD_AFFINITY": "0,1", "FUSE_AUTOTUNE": "1", "FUSE_AUTOTUNE_LOG": "at.csv",
+        "FUSE_BACKEND": "kv"}
+
+
+def test_unset_flags_set_nothing_and_command_is_kept():
+    args = parse_args(["-np", "2", "python", "train.py", "-np", "3", "--verbose"])
+    assert args.num_proc == 2 and args.command == ["python", "train.py", "-np", "3", "--verbose"]
+    assert env_from_args(args) == {}
+    assert parse_args(["-np", "1", "--", "python"]).command == ["python"]
+    assert env("--gloo") == {"FUSE_BACKEND": "gloo"}
+    assert env("--mpi", "--backend", "x") == {"FUSE_BACKEND": "x"}
+
+
+def test_network_interfaces_and_timeout():
+    args = parse_args(["--network-interfaces", "eth0,eth1", "--network-interface", "ib0",
+                       "--network-interface", "eth0", "cmd"])
+    assert network_interfaces(args) == ["eth0", "eth1", "ib0"]
+    assert start_timeout(None, {}) == 30.0
+    assert start_timeout(None, {"HOROVOD_START_TIMEOUT": "7"}) == 7.0
+    assert start_timeout(None, {"FUSE_START_TIMEOUT": "5", "HOROVOD_START_TIMEOUT": "7"}) == 5.0
+    assert start_timeout(12, {"FUSE_START_TIMEOUT": "5"}) == 12.0
+
+
+def test_hosts_flags_exclusive():
+    with pytest.raises(SystemExit):
+        parse_args(["-H", "a:1", "-hostfile", "f", "cmd"])
+    assert parse_args(["-hostfile", "f", "-prefix-timestamp", "cmd"]).hostfile == "f"
+
+
+CONFIG = """
+params:
+  fusion_threshold_mb: 16
+  cycle_time_ms: 4
+  hierarchical_allreduce: false
+autotune:
+  enabled: true
+stall_check:
+  enabled: false
+  warning_time_seconds: 120
+logging:
+  level: INFO
+  hide_timestamp: true
+"""
+
+
+def test_config_file_order(tmp_path):
+    pytest.importorskip("yaml")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    # flags before the file are overridden by it, flags after it win
+    e = env("--cycle-time-ms", "9", "--config-file", str(cfg), "--fusion-threshold-mb", "1")
+    assert e["FUSE_CYCLE_TIME"] == "4"
+    assert e["FUSE_FUSION_THRESHOLD"] == str(1024 * 1024)
+    assert e["FUSE_HIERARCHICAL_ALLREDUCE"] == "0"
+    assert e["FUSE_AUTOTUNE"] == "1" and e["FUSE_STALL_CHECK_DISABLE"] == "1"
+    assert e["FUSE_STALL_CHECK_TIME_SECONDS"] == "120"
+    assert e["FUSE_LOG_LEVEL"] == "INFO" and e["FUSE_LOG_HIDE_TIME"] == "1"
+    e = env(f"--config-file={cfg}")
+    assert e["FUSE_FUSION_THRESHOLD"] == str(16 * 1024 * 1024)
+
+
+def test_config_file_without_yaml(tmp_path, monkeypatch):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text(CONFIG)
+    monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now fails
+    with pytest.raises(UsageError, match="PyYAML"):
+        config_file_flags(str(cfg))
