@@ -1,1 +1,161 @@
-"""placeholder"""
+"""The collectives on NumPy arrays: ``fuse.allreduce(np_array)`` and friends.
+
+Out-of-place calls return new arrays; the ``_`` variants work in place; ``*_async`` variants
+return a handle for :func:`poll` and :func:`synchronize`.  Signatures follow Horovod's.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from fuse.common import collectives as _c
+from fuse.common.collectives import (allgather_object, barrier, broadcast_object, join,  # noqa: F401
+                                     poll, synchronize)
+from fuse.common.ops import Average
+from fuse.common.process_sets import global_process_set
+from fuse.frameworks.numpy_arrays import NumpyOps
+
+_ops = NumpyOps()
+
+
+def _arr(x) -> np.ndarray:
+    return np.ascontiguousarray(x)
+
+
+def _inplace(x) -> np.ndarray:
+    if not isinstance(x, np.ndarray):
+        raise TypeError(f"in-place collectives need a numpy array, got {type(x).__name__}")
+    return x
+
+
+def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                    postscale_factor=1.0, process_set=global_process_set):
+    return _c.allreduce_async(_ops, _arr(tensor), name=name, op=op, average=average,
+                              prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor, process_set=process_set)
+
+
+def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+                     postscale_factor=1.0, process_set=global_process_set):
+    t = _inplace(tensor)
+    return _c.allreduce_async(_ops, t, output=t, name=name, op=op, average=average,
+                              prescale_factor=prescale_factor,
+                              postscale_factor=postscale_factor, process_set=process_set)
+
+
+def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+              postscale_factor=1.0, process_set=global_process_set):
+    """A new array holding the reduction of ``tensor`` over the process set (op defaults to
+    Average)."""
+    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
+                                       postscale_factor, process_set))
+
+
+def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
+               postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
+                                        postscale_factor, process_set))
+
+
+def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                            postscale_factor=1.0, process_set=global_process_set):
+    return _c.grouped_allreduce_async(_ops, [_arr(t) for t in tensors], name=name, op=op,
+                                      average=average, prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor,
+                                      process_set=process_set)
+
+
+def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                             postscale_factor=1.0, process_set=global_process_set):
+    return _c.grouped_allreduce_async(_ops, [_inplace(t) for t in tensors], inplace=True,
+                                      name=name, op=op, average=average,
+                                      prescale_factor=prescale_factor,
+                                      postscale_factor=postscale_factor,
+                                      process_set=process_set)
+
+
+def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                      postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
+                                               postscale_factor, process_set))
+
+
+def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
+                       postscale_factor=1.0, process_set=global_process_set):
+    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
+                                                postscale_factor, process_set))
+
+
+def allgather_async(tensor, name=None, process_set=global_process_set):
+    return _c.allgather_async(_ops, _arr(tensor), name=name, process_set=process_set)
+
+
+def allgather(tensor, name=None, process_set=global_process_set):
+    """Every member's array concatenated along dimension 0 (which may differ per rank)."""
+    return synchronize(allgather_async(tensor, name, process_set))
+
+
+def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    return _c.grouped_allgather_async(_ops, [_arr(t) for t in tensors], name=name,
+                                      process_set=process_set)
+
+
+def grouped_allgather(tensors, name=None, process_set=global_process_set):
+    return synchronize(grouped_allgather_async(tensors, name, process_set))
+
+
+def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    return _c.broadcast_async(_ops, _arr(tensor), root_rank, name=name, process_set=process_set)
+
+
+def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    t = _inplace(tensor)
+    return _c.broadcast_async(_ops, t, root_rank, output=t, name=name, process_set=process_set)
+
+
+def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
+    """``root_rank``'s array on every member (``root_rank`` is a global rank)."""
+    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
+
+
+def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
+    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+
+
+def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
+    return _c.alltoall_async(_ops, _arr(tensor), splits, name=name, process_set=process_set)
+
+
+def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
+    """Send ``splits[i]`` rows to member i; returns the received rows, and with ``splits``
+    also the number of rows received from each member."""
+    output, received = synchronize(alltoall_async(tensor, splits, name, process_set))
+    return output if splits is None else (output, received)
+
+
+def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
+                        prescale_factor=1.0, postscale_factor=1.0):
+    return _c.reducescatter_async(_ops, _arr(tensor), name=name, op=op,
+                                  process_set=process_set, prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor)
+
+
+def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
+                  prescale_factor=1.0, postscale_factor=1.0):
+    """Reduce, then give each member its block of rows (the remainder to the first ranks)."""
+    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
+                                           postscale_factor))
+
+
+def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    return _c.grouped_reducescatter_async(_ops, [_arr(t) for t in tensors], name=name, op=op,
+                                          process_set=process_set,
+                                          prescale_factor=prescale_factor,
+                                          postscale_factor=postscale_factor)
+
+
+def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
+                          prescale_factor=1.0, postscale_factor=1.0):
+    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
+                                                   prescale_factor, postscale_factor))

@@ -1,0 +1,51 @@
+# Declarations shared by the engine's Cython modules: the C++ helpers in csrc/core_support.h and
+# the backend ops table from backends/fuse_backend.h.
+from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
+from libcpp.string cimport string
+from libcpp cimport bool as cbool
+
+cdef extern from "fuse_backend.h" nogil:
+    enum:
+        FUSE_BACKEND_API_VERSION
+    enum fuse_dtype:
+        FUSE_UINT8, FUSE_INT8, FUSE_UINT16, FUSE_INT16, FUSE_INT32, FUSE_INT64,
+        FUSE_FLOAT16, FUSE_FLOAT32, FUSE_FLOAT64, FUSE_BOOL, FUSE_BFLOAT16
+    enum fuse_reduce_op:
+        FUSE_OP_SUM, FUSE_OP_MIN, FUSE_OP_MAX, FUSE_OP_PRODUCT
+    ctypedef struct fuse_group_ops:
+        int api_version
+        void *self
+        int (*allreduce)(void*, void*, size_t, int, int, char*, size_t) noexcept nogil
+        int (*allgatherv)(void*, const void*, size_t, void*, const size_t*, char*, size_t) noexcept nogil
+        int (*broadcast)(void*, void*, size_t, int, char*, size_t) noexcept nogil
+        int (*alltoallv)(void*, const void*, const size_t*, void*, const size_t*, char*, size_t) noexcept nogil
+        int (*reducescatter)(void*, void*, const size_t*, int, int, char*, size_t) noexcept nogil
+        int (*barrier)(void*, char*, size_t) noexcept nogil
+
+cdef extern from "core_support.h" namespace "fuse" nogil:
+    cppclass Lock:
+        pass
+    Lock* lock_new()
+    void lock_free(Lock*)
+    void lock_acquire(Lock*)
+    void lock_release(Lock*)
+    void lock_wait_ms(Lock*, double)
+    void lock_notify_all(Lock*)
+    double now_seconds()
+    int send_frame(int fd, const string& payload)
+    ssize_t recv_some(int fd, string& inbox)
+    cbool pop_frame(string& inbox, string& out)
+    int wake_fd_new()
+    void wake_fd_signal(int)
+    void wake_fd_drain(int)
+    size_t dtype_size(int)
+    void scale_buffer(void*, size_t, int, double)
+    int reduce_into(void*, const void*, size_t, int, int)
+    void put[T](string&, T)
+    void put_str(string&, const string&)
+    cppclass Reader:
+        cbool bad
+    Reader reader_new(const string&)
+    T get[T](Reader&)
+    string get_str(Reader&)
+    cbool reader_done(const Reader&)

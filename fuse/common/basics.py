@@ -1,0 +1,361 @@
+"""Start-up, shutdown and identity: what every framework module re-exports.
+
+``init()`` reads the configuration, loads the backend plugin chosen by FUSE_BACKEND, connects
+the control channel (a TCP star around rank 0, addresses swapped through the backend), and
+starts the engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import socket
+import struct
+import sys
+import threading
+import traceback
+from typing import Sequence
+
+from fuse.common.process_sets import ProcessSet, global_process_set
+from fuse.config import Config
+from fuse.exceptions import ShutdownError
+
+
+class _State:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.engine = None
+        self.config: Config | None = None
+        self.backend = None
+        self.process_sets: dict[int, ProcessSet] = {0: global_process_set}
+        self.dynamic = False
+        self.prev_excepthook = None
+
+
+_state = _State()
+
+
+def _require():
+    engine = _state.engine
+    if engine is None:
+        raise ValueError("fuse has not been initialized; call fuse.init() first "
+                         "(or this rank has shut down)")
+    return engine
+
+
+def init(comm=None, process_sets=None, **overrides) -> None:
+    """Start fuse on this process.
+
+    Args:
+        comm: None for every rank of the job.  (A list of ranks or an mpi4py communicator
+            selects the MPI backend's world; see the MPI backend.)
+        process_sets: ``ProcessSet`` objects to register now (every rank passes the same
+            list), or ``"dynamic"`` to allow ``add_process_set``/``remove_process_set`` later.
+        overrides: configuration fields (``fusion_threshold=...``) that win over the env.
+    """
+    from fuse import _log
+    from fuse._core import Engine
+    from fuse.backends import load_backend
+
+    with _state.lock:
+        if _state.engine is not None:
+            return
+        if process_sets == "dynamic":
+            overrides.setdefault("dynamic_process_sets", True)
+            process_sets = None
+        config = Config.from_env(**overrides)
+        if comm is not None:
+            if isinstance(comm, (list, tuple)) and sorted(comm) == list(range(config.size)):
+                pass
+            else:
+                raise ValueError(
+                    "init(comm=...) with a subset of ranks or an MPI communicator needs the "
+                    "MPI backend (FUSE_BACKEND=mpi)")
+        log = _log.configure(config.log_level, config.rank, config.log_hide_time)
+        backend_cls = load_backend(config.backend)
+        backend = backend_cls(config)
+        world = backend.create_group(list(range(config.size)), 0)
+        ctl_fd, worker_fds = _connect_control_channel(backend, config)
+
+        def create_group(ranks, group_id):
+            return backend.create_group(ranks, group_id)
+
+        engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        engine.start()
+        _state.engine, _state.config, _state.backend = engine, config, backend
+        _state.dynamic = config.dynamic_process_sets
+        _state.process_sets = {0: global_process_set}
+        if _state.prev_excepthook is None:
+            _state.prev_excepthook = sys.excepthook
+            sys.excepthook = _excepthook
+        atexit.register(shutdown)
+        log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
+                  config.backend)
+    for ps in process_sets or ():
+        _add_process_set(ps)
+
+
+def _local_address_towards(addr: str) -> str:
+    """The IP of the interface this host would use to reach ``addr``."""
+    if not addr or addr.startswith("127.") or addr == "localhost":
+        return "127.0.0.1"
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+            s.connect((addr, 9))
+            return s.getsockname()[0]
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def _connect_control_channel(backend, config: Config):
+    """Rank 0 listens; every other rank connects and says who it is.  Returns the engine's
+    (ctl_fd, worker_fds)."""
+    if config.size == 1:
+        return -1, [-1]
+    timeout = max(config.gloo_timeout_seconds, 10.0)
+    listener = None
+    if config.rank == 0:
+        host = os.environ.get("FUSE_CONTROLLER_ADDR") or _local_address_towards(
+            config.rendezvous_addr)
+        listener = socket.create_server(("0.0.0.0" if host != "127.0.0.1" else host, 0),
+                                        backlog=config.size)
+        listener.settimeout(timeout)
+        addr = pickle.dumps((host, listener.getsockname()[1]))
+    else:
+        addr = b""
+    coordinator = pickle.loads(backend.exchange(addr)[0])
+    if config.rank == 0:
+        fds = [-1] * config.size
+        try:
+            for _ in range(config.size - 1):
+                conn, _peer = listener.accept()
+                conn.settimeout(timeout)
+                (peer_rank,) = struct.unpack("<i", _recv_exact(conn, 4))
+                if not 0 < peer_rank < config.size or fds[peer_rank] != -1:
+                    raise ConnectionError(f"unexpected control connection from rank {peer_rank}")
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                conn.settimeout(None)
+                fds[peer_rank] = conn.detach()
+        except socket.timeout:
+            missing = [r for r in range(1, config.size) if fds[r] == -1]
+            raise ConnectionError(f"ranks {missing} did not connect to rank 0 within "
+                                  f"{timeout:g} s (FUSE_GLOO_TIMEOUT_SECONDS)") from None
+        finally:
+            listener.close()
+        return -1, fds
+    conn = socket.create_connection(coordinator, timeout=timeout)
+    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    conn.sendall(struct.pack("<i", config.rank))
+    conn.settimeout(None)
+    return conn.detach(), []
+
+
+def _recv_exact(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("control connection closed during start-up")
+        data += chunk
+    return data
+
+
+def _excepthook(exc_type, exc, tb):
+    """An uncaught exception on this rank: tell the other ranks (and the launcher) why we die,
+    so they fail at once with our message instead of timing out."""
+    engine = _state.engine
+    if engine is not None and not issubclass(exc_type, KeyboardInterrupt):
+        text = "".join(traceback.format_exception_only(exc_type, exc)).strip()
+        try:
+            _report_error(text, "".join(traceback.format_exception(exc_type, exc, tb)))
+            engine.abort(text)
+        except Exception:
+            pass
+    (_state.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+
+def _report_error(summary: str, full: str) -> None:
+    cfg = _state.config
+    if cfg is None:
+        return
+    from fuse.runner.store import store_from_config
+    store = store_from_config(cfg)
+    if store is not None:
+        store.set(f"errors/{cfg.rank}", full.encode(errors="replace"))
+
+
+def shutdown() -> None:
+    """Stop the engine.  Safe to call more than once; registered with atexit by init()."""
+    with _state.lock:
+        engine, backend = _state.engine, _state.backend
+        _state.engine = None
+        _state.backend = None
+    if engine is not None:
+        engine.shutdown()
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                pass
+
+
+def is_initialized() -> bool:
+    return _state.engine is not None
+
+
+def _cfg() -> Config:
+    _require()
+    assert _state.config is not None
+    return _state.config
+
+
+def rank() -> int:
+    return _cfg().rank
+
+
+def size() -> int:
+    return _cfg().size
+
+
+def local_rank() -> int:
+    return _cfg().local_rank
+
+
+def local_size() -> int:
+    return _cfg().local_size
+
+
+def cross_rank() -> int:
+    return _cfg().cross_rank
+
+
+def cross_size() -> int:
+    return _cfg().cross_size
+
+
+def is_homogeneous() -> bool:
+    """True if every host runs the same number of ranks."""
+    cfg = _cfg()
+    return cfg.local_size * cfg.cross_size == cfg.size
+
+
+def engine():
+    """The running engine (for the collective layer and framework adapters)."""
+    return _require()
+
+
+def backend_name() -> str:
+    return _cfg().backend
+
+
+def gloo_enabled() -> bool:
+    return is_initialized() and backend_name() == "gloo"
+
+
+def gloo_built() -> bool:
+    from fuse.backends import describe_backends
+    return any(p.name == "gloo" and p.loads for p in describe_backends())
+
+
+def mpi_enabled() -> bool:
+    return is_initialized() and backend_name() == "mpi"
+
+
+def mpi_built() -> bool:
+    import importlib.util
+    return importlib.util.find_spec("mpi4py") is not None
+
+
+def mpi_threads_supported() -> bool:
+    if not mpi_enabled():
+        raise ValueError("mpi_threads_supported() needs the MPI backend (FUSE_BACKEND=mpi)")
+    from mpi4py import MPI
+    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+
+
+def nccl_built() -> int:
+    return 0
+
+
+def cuda_built() -> bool:
+    return False
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    raise NotImplementedError("the timeline is not implemented yet (tracked in its own issue)")
+
+
+def stop_timeline() -> None:
+    raise NotImplementedError("the timeline is not implemented yet (tracked in its own issue)")
+
+
+# ---- process sets
+
+def _add_process_set(ps: ProcessSet) -> ProcessSet:
+    from fuse.common import collectives
+    if ps.process_set_id is not None and ps.process_set_id in _state.process_sets:
+        raise ValueError(f"{ps} is already registered")
+    new_id = collectives.submit_control("add_process_set", ranks=ps.ranks)
+    ps.process_set_id = new_id
+    _state.process_sets[new_id] = ps
+    return ps
+
+
+def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
+    """Register a process set after init.  Every rank must call it, with the same ranks.
+    Needs dynamic process sets: ``init(process_sets="dynamic")`` or FUSE_DYNAMIC_PROCESS_SETS=1."""
+    _require()
+    if not _state.dynamic:
+        raise ValueError("add_process_set needs dynamic process sets: call "
+                         "init(process_sets='dynamic') or set FUSE_DYNAMIC_PROCESS_SETS=1")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.mpi_comm is not None:
+        raise ValueError("a process set cannot be made from an MPI communicator after init")
+    for known in _state.process_sets.values():
+        if known.process_set_id != 0 and known.ranks == ps.ranks:
+            raise ValueError(f"a process set with ranks {ps.ranks} already exists: {known}")
+    return _add_process_set(ps)
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Remove a process set (collective over all ranks).  The global set cannot be removed."""
+    from fuse.common import collectives
+    _require()
+    if not _state.dynamic:
+        raise ValueError("remove_process_set needs dynamic process sets")
+    pid = process_set.process_set_id
+    if pid == 0:
+        raise ValueError("the global process set cannot be removed")
+    if pid is None or pid not in _state.process_sets:
+        return False
+    collectives.submit_control("remove_process_set", ranks=[pid])
+    del _state.process_sets[pid]
+    process_set.process_set_id = None
+    return True
+
+
+def process_set_id(process_set: ProcessSet | None) -> int:
+    ps = global_process_set if process_set is None else process_set
+    pid = ps._id()
+    if pid not in _state.process_sets:
+        raise ValueError(f"{ps} has been removed or was never registered")
+    return pid
+
+
+def check_running() -> None:
+    engine = _require()
+    if engine.failed:
+        raise ShutdownError(engine.failure)

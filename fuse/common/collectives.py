@@ -1,0 +1,328 @@
+"""The collectives, written once for every framework.
+
+A framework plugs in an :class:`ArrayOps` (how to see a tensor's memory without copying and
+how to make new tensors); everything else (naming, op rules, validation, handles, grouped
+calls, object collectives) lives here.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+import numpy as np
+
+from fuse import _core
+from fuse.common import basics
+from fuse.common.ops import Average, Sum, resolve_op
+from fuse.common.process_sets import global_process_set
+
+
+class ArrayOps:
+    """What a framework adapter tells the collective layer about its tensors."""
+
+    name = "abstract"
+
+    def describe(self, tensor) -> tuple[Any, int, tuple[int, ...]]:
+        """``(buffer, dtype_code, shape)``: ``buffer`` exports the tensor's own memory through
+        the buffer protocol (no copy).  Raises ValueError for a non-contiguous tensor or an
+        unsupported dtype."""
+        raise NotImplementedError
+
+    def empty_like(self, tensor):
+        raise NotImplementedError
+
+    def allocator(self, like) -> Callable[[tuple], tuple[Any, Any]]:
+        """A function ``shape -> (new tensor, its buffer)`` with ``like``'s dtype and device."""
+        raise NotImplementedError
+
+    def from_numpy(self, array: np.ndarray, like=None):
+        """A framework tensor holding ``array`` (used for splits and object collectives)."""
+        raise NotImplementedError
+
+
+# handle -> function(value, aux, record) that builds what synchronize() returns
+_finishers: dict[int, Callable] = {}
+_name_lock = threading.Lock()
+_name_counters: dict[tuple[str, int], itertools.count] = {}
+
+
+def _auto_name(kind: str, pset: int) -> str:
+    # Counted per (kind, process set): every member makes the same calls in the same order,
+    # so every member derives the same name, even when other sets see other traffic.
+    with _name_lock:
+        counter = _name_counters.setdefault((kind, pset), itertools.count())
+        return f"{kind}.noname.{pset}.{next(counter)}"
+
+
+def _pset(process_set) -> int:
+    return basics.process_set_id(process_set)
+
+
+def _check_scale(op: int, prescale: float, postscale: float) -> None:
+    if op in (_core.MIN, _core.MAX, _core.PRODUCT) and (prescale != 1.0 or postscale != 1.0):
+        raise ValueError("prescale_factor/postscale_factor only apply to Sum and Average")
+
+
+def _enqueue(specs: list, finisher: Callable) -> list[int]:
+    engine = basics.engine()
+    handles = engine.enqueue(specs)
+    for h in handles:
+        _finishers[h] = finisher
+    return handles
+
+
+def poll(handle: int) -> bool:
+    """True once the collective behind ``handle`` has finished."""
+    if isinstance(handle, _Group):
+        return all(basics.engine().poll(h) for h in handle.handles)
+    return basics.engine().poll(handle)
+
+
+def synchronize(handle):
+    """Wait for ``handle`` and return its output (a tuple for grouped and alltoall calls)."""
+    if isinstance(handle, _Group):
+        return handle.finish()
+    finisher = _finishers.pop(handle, None)
+    if finisher is None:
+        return None
+    value, aux, record = basics.engine().wait(handle)
+    return finisher(value, aux, record)
+
+
+class _Group:
+    """The handle of a grouped call: one handle for many tensors."""
+
+    def __init__(self, handles: list[int], build: Callable[[list], Any]):
+        self.handles = handles
+        self.build = build
+
+    def finish(self):
+        results, first_error = [], None
+        for h in self.handles:
+            try:
+                results.append(synchronize(h))
+            except Exception as err:  # wait for every member before raising
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        return self.build(results)
+
+
+# ---------------------------------------------------------------- allreduce
+
+def _allreduce_spec(ops: ArrayOps, tensor, output, name, op, prescale, postscale, pset,
+                    group_key=None):
+    buf, dtype, shape = ops.describe(tensor)
+    out_buf = buf if output is tensor else ops.describe(output)[0]
+    return (_core.ALLREDUCE, name, buf, out_buf, dtype, shape, op, float(prescale),
+            float(postscale), -1, None, pset, None, group_key)
+
+
+def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, average=None,
+                    prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Start an allreduce; ``output`` defaults to a new tensor (pass ``tensor`` for in place)."""
+    op = resolve_op(op, average)
+    _check_scale(op, prescale_factor, postscale_factor)
+    pset = _pset(process_set)
+    name = name or _auto_name("allreduce", pset)
+    out = ops.empty_like(tensor) if output is None else output
+    spec = _allreduce_spec(ops, tensor, out, name, op, prescale_factor, postscale_factor, pset)
+    return _enqueue([spec], lambda v, a, r: out)[0]
+
+
+def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, name=None,
+                            op=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    op = resolve_op(op, average)
+    _check_scale(op, prescale_factor, postscale_factor)
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    pset = _pset(process_set)
+    base = name or _auto_name("grouped_allreduce", pset)
+    outs = list(tensors) if inplace else [ops.empty_like(t) for t in tensors]
+    specs = [_allreduce_spec(ops, t, o, f"{base}.{i}", op, prescale_factor, postscale_factor,
+                             pset, group_key=base)
+             for i, (t, o) in enumerate(zip(tensors, outs))]
+    handles = _enqueue(specs, lambda v, a, r: None)
+    return _Group(handles, lambda _results: list(outs))
+
+
+# ---------------------------------------------------------------- allgather / reducescatter
+
+def _new_output(ops, tensor):
+    return ops.allocator(tensor)
+
+
+def allgather_async(ops: ArrayOps, tensor, *, name=None, process_set=global_process_set):
+    buf, dtype, shape = ops.describe(tensor)
+    if len(shape) == 0:
+        raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
+    pset = _pset(process_set)
+    name = name or _auto_name("allgather", pset)
+    spec = (_core.ALLGATHER, name, buf, None, dtype, shape, Sum, 1.0, 1.0, -1, None, pset,
+            _new_output(ops, tensor), None)
+    return _enqueue([spec], lambda v, a, r: r[3])[0]
+
+
+def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
+                            process_set=global_process_set):
+    pset = _pset(process_set)
+    base = name or _auto_name("grouped_allgather", pset)
+    specs = []
+    for i, t in enumerate(tensors):
+        buf, dtype, shape = ops.describe(t)
+        if len(shape) == 0:
+            raise ValueError("allgather needs tensors with at least one dimension")
+        specs.append((_core.ALLGATHER, f"{base}.{i}", buf, None, dtype, shape, Sum, 1.0, 1.0,
+                      -1, None, pset, _new_output(ops, t), base))
+    handles = _enqueue(specs, lambda v, a, r: r[3])
+    return _Group(handles, list)
+
+
+def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
+                        process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports only Average and Sum")
+    buf, dtype, shape = ops.describe(tensor)
+    pset = _pset(process_set)
+    name = name or _auto_name("reducescatter", pset)
+    spec = (_core.REDUCESCATTER, name, buf, None, dtype, shape, op, float(prescale_factor),
+            float(postscale_factor), -1, None, pset, _new_output(ops, tensor), None)
+    return _enqueue([spec], lambda v, a, r: r[3])[0]
+
+
+def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, op=Average,
+                                process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports only Average and Sum")
+    pset = _pset(process_set)
+    base = name or _auto_name("grouped_reducescatter", pset)
+    specs = []
+    for i, t in enumerate(tensors):
+        buf, dtype, shape = ops.describe(t)
+        specs.append((_core.REDUCESCATTER, f"{base}.{i}", buf, None, dtype, shape, op,
+                      float(prescale_factor), float(postscale_factor), -1, None, pset,
+                      _new_output(ops, t), base))
+    handles = _enqueue(specs, lambda v, a, r: r[3])
+    return _Group(handles, list)
+
+
+# ---------------------------------------------------------------- broadcast / alltoall
+
+def broadcast_async(ops: ArrayOps, tensor, root_rank: int, *, output=None, name=None,
+                    process_set=global_process_set):
+    """``root_rank`` is a global rank, as in Horovod, even inside a process set."""
+    buf, dtype, shape = ops.describe(tensor)
+    pset = _pset(process_set)
+    members = process_set.ranks if process_set is not None else global_process_set.ranks
+    if root_rank not in members:
+        raise ValueError(f"broadcast root_rank {root_rank} is not a member of {process_set}")
+    name = name or _auto_name("broadcast", pset)
+    out = ops.empty_like(tensor) if output is None else output
+    out_buf = buf if out is tensor else ops.describe(out)[0]
+    spec = (_core.BROADCAST, name, buf, out_buf, dtype, shape, Sum, 1.0, 1.0, int(root_rank),
+            None, pset, None, None)
+    return _enqueue([spec], lambda v, a, r: out)[0]
+
+
+def alltoall_async(ops: ArrayOps, tensor, splits=None, *, name=None,
+                   process_set=global_process_set):
+    """Handle whose result is ``(output, received_splits)``."""
+    buf, dtype, shape = ops.describe(tensor)
+    if len(shape) == 0:
+        raise ValueError("alltoall needs a tensor with at least one dimension, got a scalar")
+    pset = _pset(process_set)
+    nranks = len(process_set.ranks)
+    split_list = None
+    if splits is not None:
+        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+        if len(split_list) != nranks:
+            raise ValueError(f"alltoall splits has {len(split_list)} entries; the process set "
+                             f"has {nranks} ranks")
+        if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
+            raise ValueError(f"alltoall splits {split_list} must be non-negative and sum to "
+                             f"the first dimension ({shape[0]})")
+    elif shape[0] % nranks:
+        raise ValueError(f"alltoall without splits needs the first dimension ({shape[0]}) to "
+                         f"be divisible by the number of ranks ({nranks})")
+    name = name or _auto_name("alltoall", pset)
+    spec = (_core.ALLTOALL, name, buf, None, dtype, shape, Sum, 1.0, 1.0, -1, split_list, pset,
+            _new_output(ops, tensor), None)
+    return _enqueue([spec], lambda v, a, r: (r[3], ops.from_numpy(np.asarray(a, np.int32))))[0]
+
+
+# ---------------------------------------------------------------- control
+
+def barrier(process_set=global_process_set) -> None:
+    """Return once every member of the set has called barrier."""
+    pset = _pset(process_set)
+    spec = (_core.BARRIER, "barrier", None, None, _core.DTYPE_CODES["uint8"], (0,), Sum, 1.0,
+            1.0, -1, None, pset, None, None)
+    synchronize(_enqueue([spec], lambda v, a, r: None)[0])
+
+
+def join(process_set=global_process_set) -> int:
+    """This rank is out of data: keep serving the others' allreduces (with zeros) until every
+    rank has joined.  Returns the last rank to join."""
+    pset = _pset(process_set)
+    spec = (_core.JOIN, "join", None, None, _core.DTYPE_CODES["uint8"], (0,), Sum, 1.0, 1.0,
+            -1, None, pset, None, None)
+    return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
+
+
+def submit_control(kind: str, ranks: Sequence[int]) -> int:
+    code = {"add_process_set": _core.PSET_ADD, "remove_process_set": _core.PSET_REMOVE}[kind]
+    spec = (code, f"process_set.{kind}", None, None, _core.DTYPE_CODES["uint8"], (0,), Sum,
+            1.0, 1.0, -1, list(ranks), 0, None, None)
+    return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
+
+
+# ---------------------------------------------------------------- Python objects
+
+_numpy_ops = None
+
+
+def _np_ops():
+    global _numpy_ops
+    if _numpy_ops is None:
+        from fuse.frameworks.numpy_arrays import NumpyOps
+        _numpy_ops = NumpyOps()
+    return _numpy_ops
+
+
+def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global_process_set):
+    """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
+    ops = _np_ops()
+    name = name or _auto_name("broadcast_object", _pset(process_set))
+    me = basics.rank()
+    payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8) if me == root_rank else None
+    length = np.array([len(payload) if payload is not None else 0], np.int64)
+    length = synchronize(broadcast_async(ops, length, root_rank, name=name + ".size",
+                                         process_set=process_set))
+    data = payload.copy() if payload is not None else np.empty(int(length[0]), np.uint8)
+    data = synchronize(broadcast_async(ops, data, root_rank, name=name + ".data",
+                                       process_set=process_set))
+    return obj if me == root_rank else cloudpickle.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set) -> list:
+    """A list with every member's ``obj``, in rank order."""
+    ops = _np_ops()
+    name = name or _auto_name("allgather_object", _pset(process_set))
+    data = np.frombuffer(cloudpickle.dumps(obj), np.uint8).copy()
+    sizes = synchronize(allgather_async(ops, np.array([len(data)], np.int64),
+                                        name=name + ".sizes", process_set=process_set))
+    gathered = synchronize(allgather_async(ops, data, name=name + ".data",
+                                           process_set=process_set))
+    out, offset = [], 0
+    for n in sizes:
+        out.append(cloudpickle.loads(gathered[offset:offset + int(n)].tobytes()))
+        offset += int(n)
+    return out

@@ -1,0 +1,86 @@
+"""Process sets: collectives over a subset of the ranks (Horovod's ``ProcessSet``)."""
+
+from __future__ import annotations
+
+from typing import Iterable
+
+
+class ProcessSet:
+    """A sorted set of global ranks.  Becomes usable once registered, either by passing it to
+    ``init(process_sets=[...])`` or by ``add_process_set`` (with dynamic process sets on)."""
+
+    def __init__(self, ranks_or_comm: Iterable[int] | object):
+        if hasattr(ranks_or_comm, "Get_group"):      # an mpi4py communicator
+            self.mpi_comm = ranks_or_comm
+            group = ranks_or_comm.Get_group()
+            from mpi4py import MPI  # only reachable when the user passed a communicator
+            world = MPI.COMM_WORLD.Get_group()
+            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+        else:
+            self.mpi_comm = None
+            ranks = ranks_or_comm
+        self.ranks = sorted(int(r) for r in ranks)
+        if len(set(self.ranks)) != len(self.ranks):
+            raise ValueError(f"process set ranks must be distinct: {self.ranks}")
+        self.process_set_id: int | None = None
+
+    def _id(self) -> int:
+        if self.process_set_id is None:
+            raise ValueError(f"{self} is not registered: pass it to init(process_sets=...) or "
+                             "add_process_set()")
+        return self.process_set_id
+
+    def size(self) -> int:
+        return len(self.ranks)
+
+    def rank(self) -> int:
+        """This process's position in the set; raises if it is not a member."""
+        from fuse.common import basics
+        me = basics.rank()
+        if me not in self.ranks:
+            raise ValueError(f"rank {me} is not in {self}")
+        return self.ranks.index(me)
+
+    def included(self) -> bool:
+        from fuse.common import basics
+        return basics.rank() in self.ranks
+
+    def __str__(self) -> str:
+        return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
+
+    __repr__ = __str__
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ProcessSet) and other.ranks == self.ranks
+
+    def __hash__(self) -> int:
+        return hash(tuple(self.ranks))
+
+
+class _GlobalProcessSet(ProcessSet):
+    """All ranks; id 0; its ranks are known once fuse is initialized."""
+
+    def __init__(self):
+        self.mpi_comm = None
+        self.process_set_id = 0
+
+    @property
+    def ranks(self):  # type: ignore[override]
+        from fuse.common import basics
+        return list(range(basics.size()))
+
+    @ranks.setter
+    def ranks(self, value):
+        pass
+
+    def _id(self) -> int:
+        return 0
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, ProcessSet) and other.process_set_id == 0
+
+    def __hash__(self) -> int:
+        return 0
+
+
+global_process_set = _GlobalProcessSet()

@@ -1,0 +1,306 @@
+// Small C++ helpers for fuse/_core.pyx: a lock with a condition variable, a monotonic clock,
+// framing on blocking sockets, and the arithmetic the engine does on buffers (scaling, and the
+// reference reductions offered to pure-Python backends).  No Python API here: everything is
+// callable without the GIL.
+#pragma once
+
+#include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <string>
+
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "fuse_backend.h"
+
+namespace fuse {
+
+struct Lock {
+  std::mutex m;
+  std::condition_variable cv;
+};
+
+inline Lock* lock_new() { return new Lock(); }
+inline void lock_free(Lock* l) { delete l; }
+inline void lock_acquire(Lock* l) { l->m.lock(); }
+inline void lock_release(Lock* l) { l->m.unlock(); }
+// Caller holds the lock; it is held again on return.
+inline void lock_wait_ms(Lock* l, double ms) {
+  std::unique_lock<std::mutex> g(l->m, std::adopt_lock);
+  l->cv.wait_for(g, std::chrono::duration<double, std::milli>(ms));
+  g.release();
+}
+inline void lock_notify_all(Lock* l) { l->cv.notify_all(); }
+
+inline double now_seconds() {
+  using namespace std::chrono;
+  return duration<double>(steady_clock::now().time_since_epoch()).count();
+}
+
+// ---- sockets: every control message is a 4-byte little-endian length, then the payload ----
+inline int send_all(int fd, const char* data, size_t n) {
+  while (n > 0) {
+    ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      return -1;
+    }
+    data += k;
+    n -= (size_t)k;
+  }
+  return 0;
+}
+
+inline int send_frame(int fd, const std::string& payload) {
+  uint32_t n = (uint32_t)payload.size();
+  std::string buf;
+  buf.resize(4 + payload.size());
+  std::memcpy(&buf[0], &n, 4);
+  if (!payload.empty()) std::memcpy(&buf[4], payload.data(), payload.size());
+  return send_all(fd, buf.data(), buf.size());
+}
+
+// Append whatever is readable now to `inbox`.  Returns bytes read, 0 on orderly close, -1 on error.
+inline ssize_t recv_some(int fd, std::string& inbox) {
+  char tmp[65536];
+  for (;;) {
+    ssize_t k = ::recv(fd, tmp, sizeof tmp, MSG_DONTWAIT);
+    if (k > 0) {
+      inbox.append(tmp, (size_t)k);
+      return k;
+    }
+    if (k == 0) return 0;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) return -2;
+    return -1;
+  }
+}
+
+// Pop one complete frame from `inbox` into `out`; false if none is complete yet.
+inline bool pop_frame(std::string& inbox, std::string& out) {
+  if (inbox.size() < 4) return false;
+  uint32_t n;
+  std::memcpy(&n, inbox.data(), 4);
+  if (inbox.size() < 4 + (size_t)n) return false;
+  out.assign(inbox, 4, n);
+  inbox.erase(0, 4 + (size_t)n);
+  return true;
+}
+
+inline int wake_fd_new() { return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }
+inline void wake_fd_signal(int fd) {
+  uint64_t one = 1;
+  ssize_t r = ::write(fd, &one, sizeof one);
+  (void)r;
+}
+inline void wake_fd_drain(int fd) {
+  uint64_t v;
+  ssize_t r = ::read(fd, &v, sizeof v);
+  (void)r;
+}
+
+// ---- 16-bit floats ----
+inline float half_to_float(uint16_t h) {
+  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t man = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0) {
+    if (man == 0) {
+      bits = sign;
+    } else {  // subnormal: normalise
+      int e = -1;
+      do { man <<= 1; ++e; } while (!(man & 0x400));
+      man &= 0x3ff;
+      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13);
+    }
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (man << 13);
+  } else {
+    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
+  }
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  uint32_t sign = (x >> 16) & 0x8000;
+  uint32_t absx = x & 0x7fffffffu;
+  if (absx >= 0x7f800000u)  // inf or nan
+    return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
+  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // overflow -> inf
+  if (absx < 0x38800000u) {  // subnormal or zero in half
+    if (absx < 0x33000000u) return (uint16_t)sign;
+    uint32_t man = (absx & 0x7fffff) | 0x800000;
+    int shift = 113 - (int)(absx >> 23) + 13;
+    uint32_t half_man = man >> shift;
+    uint32_t rem = man & ((1u << shift) - 1);
+    uint32_t halfway = 1u << (shift - 1);
+    if (rem > halfway || (rem == halfway && (half_man & 1))) ++half_man;
+    return (uint16_t)(sign | half_man);
+  }
+  uint32_t h = ((absx >> 13) - ((127 - 15) << 10));
+  uint32_t rem = absx & 0x1fff;
+  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // round to nearest even
+  return (uint16_t)(sign | h);
+}
+
+inline float bf16_to_float(uint16_t b) {
+  uint32_t bits = (uint32_t)b << 16;
+  float f;
+  std::memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline uint16_t float_to_bf16(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet nan
+  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
+  return (uint16_t)((x + rounding) >> 16);
+}
+
+inline size_t dtype_size(int dtype) {
+  switch (dtype) {
+    case FUSE_UINT8: case FUSE_INT8: case FUSE_BOOL: return 1;
+    case FUSE_UINT16: case FUSE_INT16: case FUSE_FLOAT16: case FUSE_BFLOAT16: return 2;
+    case FUSE_INT32: case FUSE_FLOAT32: return 4;
+    case FUSE_INT64: case FUSE_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+template <typename T>
+inline void scale_typed(T* p, size_t n, double f) {
+  for (size_t i = 0; i < n; ++i) p[i] = (T)(p[i] * f);
+}
+
+// Multiply every element by `factor` (integers: computed in double, truncated, as Horovod does).
+inline void scale_buffer(void* buf, size_t count, int dtype, double factor) {
+  if (factor == 1.0) return;
+  switch (dtype) {
+    case FUSE_UINT8: scale_typed((uint8_t*)buf, count, factor); break;
+    case FUSE_INT8: scale_typed((int8_t*)buf, count, factor); break;
+    case FUSE_UINT16: scale_typed((uint16_t*)buf, count, factor); break;
+    case FUSE_INT16: scale_typed((int16_t*)buf, count, factor); break;
+    case FUSE_INT32: scale_typed((int32_t*)buf, count, factor); break;
+    case FUSE_INT64: scale_typed((int64_t*)buf, count, factor); break;
+    case FUSE_FLOAT32: {
+      float* p = (float*)buf;
+      float f = (float)factor;
+      for (size_t i = 0; i < count; ++i) p[i] *= f;
+      break;
+    }
+    case FUSE_FLOAT64: scale_typed((double*)buf, count, factor); break;
+    case FUSE_FLOAT16: {
+      uint16_t* p = (uint16_t*)buf;
+      float f = (float)factor;
+      for (size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) * f);
+      break;
+    }
+    case FUSE_BFLOAT16: {
+      uint16_t* p = (uint16_t*)buf;
+      float f = (float)factor;
+      for (size_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) * f);
+      break;
+    }
+    case FUSE_BOOL: {  // a bool stays a bool: scaling by 0 clears it, anything else keeps it
+      if (factor == 0.0) std::memset(buf, 0, count);
+      break;
+    }
+  }
+}
+
+template <typename T>
+inline void reduce_typed(T* d, const T* s, size_t n, int op) {
+  switch (op) {
+    case FUSE_OP_SUM: for (size_t i = 0; i < n; ++i) d[i] = (T)(d[i] + s[i]); break;
+    case FUSE_OP_PRODUCT: for (size_t i = 0; i < n; ++i) d[i] = (T)(d[i] * s[i]); break;
+    case FUSE_OP_MIN: for (size_t i = 0; i < n; ++i) d[i] = s[i] < d[i] ? s[i] : d[i]; break;
+    case FUSE_OP_MAX: for (size_t i = 0; i < n; ++i) d[i] = s[i] > d[i] ? s[i] : d[i]; break;
+  }
+}
+
+template <float (*TO)(uint16_t), uint16_t (*FROM)(float)>
+inline void reduce_16(uint16_t* d, const uint16_t* s, size_t n, int op) {
+  for (size_t i = 0; i < n; ++i) {
+    float a = TO(d[i]), b = TO(s[i]), r = a;
+    switch (op) {
+      case FUSE_OP_SUM: r = a + b; break;
+      case FUSE_OP_PRODUCT: r = a * b; break;
+      case FUSE_OP_MIN: r = b < a ? b : a; break;
+      case FUSE_OP_MAX: r = b > a ? b : a; break;
+    }
+    d[i] = FROM(r);
+  }
+}
+
+// dst = dst (op) src, elementwise.  Returns 0, or -1 for an unknown dtype.
+inline int reduce_into(void* dst, const void* src, size_t count, int dtype, int op) {
+  switch (dtype) {
+    case FUSE_UINT8: reduce_typed((uint8_t*)dst, (const uint8_t*)src, count, op); return 0;
+    case FUSE_INT8: reduce_typed((int8_t*)dst, (const int8_t*)src, count, op); return 0;
+    case FUSE_UINT16: reduce_typed((uint16_t*)dst, (const uint16_t*)src, count, op); return 0;
+    case FUSE_INT16: reduce_typed((int16_t*)dst, (const int16_t*)src, count, op); return 0;
+    case FUSE_INT32: reduce_typed((int32_t*)dst, (const int32_t*)src, count, op); return 0;
+    case FUSE_INT64: reduce_typed((int64_t*)dst, (const int64_t*)src, count, op); return 0;
+    case FUSE_FLOAT32: reduce_typed((float*)dst, (const float*)src, count, op); return 0;
+    case FUSE_FLOAT64: reduce_typed((double*)dst, (const double*)src, count, op); return 0;
+    case FUSE_FLOAT16:
+      reduce_16<half_to_float, float_to_half>((uint16_t*)dst, (const uint16_t*)src, count, op);
+      return 0;
+    case FUSE_BFLOAT16:
+      reduce_16<bf16_to_float, float_to_bf16>((uint16_t*)dst, (const uint16_t*)src, count, op);
+      return 0;
+    case FUSE_BOOL: {
+      uint8_t* d = (uint8_t*)dst;
+      const uint8_t* s = (const uint8_t*)src;
+      bool is_or = (op == FUSE_OP_SUM || op == FUSE_OP_MAX);
+      for (size_t i = 0; i < count; ++i) d[i] = is_or ? (d[i] || s[i]) : (d[i] && s[i]);
+      return 0;
+    }
+  }
+  return -1;
+}
+
+// ---- the wire: little-endian scalars and length-prefixed strings appended to a std::string ----
+template <typename T>
+inline void put(std::string& out, T v) { out.append((const char*)&v, sizeof v); }
+inline void put_str(std::string& out, const std::string& s) {
+  put<uint32_t>(out, (uint32_t)s.size());
+  out.append(s);
+}
+
+struct Reader {
+  const std::string* s;
+  size_t pos;
+  bool bad;
+};
+inline Reader reader_new(const std::string& s) { return Reader{&s, 0, false}; }
+template <typename T>
+inline T get(Reader& r) {
+  T v{};
+  if (r.bad || r.pos + sizeof v > r.s->size()) { r.bad = true; return v; }
+  std::memcpy(&v, r.s->data() + r.pos, sizeof v);
+  r.pos += sizeof v;
+  return v;
+}
+inline std::string get_str(Reader& r) {
+  uint32_t n = get<uint32_t>(r);
+  if (r.bad || r.pos + n > r.s->size()) { r.bad = true; return std::string(); }
+  std::string v = r.s->substr(r.pos, n);
+  r.pos += n;
+  return v;
+}
+inline bool reader_done(const Reader& r) { return r.pos >= r.s->size(); }
+
+}  // namespace fuse
