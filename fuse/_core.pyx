@@ -170,6 +170,7 @@ cdef struct Request:
     string group_key
     int group_size
     int rank            # who sent it (filled in by the coordinator)
+    string data         # small allreduce/broadcast: the (prescaled) values ride along
     # local only: where the data is
     void* inp
     void* out
@@ -191,6 +192,8 @@ cdef struct Response:
                                 # add_process_set: the new id then the ranks
     string error
     int last_joined
+    cbool inline_data           # the coordinator computed the result: it is in payloads
+    vector[string] payloads
 
 
 cdef struct Pending:
@@ -201,6 +204,8 @@ cdef struct Pending:
     cbool warned
     cbool is_ready
     string error              # set when the coordinator already knows the collective fails
+    string acc                # small collectives: the running reduction (or the root's data)
+    cbool all_data            # every contribution so far carried its data
 
 
 cdef struct CacheEntry:
@@ -260,6 +265,7 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
     put_str(out, r.name)
     put_str(out, r.group_key)
     put[int](out, r.group_size)
+    put_str(out, r.data)
 
 
 cdef Request _read_request(Reader& rd) noexcept nogil:
@@ -285,6 +291,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
     r.name = get_str(rd)
     r.group_key = get_str(rd)
     r.group_size = get[int](rd)
+    r.data = get_str(rd)
     r.inp = NULL
     r.out = NULL
     r.handle = -1
@@ -313,6 +320,10 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
         put[int64_t](out, r.rank_dims[i])
     put_str(out, r.error)
     put[int](out, r.last_joined)
+    put[uint8_t](out, 1 if r.inline_data else 0)
+    if r.inline_data:
+        for i in range(r.payloads.size()):
+            put_str(out, r.payloads[i])
 
 
 cdef Response _read_response(Reader& rd) noexcept nogil:
@@ -347,6 +358,12 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
         r.rank_dims.push_back(get[int64_t](rd))
     r.error = get_str(rd)
     r.last_joined = get[int](rd)
+    r.inline_data = get[uint8_t](rd) != 0
+    if r.inline_data:
+        for i in range(r.names.size()):
+            if rd.bad:
+                break
+            r.payloads.push_back(get_str(rd))
     return r
 
 
@@ -507,6 +524,7 @@ cdef class Engine:
     cdef deque[string] local_frames    # frames from the coordinator to rank 0 itself
     # knobs
     cdef size_t fusion_threshold
+    cdef size_t inline_threshold
     cdef double cycle_time_s
     cdef double stall_warn_s
     cdef double stall_shutdown_s
@@ -562,6 +580,7 @@ cdef class Engine:
         self.rank = config.rank
         self.size = config.size
         self.fusion_threshold = config.fusion_threshold
+        self.inline_threshold = config.inline_threshold
         self.cycle_time_s = config.cycle_time_ms / 1000.0
         self.stall_check = not config.stall_check_disable
         self.stall_warn_s = config.stall_check_time_seconds
@@ -973,6 +992,7 @@ cdef class Engine:
         cdef unordered_map[string, WorkerCache].iterator it
         for r in batch:
             key = _key(r.pset, r.name)
+            self._attach_inline(r)
             self.inflight[key] = r
             if r.kind == K_JOIN:
                 self.joined_psets.insert(r.pset)
@@ -981,6 +1001,7 @@ cdef class Engine:
                     and _same_signature(r, deref_wc(it).sig) and r.group_key.size() == 0):
                 put[uint32_t](hits, deref_wc(it).slot)
                 put[uint32_t](hits, deref_wc(it).gen)
+                put_str(hits, r.data)
                 self.sent_hits[(<uint64_t>deref_wc(it).slot << 32) | deref_wc(it).gen] = key
                 nhits += 1
             else:
@@ -997,6 +1018,24 @@ cdef class Engine:
             if send_frame(self.ctl_fd, msg) != 0:
                 self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
                                "requests: rank 0 exited or crashed"), 2)
+
+    cdef void _attach_inline(self, Request& r) noexcept nogil:
+        """Small allreduces (and a small broadcast's root) send their values with the request:
+        the coordinator then computes the result itself and no backend collective runs.  One
+        round trip instead of negotiation plus a ring, for latency-bound tensors."""
+        cdef size_t nbytes
+        cdef size_t members
+        if self.inline_threshold == 0 or self.psets.count(r.pset) == 0:
+            return
+        if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
+            return
+        members = self.psets[r.pset].ranks.size()
+        nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        if nbytes == 0 or nbytes * members > self.inline_threshold:
+            return
+        r.data.assign(<const char*>r.inp, nbytes)
+        if r.kind == K_ALLREDUCE:
+            scale_buffer(<void*>r.data.data(), nbytes // dtype_size(r.dtype), r.dtype, r.prescale)
 
     cdef void _resend_full(self, uint32_t slot, uint32_t gen) noexcept nogil:
         """The coordinator evicted a cache slot we used: send the full request instead."""
@@ -1209,6 +1248,7 @@ cdef class Engine:
         cdef uint32_t n, i, slot, gen
         cdef Request req
         cdef string frame
+        cdef string data
         if t == MSG_REQUESTS:
             n = get[uint32_t](rd)
             for i in range(n):
@@ -1221,11 +1261,13 @@ cdef class Engine:
             for i in range(n):
                 slot = get[uint32_t](rd)
                 gen = get[uint32_t](rd)
+                data = get_str(rd)
                 if rd.bad:
                     break
                 if slot < self.cache.size() and self.cache[slot].used and self.cache[slot].gen == gen:
                     req = self.cache[slot].tmpl
                     req.rank = rank
+                    req.data.swap(data)
                     self._add_request(req)
                 else:
                     frame.clear()
@@ -1276,9 +1318,12 @@ cdef class Engine:
             entry.first_time = now_seconds()
             entry.warned = False
             entry.is_ready = False
+            entry.all_data = True
         entry = &self.table[key]
         if entry.have[pos]:
             return
+        self._accumulate(entry, req)
+        req.data.clear()
         entry.reqs[pos] = req
         entry.have[pos] = 1
         entry.count += 1
@@ -1289,6 +1334,57 @@ cdef class Engine:
             ps.last_joined = req.rank
             self._recheck_pset(req.pset)
         self._check_ready(key)
+
+    cdef void _accumulate(self, Pending* entry, Request& req) noexcept nogil:
+        """Fold a small collective's values into the entry as they arrive."""
+        cdef Request* first = self._first(entry)
+        if not entry.all_data:
+            return
+        if req.kind == K_BROADCAST:
+            if req.data.size():
+                entry.acc.swap(req.data)
+            return
+        if req.kind != K_ALLREDUCE or req.data.size() == 0:
+            entry.all_data = False
+            entry.acc.clear()
+            return
+        if first == NULL:
+            entry.acc = req.data
+            return
+        if (first.kind != K_ALLREDUCE or first.dtype != req.dtype or first.op != req.op
+                or req.data.size() != entry.acc.size()):
+            entry.all_data = False      # validation reports the mismatch
+            entry.acc.clear()
+            return
+        reduce_into(<void*>entry.acc.data(), req.data.data(),
+                    req.data.size() // dtype_size(req.dtype), req.dtype, _backend_op(req.op))
+
+    cdef bint _finish_inline(self, Pending* entry, Response* resp) noexcept nogil:
+        """If the coordinator holds the whole result, put it in the response."""
+        cdef Request* a = self._first(entry)
+        cdef PSet* ps = &self.psets[a.pset]
+        cdef size_t nbytes = <size_t>_numel(a.shape) * dtype_size(a.dtype)
+        cdef size_t i
+        cdef string zeros
+        cdef double post
+        if not entry.all_data or entry.acc.size() != nbytes or nbytes == 0:
+            return False
+        if a.kind == K_ALLREDUCE:
+            for i in range(entry.have.size()):      # joined ranks contribute zeros
+                if not entry.have[i] and (a.op == OP_MIN or a.op == OP_MAX or a.op == OP_PRODUCT):
+                    zeros.assign(nbytes, <char>0)
+                    reduce_into(<void*>entry.acc.data(), zeros.data(), nbytes // dtype_size(a.dtype),
+                                a.dtype, _backend_op(a.op))
+            post = a.postscale
+            if a.op == OP_AVERAGE:
+                post = post / <double>ps.ranks.size()
+            scale_buffer(<void*>entry.acc.data(), nbytes // dtype_size(a.dtype), a.dtype, post)
+        elif a.kind != K_BROADCAST:
+            return False
+        resp.inline_data = True
+        resp.payloads.push_back(string(b""))
+        resp.payloads.back().swap(entry.acc)
+        return True
 
     cdef void _reject(self, Request& req, const string& why) noexcept nogil:
         """An error response for one request, sent to its rank only."""
@@ -1516,11 +1612,14 @@ cdef class Engine:
         resp.shapes.push_back(a.shape)
         resp.slots.push_back(NO_SLOT)
         resp.gens.push_back(0)
+        resp.inline_data = False
         resp.error = entry.error
         if resp.error.size() == 0:
             resp.error = self._validate(entry)
         if resp.error.size():
             return resp
+        if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST:
+            self._finish_inline(entry, &resp)
         if a.kind == K_ALLGATHER:
             for i in range(entry.reqs.size()):
                 resp.rank_dims.push_back(entry.reqs[i].shape[0])
@@ -1554,6 +1653,9 @@ cdef class Engine:
         if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset:
             return False
         if b.prescale != r.prescale or b.postscale != r.postscale:
+            return False
+        if r.inline_data != (entry.all_data and entry.acc.size() ==
+                             <size_t>_numel(b.shape) * dtype_size(b.dtype)):
             return False
         if self._validate(entry).size():
             return False
@@ -1640,6 +1742,8 @@ cdef class Engine:
                             self._first(other).group_key != self._first(entry).group_key):
                         continue
                     if total + self._entry_bytes(other) > self.fusion_threshold:
+                        continue
+                    if resp.inline_data and not self._finish_inline(other, &resp):
                         continue
                     total += self._entry_bytes(other)
                     taken[j] = True
@@ -2001,6 +2105,13 @@ cdef class Engine:
         if resp.op == OP_AVERAGE:
             post = post / <double>ps.ranks.size()
         cdef Request* found
+        if resp.inline_data:
+            for i in range(n):
+                it = self.inflight.find(_key(resp.pset, resp.names[i]))
+                if it != self.inflight.end() and resp.payloads[i].size():
+                    memcpy(deref_req(it).out, resp.payloads[i].data(), resp.payloads[i].size())
+            self._finish_all(resp, H_DONE, string(b""), 0)
+            return
         for i in range(n):
             it = self.inflight.find(_key(resp.pset, resp.names[i]))
             found = &deref_req(it) if it != self.inflight.end() else NULL
@@ -2044,6 +2155,10 @@ cdef class Engine:
             return
         r = &deref_req(it)
         nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        if resp.inline_data:
+            memcpy(r.out, resp.payloads[0].data(), nbytes)
+            self._finish_request(key, H_DONE, string(b""), 0)
+            return
         if r.inp != r.out and r.inp != NULL:
             memcpy(r.out, r.inp, nbytes)
         if self._b_broadcast(ps, r.out, nbytes, self._position(ps, resp.root), err) != 0:

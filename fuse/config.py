@@ -64,6 +64,10 @@ class Config:
     # engine
     fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
                                   doc="fusion buffer size in bytes; 0 disables fusion")
+    inline_threshold: int = _knob(64 * 1024, "INLINE_THRESHOLD",
+                                  doc="allreduces (and broadcasts) whose size times the set size "
+                                      "is at most this many bytes travel with the negotiation "
+                                      "and are reduced by the coordinator; 0 turns this off")
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
                                      "partly submitted, to fuse them")
