@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Set up a development environment on a fresh Debian/Ubuntu machine: the Gloo library from the
+# distribution, a virtualenv in .venv, and fuse installed into it in editable mode (compiled
+# code rebuilds on import).  Safe to run again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+if [ ! -f /usr/share/cmake/Gloo/GlooConfig.cmake ]; then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libgloo-dev g++ python3-venv python3-dev >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip
+# Build requirements first: the editable install builds without isolation so that later
+# rebuilds (on import) find the same meson, ninja and Cython.
+.venv/bin/python -m pip install -q "meson-python>=0.16" "meson>=1.3" ninja "Cython>=3.0.10" "numpy>=1.24"
+.venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test]"
+echo "setup: fuse installed in $(pwd)/.venv"
