@@ -893,6 +893,10 @@ cdef class Engine:
         return text
 
     @property
+    def thread_native_id(self):
+        return self._thread.native_id
+
+    @property
     def fusion_buffer_bytes(self):
         return self.fusion.size
 

@@ -83,6 +83,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
 
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
         engine.start()
+        _pin_engine_thread(engine, config, log)
+        for knob in ("timeline", "autotune", "elastic"):
+            if getattr(config, knob):
+                log.warning("%s is set (%s) but fuse does not implement it yet; ignoring it",
+                            knob, config.explicit.get(knob, "argument"))
         _state.engine, _state.config, _state.backend = engine, config, backend
         _state.dynamic = config.dynamic_process_sets
         _state.process_sets = {0: global_process_set}
@@ -94,6 +99,18 @@ def init(comm=None, process_sets=None, **overrides) -> None:
                   config.backend)
     for ps in process_sets or ():
         _add_process_set(ps)
+
+
+def _pin_engine_thread(engine, config: Config, log) -> None:
+    """FUSE_THREAD_AFFINITY: local rank i pins its engine thread to the i-th listed core."""
+    if not config.thread_affinity:
+        return
+    cores = [int(c) for c in config.thread_affinity.split(",") if c.strip()]
+    if config.local_rank >= len(cores):
+        raise ValueError(f"FUSE_THREAD_AFFINITY lists {len(cores)} cores but this is local rank "
+                         f"{config.local_rank}")
+    os.sched_setaffinity(engine.thread_native_id, {cores[config.local_rank]})
+    log.debug("engine thread pinned to core %d", cores[config.local_rank])
 
 
 def _local_address_towards(addr: str) -> str:
