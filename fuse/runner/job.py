@@ -341,6 +341,7 @@ class Job:
             argv += ["-p", str(st.ssh_port)]
         if st.ssh_identity_file:
             argv += ["-i", st.ssh_identity_file]
+        argv += shlex.split(os.environ.get("FUSE_SSH_ARGS", ""))  # e.g. -o UserKnownHostsFile=..
         argv += [host, "sh -c " + shlex.quote(script)]
         return argv
 

@@ -253,15 +253,65 @@ def test_check_build_calls_fuse_info():
     assert r.stdout or b"fuse.info" in r.stderr
 
 
-def test_ssh_path(script, tmp_path):
-    """Remote launch over ssh to this machine's own sshd on a non-local alias address.
+CLUSTER_SH = os.environ.get("FUSE_CLUSTER_SH", "/work/shared/tools/cluster.sh")
 
-    Needs root (to start sshd) and an sshd binary; skipped otherwise."""
-    sshd = shutil.which("sshd") or ("/usr/sbin/sshd" if os.path.exists("/usr/sbin/sshd") else None)
+SSH_WORKER = """
+import os, socket, sys, time
+from fuse.runner.store import HTTPStore
+rank = os.environ["FUSE_RANK"]
+s = HTTPStore(os.environ["FUSE_GLOO_RENDEZVOUS_ADDR"], int(os.environ["FUSE_GLOO_RENDEZVOUS_PORT"]))
+s.set("hello/" + rank, socket.gethostname().encode())
+s.wait(["hello/%d" % i for i in range(int(os.environ["FUSE_SIZE"]))], 20)
+print("host", socket.gethostname(), "cross", os.environ["FUSE_CROSS_RANK"], "cwd", os.getcwd())
+if sys.argv[1] == "fail":
+    if rank == "2":
+        sys.exit(6)
+    open(os.path.join(sys.argv[2], rank + ".pid"), "w").write(str(os.getpid()))
+    time.sleep(60)
+"""
+
+
+def test_ssh_path(script, tmp_path):
+    """Workers on network-namespace hosts reached over ssh (shared/tools/cluster.sh)."""
     if os.geteuid() != 0:
-        pytest.skip("the ssh test needs root to run its own sshd")
-    if sshd is None:
-        pytest.skip("the ssh test needs an sshd binary (apt-get install openssh-server)")
-    if not shutil.which("ssh-keygen"):
-        pytest.skip("the ssh test needs ssh-keygen")
-    pytest.skip("ssh test: run manually with shared/tools/cluster.sh (see the runner report)")
+        pytest.skip("the ssh test needs root (it makes network namespaces with their own sshd)")
+    if not (os.path.exists("/usr/sbin/sshd") and shutil.which("ssh") and shutil.which("ip")):
+        pytest.skip("the ssh test needs sshd, ssh and ip (apt-get install openssh-server iproute2)")
+    if not os.path.exists(CLUSTER_SH):
+        pytest.skip(f"the ssh test needs {CLUSTER_SH} (set FUSE_CLUSTER_SH)")
+    run_dir = tmp_path / "cluster"
+    cenv = dict(os.environ, PREFIX=f"frt{os.getpid() % 10000}", RUN=str(run_dir), SSHD="1")
+    ns = cenv["PREFIX"] + "h1"
+    up = subprocess.run(["bash", CLUSTER_SH, "up", "3"], env=cenv, capture_output=True, timeout=30)
+    if up.returncode != 0:
+        subprocess.run(["bash", CLUSTER_SH, "down", "3"], env=cenv, capture_output=True)
+        pytest.skip(f"cannot make the test cluster: {up.stderr.decode()[-300:]}")
+    try:
+        env = dict(os.environ, FUSE_SSH_ARGS=f"-l root -o UserKnownHostsFile={run_dir}/known_hosts")
+        base = ["ip", "netns", "exec", ns, *fuserun_argv(
+            "-np", "4", "-H", "10.99.0.11:1,10.99.0.12:2,10.99.0.13:1",
+            "-i", str(run_dir / "userkey"), "--start-timeout", "20", PY, script(SSH_WORKER))]
+        deadline = time.monotonic() + 10
+        while True:  # sshd needs a moment to listen
+            r = subprocess.run(base + ["ok"], capture_output=True, timeout=60, cwd=tmp_path,
+                               env=env)
+            if r.returncode != 255 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert r.returncode == 0, r.stderr.decode()
+        out = {k: v[0] for k, v in lines_of(r.stdout).items()}
+        assert out[0].startswith("host ") and out[0].endswith(f"cwd {tmp_path}")
+        assert out[1].startswith(f"host {cenv['PREFIX']}h2 cross 1")
+        assert out[2].startswith(f"host {cenv['PREFIX']}h2 cross 0")
+        assert out[3].startswith(f"host {cenv['PREFIX']}h3 cross 2")
+        # a remote rank fails: everyone, remote ones included, is stopped
+        piddir = tmp_path / "pids"
+        piddir.mkdir()
+        r = subprocess.run(base[:-1] + [base[-1], "fail", str(piddir)], capture_output=True,
+                           timeout=60, cwd=tmp_path, env=env)
+        assert r.returncode == 6, r.stderr.decode()
+        assert b"rank 2 (host 10.99.0.12) failed first: exited with code 6" in r.stderr
+        pids = [int(p.read_text()) for p in piddir.iterdir()]
+        assert wait_dead(pids, 10) == []
+    finally:
+        subprocess.run(["bash", CLUSTER_SH, "down", "3"], env=cenv, capture_output=True)

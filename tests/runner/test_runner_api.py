@@ -1,0 +1,79 @@
+"""fuse.run: results in rank order, kwargs, exception propagation (real worker processes)."""
+
+import os
+
+import pytest
+
+from fuse.runner import WorkerError, run
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def rank_times(x, offset=0):
+    return int(os.environ["FUSE_RANK"]) * x + offset, os.environ["FUSE_SIZE"]
+
+
+def test_results_in_rank_order_with_kwargs():
+    assert run(rank_times, args=(10,), kwargs={"offset": 1}, np=3) == [
+        (1, "3"), (11, "3"), (21, "3")]
+    assert run(rank_times, args=(2,), num_proc=2) == [(0, "2"), (2, "2")]
+
+
+def test_closure_and_env():
+    base = 100
+    got = run(lambda: base + int(os.environ["FUSE_RANK"]) + int(os.environ["EXTRA"]), np=2,
+              env=dict(os.environ, EXTRA="5"))
+    assert got == [105, 106]
+
+
+def fail_on_rank_1():
+    if os.environ["FUSE_RANK"] == "1":
+        raise KeyError("missing thing on rank 1")
+    import time
+    time.sleep(30)  # stopped by the launcher once rank 1 fails
+    return "never"
+
+
+def test_exception_type_and_rank():
+    with pytest.raises(KeyError, match="missing thing on rank 1") as info:
+        run(fail_on_rank_1, np=3)
+    cause = info.value.__cause__
+    assert isinstance(cause, WorkerError)
+    assert cause.rank == 1 and cause.exc_type == "KeyError"
+    assert "rank 1 raised KeyError" in str(cause)
+    assert "fail_on_rank_1" in cause.remote_traceback
+
+
+class NotUnpicklable(Exception):
+    def __init__(self, a, b):  # pickles, but unpickling calls __init__ with one argument
+        super().__init__(f"{a}/{b}")
+
+
+def raise_odd():
+    raise NotUnpicklable("x", "y")
+
+
+def test_exception_that_does_not_unpickle():
+    with pytest.raises(WorkerError) as info:
+        run(raise_odd, np=1)
+    assert info.value.rank == 0
+    assert "rank 0" in str(info.value)
+
+
+def test_worker_dies_without_result():
+    def die():
+        if os.environ["FUSE_RANK"] == "0":
+            os._exit(5)
+        return 1
+    with pytest.raises(WorkerError, match="rank 0 .*exited with code 5") as info:
+        run(die, np=2)
+    assert info.value.exit_code == 5
+
+
+def test_argument_checks():
+    with pytest.raises(ValueError):
+        run(rank_times, np=2, num_proc=3)
+    with pytest.raises(ValueError):
+        run(rank_times, hosts="a:1", hostfile="f")
+    with pytest.raises(NotImplementedError):
+        run(rank_times, use_mpi=True)
