@@ -1,0 +1,257 @@
+"""Allreduce on real workers: every dtype x op, pre/postscale, in place, async + poll/synchronize,
+grouped, the response cache over many steps and fused bursts of small tensors, under each engine
+configuration (fusion on/off, cache off, a 2-slot cache, inline reduction off)."""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+from par_util import (DTYPES, FLOAT_DTYPES, OPS, BFLOAT16, Checker, assert_counts, data_kind,
+                      op_value, rank_array, reduce_ref, run_job)
+
+pytestmark = pytest.mark.timeout(120)
+
+SMALL = (3, 5)       # 15 elements: travels inline with the negotiation (coordinator reduces)
+LARGE = (33001,)     # > 64 KiB over the set even for 1-byte dtypes: a real backend allreduce
+
+CONFIGS = {
+    "default": {},
+    "nofusion": {"FUSE_FUSION_THRESHOLD": 0},
+    "nocache": {"FUSE_CACHE_CAPACITY": 0},
+    "tinycache": {"FUSE_CACHE_CAPACITY": 2},
+    "noinline": {"FUSE_INLINE_THRESHOLD": 0},
+    "noinline-nofusion-nocache": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_FUSION_THRESHOLD": 0,
+                                  "FUSE_CACHE_CAPACITY": 0},
+    "noinline-smallfusion-tinycache": {"FUSE_INLINE_THRESHOLD": 0,
+                                       "FUSE_FUSION_THRESHOLD": 4096,
+                                       "FUSE_CACHE_CAPACITY": 2},
+}
+
+
+def _scales(dtype: str):
+    """(prescale, postscale) pairs that keep every dtype's result exact (or one rounding)."""
+    if dtype in FLOAT_DTYPES:
+        return [(0.5, 1.0), (1.0, 2.0), (0.5, 4.0)]
+    return [(1.0, 2.0), (0.5, 1.0)]   # integers: truncation after the prescale is checked too
+
+
+# ------------------------------------------------------------------------ worker side
+
+def _matrix(c: Checker, r: int, n: int) -> None:
+    import fuse
+    for label, shape in (("small", SMALL), ("large", LARGE)):
+        for dt in DTYPES:
+            for op in OPS:
+                tag = f"m.{label}.{dt}.{op}"
+                ins = [rank_array(dt, shape, k, tag, data_kind(op)) for k in range(n)]
+                mine = ins[r].copy()
+                expected = reduce_ref(ins, op)
+                out = fuse.allreduce(mine, name=tag, op=op_value(op))
+                c.array(out, expected, tag)
+                c.array(mine, ins[r], tag + " (input left unchanged)")
+                x = ins[r].copy()
+                ret = fuse.allreduce_(x, name=tag + ".inplace", op=op_value(op))
+                c.array(x, expected, tag + " in place")
+                c.true(ret is x, tag + " in place returns its argument")
+                if op in ("sum", "average"):
+                    for pre, post in _scales(dt):
+                        stag = f"{tag}.scaled.{pre}.{post}"
+                        out = fuse.allreduce(ins[r], name=stag, op=op_value(op),
+                                             prescale_factor=pre, postscale_factor=post)
+                        c.array(out, reduce_ref(ins, op, pre, post), stag)
+        # everything at once, asynchronously: fused where the engine can, finished in any order
+        pending = []
+        for dt in DTYPES:
+            for op in OPS:
+                tag = f"a.{label}.{dt}.{op}"
+                ins = [rank_array(dt, shape, k, tag, data_kind(op)) for k in range(n)]
+                h = fuse.allreduce_async(ins[r], name=tag, op=op_value(op))
+                x = ins[r].copy()
+                h2 = fuse.allreduce_async_(x, name=tag + ".inplace", op=op_value(op))
+                pending.append((tag, h, h2, x, reduce_ref(ins, op)))
+        deadline = time.monotonic() + 60
+        for tag, h, h2, x, expected in reversed(pending):
+            while not (fuse.poll(h) and fuse.poll(h2)) and time.monotonic() < deadline:
+                time.sleep(0.001)
+            c.true(fuse.poll(h) and fuse.poll(h2), tag + " async: poll() turns True")
+            c.array(fuse.synchronize(h), expected, tag + " async")
+            fuse.synchronize(h2)
+            c.array(x, expected, tag + " async in place")
+
+
+def _defaults(c: Checker, r: int, n: int) -> None:
+    import fuse
+    ins = [rank_array("float32", (7,), k, "defaults") for k in range(n)]
+    c.array(fuse.allreduce(ins[r], name="defaults.op"), reduce_ref(ins, "average"),
+            "op defaults to Average")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        s = fuse.allreduce(ins[r], average=False, name="defaults.avg_false")
+        a = fuse.allreduce(ins[r], average=True, name="defaults.avg_true")
+    c.array(s, reduce_ref(ins, "sum"), "average=False is Sum")
+    c.array(a, reduce_ref(ins, "average"), "average=True is Average")
+    c.true(any(issubclass(w.category, DeprecationWarning) for w in caught),
+           "average= warns DeprecationWarning")
+    c.raises(ValueError, lambda: fuse.allreduce(ins[r], average=True, op=fuse.Sum),
+             "op and average together")
+    # unnamed tensors get the same automatic names on every rank
+    outs = [fuse.allreduce(ins[r] * (i + 1), op=fuse.Sum) for i in range(5)]
+    for i, out in enumerate(outs):
+        c.array(out, reduce_ref([x * (i + 1) for x in ins], "sum"), f"unnamed allreduce {i}")
+    # an empty array (0-d arrays: see test_zero_dim_arrays_keep_their_shape)
+    c.array(fuse.allreduce(np.zeros((0, 3), np.float32), name="empty", op=fuse.Sum),
+            np.zeros((0, 3), np.float32), "empty allreduce")
+    # poll is False while a peer has not submitted yet
+    fuse.barrier()
+    if r == n - 1:
+        time.sleep(0.5)
+    h = fuse.allreduce_async(ins[r], name="late", op=fuse.Max)
+    if r == 0:
+        c.true(not fuse.poll(h), "poll() is False while the last rank has not submitted")
+    c.array(fuse.synchronize(h), reduce_ref(ins, "max"), "late peer")
+    c.equal(fuse.synchronize(h), None, "synchronize() of a finished handle returns None")
+
+
+def _grouped(c: Checker, r: int, n: int) -> None:
+    import fuse
+    shapes = [(4,), (2, 3), LARGE, (1,), (5, 1, 2)]
+    dts = ["float32", "int32", "float64", "int8", "float16"]
+    for op in ("sum", "average", "max"):
+        tags = [f"g.{op}.{i}" for i in range(len(shapes))]
+        ins = [[rank_array(dt, s, k, t, data_kind(op)) for k in range(n)]
+               for dt, s, t in zip(dts, shapes, tags)]
+        expected = [reduce_ref(x, op) for x in ins]
+        outs = fuse.grouped_allreduce([x[r] for x in ins], name=f"g.{op}", op=op_value(op))
+        c.equal(type(outs), list, f"grouped_allreduce {op} returns a list")
+        for i, (o, e) in enumerate(zip(outs, expected)):
+            c.array(o, e, f"grouped_allreduce {op} [{i}]")
+        xs = [x[r].copy() for x in ins]
+        fuse.grouped_allreduce_(xs, name=f"g.{op}.inplace", op=op_value(op))
+        for i, (o, e) in enumerate(zip(xs, expected)):
+            c.array(o, e, f"grouped_allreduce_ {op} [{i}]")
+        h = fuse.grouped_allreduce_async([x[r] for x in ins], name=f"g.{op}.async",
+                                         op=op_value(op))
+        xs = [x[r].copy() for x in ins]
+        h2 = fuse.grouped_allreduce_async_(xs, name=f"g.{op}.async_", op=op_value(op))
+        for i, (o, e) in enumerate(zip(fuse.synchronize(h), expected)):
+            c.array(o, e, f"grouped_allreduce_async {op} [{i}]")
+        fuse.synchronize(h2)
+        for i, (o, e) in enumerate(zip(xs, expected)):
+            c.array(o, e, f"grouped_allreduce_async_ {op} [{i}]")
+    ins = [[rank_array("float32", (6,), k, f"gs.{i}") for k in range(n)] for i in range(3)]
+    outs = fuse.grouped_allreduce([x[r] for x in ins], name="gs", op=fuse.Sum,
+                                  prescale_factor=0.5, postscale_factor=4.0)
+    for i, o in enumerate(outs):
+        c.array(o, reduce_ref(ins[i], "sum", 0.5, 4.0), f"grouped scaled [{i}]")
+
+
+def _steps(c: Checker, r: int, n: int, steps: int) -> None:
+    """The same names over many steps (cache hits, or evictions with a tiny cache), synchronous
+    and asynchronous, plus a name whose shape changes on every rank half-way."""
+    import fuse
+    plan = [("float32", SMALL, "sum"), ("int64", (9,), "max"), ("float64", LARGE, "average"),
+            ("int16", (4, 4), "min"), ("float16", (33,), "sum"), ("uint8", LARGE, "max")]
+    for step in range(steps):
+        for i, (dt, shape, op) in enumerate(plan):
+            ins = [rank_array(dt, shape, k, f"s.{i}.{step}", data_kind(op)) for k in range(n)]
+            out = fuse.allreduce(ins[r], name=f"step.{i}", op=op_value(op))
+            c.array(out, reduce_ref(ins, op), f"step {step} tensor step.{i} ({dt} {op})")
+        pend = []
+        for i, (dt, shape, op) in enumerate(plan):
+            ins = [rank_array(dt, shape, k, f"sa.{i}.{step}", data_kind(op)) for k in range(n)]
+            pend.append((i, fuse.allreduce_async(ins[r], name=f"step.async.{i}",
+                                                 op=op_value(op)), reduce_ref(ins, op)))
+        for i, h, e in pend[::-1]:
+            c.array(fuse.synchronize(h), e, f"step {step} async step.async.{i}")
+        shape = (5,) if step < steps // 2 else (2, 7)
+        ins = [rank_array("int32", shape, k, f"shape.{step}") for k in range(n)]
+        c.array(fuse.allreduce(ins[r], name="step.reshaped", op=fuse.Sum),
+                reduce_ref(ins, "sum"), f"step {step} same name with shape {shape}")
+
+
+def _burst(c: Checker, r: int, n: int, count: int) -> None:
+    """Many small tensors of mixed dtypes, ops and scales submitted at once."""
+    import fuse
+    import random
+    rnd = random.Random(7)          # same plan on every rank
+    dts = ["float32", "float64", "int32", "int64", "float16", "uint8"]
+    if BFLOAT16 is not None:
+        dts.append("bfloat16")
+    pend = []
+    for i in range(count):
+        dt = rnd.choice(dts)
+        op = rnd.choice(["sum", "average", "sum", "max"])
+        shape = (rnd.randint(1, 300),)
+        pre, post = (0.5, 2.0) if (op != "max" and dt in FLOAT_DTYPES and i % 3 == 0) else (1, 1)
+        ins = [rank_array(dt, shape, k, f"burst.{i}", data_kind(op)) for k in range(n)]
+        h = fuse.allreduce_async(ins[r], name=f"burst.{i}", op=op_value(op),
+                                 prescale_factor=pre, postscale_factor=post)
+        pend.append((i, h, reduce_ref(ins, op, pre, post), dt, op))
+    order = list(range(count))
+    random.Random(r).shuffle(order)  # each rank waits in its own order
+    for j in order:
+        i, h, e, dt, op = pend[j]
+        c.array(fuse.synchronize(h), e, f"burst tensor {i} ({dt} {op})")
+
+
+def allreduce_suite(steps: int, burst: int) -> int:
+    import fuse
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    c.equal(n, int(__import__("os").environ["FUSE_SIZE"]), "size() matches the launcher")
+    _matrix(c, r, n)
+    _defaults(c, r, n)
+    _grouped(c, r, n)
+    _steps(c, r, n, steps)
+    _burst(c, r, n, burst)
+    fuse.shutdown()
+    return c.finish()
+
+
+# ------------------------------------------------------------------------ tests
+
+@pytest.mark.parametrize("np_,config", [
+    (2, "default"), (3, "default"), (2, "nofusion"), (3, "nofusion"), (3, "nocache"),
+    (2, "tinycache"), (3, "tinycache"), (2, "noinline"), (3, "noinline"),
+    (3, "noinline-nofusion-nocache"), (2, "noinline-smallfusion-tinycache"),
+    (3, "noinline-smallfusion-tinycache"),
+])
+def test_allreduce_all_dtypes_ops_and_paths(np_, config):
+    results = run_job(allreduce_suite, np_, CONFIGS[config], kwargs={"steps": 8, "burst": 200})
+    assert_counts(results, minimum=1000)
+    assert len(set(results)) == 1, f"ranks ran different numbers of checks: {results}"
+
+
+def zero_dim() -> int:
+    import fuse
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    c.array(fuse.allreduce(np.array(r + 1, np.int64), name="scalar", op=fuse.Sum),
+            np.array(n * (n + 1) // 2, np.int64), "0-d allreduce")
+    x = np.array(float(r + 1))
+    fuse.allreduce_(x, name="scalar.inplace", op=fuse.Max)
+    c.array(x, np.array(float(n)), "0-d allreduce_")
+    c.array(fuse.broadcast(np.array(r + 10, np.int32), 1, name="scalar.bcast"),
+            np.array(11, np.int32), "0-d broadcast")
+    fuse.shutdown()
+    return c.finish()
+
+
+@pytest.mark.xfail(reason="API bug: fuse/_api.py _arr() uses np.ascontiguousarray, which turns "
+                          "a 0-d array into shape (1,), so allreduce/broadcast of a 0-d array "
+                          "return shape (1,) instead of ()", strict=True)
+def test_zero_dim_arrays_keep_their_shape():
+    assert_counts(run_job(zero_dim, 2))
+
+
+def test_bfloat16_available():
+    if BFLOAT16 is None:
+        pytest.skip("ml_dtypes is not installed: the bfloat16 cases are left out of every "
+                    "matrix test (pip install ml_dtypes)")
+    assert "bfloat16" in DTYPES
