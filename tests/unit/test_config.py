@@ -1,0 +1,77 @@
+"""Configuration: FUSE_ names, HOROVOD_ aliases, parsing, and the README table."""
+
+import pathlib
+import re
+
+import pytest
+
+from fuse.config import Config
+
+
+def test_defaults_match_horovod():
+    cfg = Config.from_env({})
+    assert cfg.fusion_threshold == 128 * 1024 * 1024
+    assert cfg.cycle_time_ms == 1.0
+    assert cfg.cache_capacity == 1024
+    assert cfg.stall_check_time_seconds == 60.0
+    assert cfg.stall_shutdown_time_seconds == 0.0
+    assert cfg.log_level == "warning"
+    assert cfg.backend == "gloo"
+    assert cfg.explicit == {}
+
+
+def test_horovod_alias_is_read_and_fuse_name_wins():
+    cfg = Config.from_env({"HOROVOD_FUSION_THRESHOLD": "1024", "HOROVOD_CYCLE_TIME": "5"})
+    assert cfg.fusion_threshold == 1024
+    assert cfg.cycle_time_ms == 5.0
+    assert cfg.explicit["fusion_threshold"] == "HOROVOD_FUSION_THRESHOLD"
+    cfg = Config.from_env({"HOROVOD_FUSION_THRESHOLD": "1024", "FUSE_FUSION_THRESHOLD": "0"})
+    assert cfg.fusion_threshold == 0
+    assert cfg.explicit["fusion_threshold"] == "FUSE_FUSION_THRESHOLD"
+
+
+def test_knobs_horovod_lacks_have_no_alias():
+    cfg = Config.from_env({"HOROVOD_BACKEND": "mpi", "HOROVOD_INLINE_THRESHOLD": "0"})
+    assert cfg.backend == "gloo"
+    assert cfg.inline_threshold == 64 * 1024
+
+
+@pytest.mark.parametrize("text,value", [("1", True), ("0", False), ("true", True),
+                                        ("False", False), ("yes", True), ("off", False),
+                                        ("2", True)])
+def test_booleans(text, value):
+    assert Config.from_env({"FUSE_STALL_CHECK_DISABLE": text}).stall_check_disable is value
+
+
+def test_bad_values_name_the_variable():
+    with pytest.raises(ValueError, match="FUSE_STALL_CHECK_DISABLE"):
+        Config.from_env({"FUSE_STALL_CHECK_DISABLE": "perhaps"})
+    with pytest.raises(ValueError, match="HOROVOD_CACHE_CAPACITY"):
+        Config.from_env({"HOROVOD_CACHE_CAPACITY": "many"})
+    with pytest.raises(ValueError, match="FUSE_LOG_LEVEL"):
+        Config.from_env({"FUSE_LOG_LEVEL": "loud"})
+    with pytest.raises(ValueError, match="rank 3 of size 2"):
+        Config.from_env({"FUSE_RANK": "3", "FUSE_SIZE": "2"})
+    with pytest.raises(ValueError, match="FUSION_THRESHOLD"):
+        Config.from_env({"FUSE_FUSION_THRESHOLD": "-1"})
+
+
+def test_log_level_spellings():
+    assert Config.from_env({"HOROVOD_LOG_LEVEL": "DEBUG"}).log_level == "debug"
+    assert Config.from_env({"FUSE_LOG_LEVEL": "warn"}).log_level == "warning"
+
+
+def test_overrides_win_and_are_recorded():
+    cfg = Config.from_env({"FUSE_FUSION_THRESHOLD": "5"}, fusion_threshold=7)
+    assert cfg.fusion_threshold == 7
+    assert cfg.explicit["fusion_threshold"] == "argument"
+
+
+def test_readme_lists_every_knob():
+    readme = (pathlib.Path(__file__).parents[2] / "README.md").read_text()
+    table = "\n".join(line for line in readme.splitlines() if line.startswith("| `FUSE_"))
+    for env, alias, _default, _doc in Config.describe():
+        stem = env[len("FUSE_"):]
+        # rows may group knobs: FUSE_GLOO_RENDEZVOUS_ADDR, `_PORT` or FUSE_RANK, FUSE_SIZE, ...
+        assert re.search(rf"`FUSE_{stem}`|`_{stem.rsplit('_', 1)[-1]}`|FUSE_{stem}\b", table), (
+            f"README configuration table misses {env}")
