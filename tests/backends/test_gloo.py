@@ -26,7 +26,7 @@ from fuse.backends.gloo import GlooBackend, GlooError, _gloo, choose_address
 from fuse.config import Config
 from fuse.runner.store import FileStore, KVStoreServer
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(300)
 
 TIMEOUT = 10.0  # gloo timeout inside the worlds; a failing check must not wait longer
 CTX = mp.get_context("spawn")
@@ -325,7 +325,10 @@ class World:
     """``size`` spawned ranks, each holding a GlooBackend, running check functions on demand."""
 
     def __init__(self, size, rendezvous):
-        self.size, self.broken = size, False
+        self.size, self.broken, self.server = size, False, None
+        if rendezvous == "http":  # a fresh server per world: a new world must not read old keys
+            self.server = KVStoreServer(host="127.0.0.1").start()
+            rendezvous = ("http", ("127.0.0.1", self.server.port))
         self.results = CTX.Queue()
         self.commands = [CTX.Queue() for _ in range(size)]
         self.procs = [CTX.Process(target=_serve, args=(r, size, rendezvous, self.commands[r],
@@ -333,7 +336,7 @@ class World:
                       for r in range(size)]
         for p in self.procs:
             p.start()
-        self._collect(60.0, "start-up")
+        self._collect(120.0, "start-up")
 
     def _collect(self, timeout, what):
         deadline = time.monotonic() + timeout
@@ -366,11 +369,13 @@ class World:
             if p.is_alive():
                 p.kill()
                 p.join()
+        if self.server is not None:
+            self.server.stop()
 
 
 @pytest.fixture(scope="module")
 def _worlds(tmp_path_factory):
-    worlds, server = {}, KVStoreServer(host="127.0.0.1").start()
+    worlds = {}
 
     def get(size):
         w = worlds.get(size)
@@ -378,7 +383,7 @@ def _worlds(tmp_path_factory):
             if w is not None:
                 w.close()
             if size == 2:  # HTTP rendezvous, as under fuserun
-                rdv = ("http", ("127.0.0.1", server.port))
+                rdv = "http"
             else:
                 rdv = ("file", str(tmp_path_factory.mktemp("rendezvous")))
             w = worlds[size] = World(size, rdv)
@@ -387,7 +392,6 @@ def _worlds(tmp_path_factory):
     yield get
     for w in worlds.values():
         w.close()
-    server.stop()
 
 
 @pytest.fixture(params=[2, 3], ids=["np2-http", "np3-file"])
