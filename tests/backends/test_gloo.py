@@ -521,6 +521,37 @@ def test_dead_rank_fails_others(tmp_path, size, scenario):
         assert "gloo barrier failed" in again and "earlier failure" in again, again
 
 
+def _iface_rank(rank, path, results):
+    os.environ["FUSE_RENDEZVOUS_DIR"] = path
+    try:
+        backend = GlooBackend(Config.from_env({}, rank=rank, size=2, gloo_iface="lo",
+                                              gloo_timeout_seconds=TIMEOUT))
+        buf = np.array([rank + 1], dtype=np.int32)
+        backend.world.allreduce(buf, "int32", "sum")
+        results.put((rank, int(buf[0]), backend.address))
+        backend.close()
+    except BaseException:
+        results.put((rank, None, traceback.format_exc()))
+
+
+def test_world_on_named_interface(tmp_path):
+    """FUSE_GLOO_IFACE=lo binds the device to the loopback interface."""
+    results = CTX.Queue()
+    procs = [CTX.Process(target=_iface_rank, args=(r, str(tmp_path), results), daemon=True)
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = sorted(results.get(timeout=60) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(5)
+            p.kill()
+    for rank, total, address in got:
+        assert total == 3, address
+        assert "127.0.0.1" in address, address
+
+
 def test_rendezvous_timeout_names_the_missing_keys(tmp_path):
     config = Config.from_env({}, rank=0, size=2, gloo_timeout_seconds=1.0)
     start = time.monotonic()

@@ -204,7 +204,10 @@ cdef class GlooContext:
             rc = fuse_gloo_group_new(dev, rank, size, timeout_ms, cb, p, &self._ptr, err, ERRLEN)
         if rc != 0:
             self._ptr = NULL
-            raise GlooError(_text(err)) from (adapter.error if adapter is not None else None)
+            cause = adapter.error if adapter is not None else None
+            if cause is not None and not isinstance(cause, Exception):
+                raise cause  # KeyboardInterrupt or SystemExit during rendezvous
+            raise GlooError(_text(err)) from cause
         fuse_gloo_group_fill_ops(self._ptr, &self._ops)
 
     def __dealloc__(self):
