@@ -1,0 +1,137 @@
+"""Start-of-training helpers: broadcast a model's parameters and an optimizer's state."""
+
+from __future__ import annotations
+
+import torch
+
+from fuse.common import basics
+from fuse.common import collectives as _c
+from fuse.common.process_sets import global_process_set
+from fuse.frameworks.torch import mpi_ops
+
+
+def _named_tensors(params):
+    if isinstance(params, dict):
+        return sorted(params.items())
+    if isinstance(params, (list, tuple)) or hasattr(params, "__iter__"):
+        items = list(params)
+        if all(isinstance(x, tuple) and len(x) == 2 for x in items):
+            return items
+        return [(str(i), p) for i, p in enumerate(items)]
+    raise ValueError(f"invalid params of type: {type(params)}")
+
+
+def broadcast_parameters(params, root_rank, process_set=global_process_set) -> None:
+    """Overwrite ``params`` (a ``state_dict()`` or ``named_parameters()``) with
+    ``root_rank``'s values, in place."""
+    handles = []
+    for name, p in _named_tensors(params):
+        if p is None:
+            continue
+        if not isinstance(p, torch.Tensor):
+            raise ValueError(f"broadcast_parameters: {name!r} is a {type(p).__name__}, not a "
+                             "tensor")
+        target = p.data if isinstance(p, torch.nn.Parameter) else p
+        if target.is_contiguous():
+            h = mpi_ops.broadcast_async_(target, root_rank, name=f"broadcast_parameters.{name}",
+                                         process_set=process_set)
+            handles.append((h, None, None))
+        else:
+            h = mpi_ops.broadcast_async(target, root_rank, name=f"broadcast_parameters.{name}",
+                                        process_set=process_set)
+            handles.append((h, target, None))
+    first_error = None
+    for h, target, _ in handles:
+        try:
+            out = mpi_ops.synchronize(h)
+            if target is not None:
+                target.copy_(out)
+        except Exception as err:
+            first_error = first_error or err
+    if first_error is not None:
+        raise first_error
+
+
+class _Slot:
+    """A tensor's place in a state dict sent as a skeleton."""
+
+    __slots__ = ("index", "shape", "dtype")
+
+    def __init__(self, index, shape, dtype):
+        self.index, self.shape, self.dtype = index, shape, dtype
+
+
+def _strip(obj, tensors):
+    if isinstance(obj, torch.Tensor):
+        tensors.append(obj)
+        return _Slot(len(tensors) - 1, tuple(obj.shape), obj.dtype)
+    if isinstance(obj, dict):
+        return {k: _strip(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_strip(v, tensors) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_strip(v, tensors) for v in obj)
+    return obj
+
+
+def _fill(obj, tensors):
+    if isinstance(obj, _Slot):
+        return tensors[obj.index]
+    if isinstance(obj, dict):
+        return {k: _fill(v, tensors) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_fill(v, tensors) for v in obj]
+    if isinstance(obj, tuple):
+        return tuple(_fill(v, tensors) for v in obj)
+    return obj
+
+
+def broadcast_optimizer_state(optimizer, root_rank, model=None,
+                              process_set=global_process_set) -> None:
+    """Give every rank ``root_rank``'s optimizer state: per-parameter state tensors, scalar
+    state and every param-group option (lr, betas, ...).
+
+    Works for every ``torch.optim`` optimizer, including those that create their state lazily
+    at the first step: the root's state dict travels as a skeleton (structure, scalars, and
+    the shape/dtype of each tensor) and the tensors follow as in-place broadcasts, so a rank
+    whose state is still empty allocates it from the root's.  ``model`` is accepted for
+    compatibility."""
+    me = basics.rank()
+    tensors: list = []
+    skeleton = _strip(optimizer.state_dict(), tensors) if me == root_rank else None
+    skeleton = _c.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state.skel",
+                                   process_set=process_set)
+    if me != root_rank:
+        slots: list = []
+        _collect_slots(skeleton, slots)
+        slots.sort(key=lambda s: s.index)
+        tensors = [torch.empty(s.shape, dtype=s.dtype) for s in slots]
+    work = [t.detach().cpu().contiguous() if me == root_rank else t for t in tensors]
+    handles = [mpi_ops.broadcast_async_(t, root_rank, name=f"broadcast_optimizer_state.{k}",
+                                        process_set=process_set)
+               for k, t in enumerate(work)]
+    for h in handles:
+        mpi_ops.synchronize(h)
+    if me != root_rank:
+        optimizer.load_state_dict(_fill(skeleton, work))
+
+
+def _collect_slots(obj, out):
+    if isinstance(obj, _Slot):
+        out.append(obj)
+    elif isinstance(obj, dict):
+        for v in obj.values():
+            _collect_slots(v, out)
+    elif isinstance(obj, (list, tuple)):
+        for v in obj:
+            _collect_slots(v, out)
+
+
+def broadcast_object(obj, root_rank=0, name=None, process_set=global_process_set):
+    """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
+    return _c.broadcast_object(obj, root_rank, name=name, process_set=process_set)
+
+
+def allgather_object(obj, name=None, process_set=global_process_set):
+    """A list with every member's ``obj``, in rank order."""
+    return _c.allgather_object(obj, name=name, process_set=process_set)

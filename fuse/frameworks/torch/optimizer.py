@@ -1,0 +1,279 @@
+"""``DistributedOptimizer``: averages gradients across workers while backward is still running.
+
+How it works:
+
+* One ``Tensor.register_post_accumulate_grad_hook`` per trainable parameter.  When autograd has
+  finished accumulating a parameter's gradient for the ``backward_passes_per_step``-th time,
+  the hook submits its allreduce (in place on ``p.grad``, zero copy, unless compressed) and
+  returns at once; the engine's background thread negotiates, fuses the gradients that are
+  ready into the fusion buffer and reduces them while autograd computes the rest.
+* With ``groups``, the members of a group are submitted together as one grouped allreduce when
+  the last of them is ready.
+* ``step()`` first calls :meth:`synchronize`, which submits whatever the hooks did not (unused
+  parameters are reduced as zeros, so no rank waits for a gradient another rank never makes),
+  waits for every handle and writes decompressed results back into ``p.grad``.
+
+The wrapper is a composition: it holds the user's optimizer and forwards everything it does
+not define to it; no class is built at run time.  ``isinstance(opt, torch.optim.SGD)`` still
+holds because ``__class__`` reports the wrapped optimizer's class (as ``unittest.mock`` does);
+``type(opt)`` is :class:`DistributedOptimizer`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+
+import torch
+
+from fuse.common import basics
+from fuse.common.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
+from fuse.common.ops import Average
+from fuse.common.process_sets import global_process_set
+from fuse.frameworks.torch import mpi_ops
+from fuse.frameworks.torch.tensors import Compression
+
+ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but before "
+                   "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
+                   "cause a race condition.")
+
+
+class DistributedOptimizer:
+    """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over the process set.
+
+    Args:
+        optimizer: any ``torch.optim.Optimizer``.
+        named_parameters: ``model.named_parameters()``; names the collectives (recommended).
+        compression: ``Compression.none``, ``.fp16`` or ``.bf16`` for the wire.
+        backward_passes_per_step: local accumulation: reduce every N backward passes.
+        op: ``Average`` (default) or ``Sum`` (``Adasum`` is not available yet).
+        gradient_predivide_factor: divide by f before the sum and multiply by f after.
+        num_groups: deprecated spelling of an int ``groups``.
+        groups: an int (that many fused groups) or a list of lists of parameters.
+        sparse_as_dense: reduce sparse gradients as dense tensors.
+        process_set: the workers this optimizer averages over.
+    """
+
+    def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
+                 backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                 num_groups=0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        d = self.__dict__
+        d["_opt"] = optimizer
+        d["_compression"] = compression
+        d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
+        d["_sparse_as_dense"] = sparse_as_dense
+        d["_process_set"] = process_set
+        d["_should_synchronize"] = True
+        d["_synchronized"] = False
+
+        params, seen = [], set()
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+        names = self._names(params, named_parameters)
+        d["_params"] = params
+        d["_wire_names"] = wire_names(names)
+        d["_index"] = {id(p): i for i, p in enumerate(params)}
+        d["_groups"] = assign_groups(params, groups, num_groups)
+        d["_group_of"] = {i: g for g, members in enumerate(self._groups) for i in members}
+        d["_group_ready"] = [0] * len(self._groups)
+        d["_counter"] = PassCounter(len(params), backward_passes_per_step)
+        d["_handles"] = {}          # group index -> [(param index, handle, wire, ctx)]
+        d["_hook_handles"] = []
+        d["_active"] = process_set.included() and len(process_set.ranks) > 1
+        if self._active:
+            for p in params:
+                if p.requires_grad:
+                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
+
+    # ---- identity: a wrapper that still answers isinstance(opt, torch.optim.SGD)
+
+    @property
+    def __class__(self):
+        return type(self._opt)
+
+    def __getattr__(self, name):
+        # only reached for names this wrapper does not define
+        return getattr(self.__dict__["_opt"], name)
+
+    @property
+    def param_groups(self):
+        return self._opt.param_groups
+
+    @param_groups.setter
+    def param_groups(self, value):
+        self._opt.param_groups = value
+
+    @property
+    def state(self):
+        return self._opt.state
+
+    @state.setter
+    def state(self, value):
+        self._opt.state = value
+
+    @property
+    def defaults(self):
+        return self._opt.defaults
+
+    @defaults.setter
+    def defaults(self, value):
+        self._opt.defaults = value
+
+    def __repr__(self):
+        return f"DistributedOptimizer({self._opt!r})"
+
+    # ---- names
+
+    @staticmethod
+    def _names(params, named_parameters):
+        if named_parameters is None:
+            return [None] * len(params)
+        named = list(named_parameters)
+        check_names(named)
+        by_id = {id(p): name for name, p in named}
+        missing = [id(p) for p in params if id(p) not in by_id]
+        if missing:
+            raise ValueError("named_parameters was specified, but one or more model "
+                             "parameters were not named. Python object ids: "
+                             f"{', '.join(str(m) for m in missing)}")
+        return [by_id[id(p)] for p in params]
+
+    # ---- hooks and submission
+
+    def _hook(self, p):
+        i = self._index[id(p)]
+        if self._counter.record(i):
+            g = self._group_of[i]
+            self._group_ready[g] += 1
+            if self._group_ready[g] == len(self._groups[g]):
+                self._submit(g)
+
+    def _grad_for_wire(self, p):
+        if p.grad is None:
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        if p.grad.is_sparse and self._sparse_as_dense:
+            p.grad = p.grad.to_dense()
+        return p.grad
+
+    def _submit(self, g):
+        members = self._groups[g]
+        entries, wires = [], []
+        for i in members:
+            grad = self._grad_for_wire(self._params[i])
+            if grad.is_sparse:
+                wait = mpi_ops.sparse_allreduce_async(grad, self._wire_names[i], self._op,
+                                                      self._process_set)
+                entries.append((i, wait, None, "sparse"))
+                continue
+            wire, ctx = self._compression.compress(grad)
+            if not wire.is_contiguous():
+                wire = wire.contiguous()
+            entries.append((i, None, wire, ctx))
+            wires.append(wire)
+        dense = [e for e in entries if e[3] != "sparse"]
+        if len(members) == 1 and dense:
+            i, _, wire, ctx = dense[0]
+            h = mpi_ops.allreduce_async_(wire, name=self._wire_names[i], op=self._op,
+                                         prescale_factor=self._prescale,
+                                         postscale_factor=self._postscale,
+                                         process_set=self._process_set)
+            entries = [(i, h, wire, ctx)]
+        elif dense:
+            h = mpi_ops.grouped_allreduce_async_(
+                [e[2] for e in dense], name=f"grouped_allreduce.group{g}."
+                + self._wire_names[dense[0][0]], op=self._op, prescale_factor=self._prescale,
+                postscale_factor=self._postscale, process_set=self._process_set)
+            entries = [e for e in entries if e[3] == "sparse"] + [
+                (i, h if k == 0 else None, wire, ctx) for k, (i, _, wire, ctx) in
+                enumerate(dense)]
+        self._handles[g] = entries
+
+    def synchronize(self):
+        """Finish every gradient's allreduce and write the results into ``p.grad``."""
+        if not self._active:
+            self._counter.reset()
+            self.__dict__["_synchronized"] = True
+            return
+        for g, members in enumerate(self._groups):
+            if g in self._handles:
+                continue
+            if any(self._params[i].requires_grad for i in members):
+                self._submit(g)
+        first_error = None
+        for g in sorted(self._handles):
+            entries = self._handles[g]
+            try:
+                for i, h, wire, ctx in entries:
+                    p = self._params[i]
+                    if ctx == "sparse":
+                        p.grad = h()
+                        continue
+                    if h is not None:
+                        mpi_ops.synchronize(h)
+                    out = self._compression.decompress(wire, ctx)
+                    if out is not p.grad:
+                        p.grad.copy_(out)
+            except Exception as err:   # wait for every handle before raising
+                first_error = first_error or err
+        self._handles.clear()
+        self._counter.reset()
+        self.__dict__["_group_ready"] = [0] * len(self._groups)
+        self.__dict__["_synchronized"] = True
+        if first_error is not None:
+            raise first_error
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside this context ``step()`` does not synchronize; call :meth:`synchronize`
+        yourself first (gradient clipping, AMP ``GradScaler.unscale_``)."""
+        self.__dict__["_should_synchronize"] = False
+        try:
+            yield
+        finally:
+            self.__dict__["_should_synchronize"] = True
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            else:
+                self.synchronize()
+        self.__dict__["_synchronized"] = False
+        return self._opt.step(closure) if closure is not None else self._opt.step()
+
+    def zero_grad(self, set_to_none: bool = True):
+        if self._handles or self._counter.any_pending():
+            raise AssertionError(ZERO_GRAD_ERROR)
+        return self._opt.zero_grad(set_to_none=set_to_none)
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        self._counter.set_passes(passes)
+
+    @property
+    def backward_passes_per_step(self) -> int:
+        return self._counter.passes
+
+    def remove_hooks(self) -> None:
+        """Stop reducing gradients (the hooks are removed; the optimizer keeps working)."""
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles.clear()
+        self.__dict__["_active"] = False
+
+    def __setattr__(self, name, value):
+        prop = getattr(DistributedOptimizer, name, None)
+        if isinstance(prop, property):
+            prop.__set__(self, value)
+        else:
+            self.__dict__[name] = value

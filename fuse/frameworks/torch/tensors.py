@@ -1,0 +1,119 @@
+"""Torch tensors for the collective layer: zero-copy views of CPU memory, casts, device routing."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+
+from fuse import _core
+from fuse.common import compression as _compression
+from fuse.common.collectives import ArrayOps
+
+# torch dtype -> (fuse dtype name, torch dtype of the view numpy can export)
+_DTYPES = {
+    torch.uint8: ("uint8", None),
+    torch.int8: ("int8", None),
+    torch.int16: ("int16", None),
+    torch.int32: ("int32", None),
+    torch.int64: ("int64", None),
+    torch.float16: ("float16", None),
+    torch.float32: ("float32", None),
+    torch.float64: ("float64", None),
+    torch.bool: ("bool", None),
+    torch.bfloat16: ("bfloat16", torch.int16),   # numpy has no bfloat16: export the bits
+}
+if hasattr(torch, "uint16"):
+    _DTYPES[torch.uint16] = ("uint16", None)
+
+_BY_NAME = {name: dt for dt, (name, _) in _DTYPES.items()}
+
+
+def supported_dtypes() -> list:
+    return list(_DTYPES)
+
+
+def dtype_name(dtype) -> str:
+    entry = _DTYPES.get(dtype)
+    if entry is None:
+        raise ValueError(f"Tensor type {dtype} is not supported.")
+    return entry[0]
+
+
+def host_view(tensor: torch.Tensor) -> np.ndarray:
+    """A numpy array over the tensor's own CPU memory (no copy)."""
+    name, view_as = _DTYPES[tensor.dtype]
+    t = tensor.detach()
+    if view_as is not None:
+        t = t.view(view_as)
+    return t.numpy()
+
+
+class TorchOps(ArrayOps):
+    """CPU tensors only; device tensors are staged by the caller (see api._on_host)."""
+
+    name = "torch"
+
+    def describe(self, tensor):
+        if not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.device.type != "cpu":
+            raise ValueError(f"tensor on {tensor.device} reached the host path")
+        if tensor.is_sparse:
+            raise ValueError("sparse tensors are not supported here; use "
+                             "sparse_allreduce_async or sparse_as_dense=True")
+        if not tensor.is_contiguous():
+            raise ValueError("Tensor is required to be contiguous.")
+        code = _core.DTYPE_CODES[dtype_name(tensor.dtype)]
+        return host_view(tensor), code, tuple(tensor.shape)
+
+    def empty_like(self, tensor):
+        return torch.empty(tensor.shape, dtype=tensor.dtype)
+
+    def allocator(self, like):
+        dtype = like.dtype
+
+        def allocate(shape):
+            out = torch.empty(tuple(shape), dtype=dtype)
+            return out, host_view(out)
+        return allocate
+
+    def from_numpy(self, array, like=None):
+        return torch.from_numpy(np.ascontiguousarray(array))
+
+
+class TorchCast(_compression.CastHook):
+    def dtype_name(self, tensor) -> str:
+        return dtype_name(tensor.dtype)
+
+    def is_floating(self, tensor) -> bool:
+        return tensor.is_floating_point()
+
+    def cast(self, tensor, name: str):
+        return tensor.to(_BY_NAME[name])
+
+
+_cast = TorchCast()
+
+
+class NoneCompressor(_compression.NoneCompressor):
+    """Send gradients as they are."""
+
+
+class FP16Compressor(_compression.FP16Compressor):
+    """Floating tensors travel as float16."""
+
+    hook = _cast
+
+
+class BF16Compressor(_compression.BF16Compressor):
+    """Floating tensors travel as bfloat16."""
+
+    hook = _cast
+
+
+class Compression:
+    """Optional gradient compression: ``Compression.none``, ``.fp16`` and ``.bf16``."""
+
+    none = NoneCompressor
+    fp16 = FP16Compressor
+    bf16 = BF16Compressor
