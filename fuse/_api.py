@@ -19,7 +19,8 @@ _ops = NumpyOps()
 
 
 def _arr(x) -> np.ndarray:
-    return np.ascontiguousarray(x)
+    a = np.asarray(x)       # (np.ascontiguousarray would turn a 0-d array into shape (1,))
+    return a if a.flags.c_contiguous else np.ascontiguousarray(a)
 
 
 def _inplace(x) -> np.ndarray:

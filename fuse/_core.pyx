@@ -191,6 +191,7 @@ cdef struct Response:
     vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
                                 # add_process_set: the new id then the ranks
     string error
+    int error_kind              # how the error reaches the user (see _make_error)
     int last_joined
     cbool inline_data           # the coordinator computed the result: it is in payloads
     vector[string] payloads
@@ -204,6 +205,7 @@ cdef struct Pending:
     cbool warned
     cbool is_ready
     string error              # set when the coordinator already knows the collective fails
+    int error_kind
     string acc                # small collectives: the running reduction (or the root's data)
     cbool all_data            # every contribution so far carried its data
 
@@ -319,6 +321,7 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
     for i in range(r.rank_dims.size()):
         put[int64_t](out, r.rank_dims[i])
     put_str(out, r.error)
+    put[int](out, r.error_kind)
     put[int](out, r.last_joined)
     put[uint8_t](out, 1 if r.inline_data else 0)
     if r.inline_data:
@@ -357,6 +360,7 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
             break
         r.rank_dims.push_back(get[int64_t](rd))
     r.error = get_str(rd)
+    r.error_kind = get[int](rd)
     r.last_joined = get[int](rd)
     r.inline_data = get[uint8_t](rd) != 0
     if r.inline_data:
@@ -834,6 +838,7 @@ cdef class Engine:
             frame.clear()
             put[uint8_t](frame, MSG_ABORT_ALL)
             put[int](frame, 0)
+            put[int](frame, 0)
             put_str(frame, msg)
             self._broadcast_frame(frame)
         elif self.ctl_fd >= 0:
@@ -1094,6 +1099,7 @@ cdef class Engine:
         cdef string msg
         cdef Response resp
         cdef int state
+        cdef int kind
         if t == MSG_RESPONSES:
             n = get[uint32_t](rd)
             for i in range(n):
@@ -1111,10 +1117,14 @@ cdef class Engine:
             slot = get[uint32_t](rd)
             gen = get[uint32_t](rd)
             self._resend_full(slot, gen)
-        elif t == MSG_ABORT_ALL:
+        elif t == MSG_ABORT_ALL:      # (who, error kind, message); who < 0: the job itself
             who = get[int](rd)
+            kind = get[int](rd)
             msg = get_str(rd)
-            self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, 0)
+            if who >= 0:
+                self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
+            else:
+                self._fail(msg, kind)
         elif t == MSG_COORD_BYE:
             lock_acquire(self.lock)
             if self.state == S_RUNNING:
@@ -1323,6 +1333,7 @@ cdef class Engine:
             entry.warned = False
             entry.is_ready = False
             entry.all_data = True
+            entry.error_kind = 0
         entry = &self.table[key]
         if entry.have[pos]:
             return
@@ -1401,6 +1412,7 @@ cdef class Engine:
         resp.slots.push_back(NO_SLOT)
         resp.gens.push_back(0)
         resp.error = why
+        resp.error_kind = 0
         resp.last_joined = -1
         put[uint8_t](frame, MSG_RESPONSES)
         put[uint32_t](frame, 1)
@@ -1462,13 +1474,13 @@ cdef class Engine:
         if joined_problem.size():
             self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
                               "(only allreduce is): a rank called join() while tensor '") +
-                              first.name + _cs("' was outstanding"))
+                              first.name + _cs("' was outstanding"), 0)
             return
         if not complete:
             if missing_gone.size():
                 self._error_ready(key, missing_gone + _cs(" has already shut down (called "
                                   "fuse.shutdown() or exited), so collective '") + first.name +
-                                  _cs("' can never complete"))
+                                  _cs("' can never complete"), 2)
             return
         entry.is_ready = True
         if first.group_key.size() and first.group_size > 1:
@@ -1480,10 +1492,11 @@ cdef class Engine:
         else:
             self.ready.push_back(key)
 
-    cdef void _error_ready(self, const string& key, const string& why) noexcept nogil:
+    cdef void _error_ready(self, const string& key, const string& why, int kind) noexcept nogil:
         cdef Pending* entry = &self.table[key]
         entry.is_ready = True
         entry.error = why
+        entry.error_kind = kind
         self.ready.push_back(key)
 
     cdef string _validate(self, Pending* entry) noexcept nogil:
@@ -1618,8 +1631,10 @@ cdef class Engine:
         resp.gens.push_back(0)
         resp.inline_data = False
         resp.error = entry.error
+        resp.error_kind = entry.error_kind
         if resp.error.size() == 0:
             resp.error = self._validate(entry)
+            resp.error_kind = 1
         if resp.error.size():
             return resp
         if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST:
@@ -1855,7 +1870,8 @@ cdef class Engine:
         cdef PSet* ps
         if resp.error.size():
             for i in range(resp.names.size()):
-                self._finish_request(_key(resp.pset, resp.names[i]), H_ERROR, resp.error, 1)
+                self._finish_request(_key(resp.pset, resp.names[i]), H_ERROR, resp.error,
+                                     resp.error_kind)
             return
         if resp.kind == K_PSET_ADD:
             self._exec_pset_add(resp)

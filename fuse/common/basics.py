@@ -178,17 +178,24 @@ def _recv_exact(sock: socket.socket, n: int) -> bytes:
     return data
 
 
-def _excepthook(exc_type, exc, tb):
-    """An uncaught exception on this rank: tell the other ranks (and the launcher) why we die,
-    so they fail at once with our message instead of timing out."""
+def report_failure(exc: BaseException) -> None:
+    """This rank is about to die of ``exc``: tell the other ranks (and the launcher) why, so
+    they fail at once with our message instead of waiting for a timeout."""
     engine = _state.engine
-    if engine is not None and not issubclass(exc_type, KeyboardInterrupt):
-        text = "".join(traceback.format_exception_only(exc_type, exc)).strip()
-        try:
-            _report_error(text, "".join(traceback.format_exception(exc_type, exc, tb)))
-            engine.abort(text)
-        except Exception:
-            pass
+    if engine is None or isinstance(exc, KeyboardInterrupt):
+        return
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    try:
+        _report_error(text, "".join(traceback.format_exception(type(exc), exc,
+                                                               exc.__traceback__)))
+        engine.abort(text)
+    except Exception:
+        pass
+
+
+def _excepthook(exc_type, exc, tb):
+    """An uncaught exception on this rank."""
+    report_failure(exc)
     (_state.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
 

@@ -42,6 +42,7 @@ def main(argv: list[str] | None = None) -> int:
         payload: tuple = ("ok", func(*args, **kwargs))
     except Exception as exc:  # SystemExit/KeyboardInterrupt end the process as they would
         payload = error_payload(exc)
+        _tell_peers(exc)
     data, payload = dumps_payload(payload)
     store.set(RESULT_KEY.format(rank=rank), sign(key, data))
     if payload[0] == "error":
@@ -49,6 +50,13 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(payload[4])
         return 1
     return 0
+
+
+def _tell_peers(exc: BaseException) -> None:
+    """If the function started fuse, let the other ranks fail with this rank's message."""
+    basics = sys.modules.get("fuse.common.basics")
+    if basics is not None:
+        basics.report_failure(exc)
 
 
 if __name__ == "__main__":
