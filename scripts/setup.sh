@@ -16,6 +16,8 @@ PYTHON=${PYTHON:-python3}
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
+# meson-python finds meson, ninja and cython on PATH, at install time and at every rebuild.
+export PATH="$(pwd)/.venv/bin:$PATH"
 .venv/bin/python -m pip install -q --upgrade pip
 # Build requirements first: the editable install builds without isolation so that later
 # rebuilds (on import) find the same meson, ninja and Cython.
