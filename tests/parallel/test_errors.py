@@ -25,8 +25,11 @@ def _shape_forms(shape) -> tuple:
 
 def mismatch_suite() -> int:
     import fuse
-    fuse.init()
-    r, n = fuse.rank(), fuse.size()
+    import os
+    n = int(os.environ["FUSE_SIZE"])
+    ps = fuse.ProcessSet([1, 2]) if n == 3 else None
+    fuse.init(process_sets=[ps] if ps else None)
+    r = fuse.rank()
     odd = n - 1          # the rank that disagrees with the others
     is_odd = r == odd
     c = Checker(r)
@@ -135,6 +138,22 @@ def mismatch_suite() -> int:
     c.array(fuse.allreduce(ins[r], name="mm.cached", op=fuse.Sum), reduce_ref(ins, "sum"),
             "cached name works again after the mismatch")
 
+    # inside a process set: only its members take part and raise
+    if ps is not None:
+        if ps.included():
+            t0 = time.monotonic()
+            shape = (2,) if is_odd else (5,)
+            err = c.raises(fuse.MismatchError,
+                           lambda: fuse.allreduce(np.zeros(shape), name="mm.set", process_set=ps),
+                           "mismatch inside a process set", match=("mm.set", "rank 2", "rank 1"))
+            c.true(err is None or any(f in str(err) for f in _shape_forms((2,))),
+                   "the set mismatch names the odd shape", str(err))
+            c.true(time.monotonic() - t0 < 10, "set mismatch raised promptly")
+            ins = {k: rank_array("float32", (4,), k, "set.after") for k in (1, 2)}
+            c.array(fuse.allreduce(ins[r], name="mm.set", op=fuse.Sum, process_set=ps),
+                    reduce_ref([ins[1], ins[2]], "sum"), "the set works after its mismatch")
+        healthy("a mismatch inside a process set")
+
     # several mismatches in flight at once, each reported on its own
     hs = [fuse.allreduce_async(np.zeros((3 + i + (1 if is_odd else 0),)), name=f"mm.many.{i}",
                                op=fuse.Sum) for i in range(4)]
@@ -223,9 +242,5 @@ def test_duplicate_names_calls_after_shutdown_and_peer_shutdown(lifecycle_result
     assert "orphan" in waiting["error"], waiting
 
 
-@pytest.mark.xfail(reason="engine bug: a collective that can never complete because a peer "
-                          "has shut down raises MismatchError ('rank 1 has already shut down "
-                          "...'), not ShutdownError (_core.pyx _error_ready results are all "
-                          "reported as mismatches)", strict=True)
 def test_peer_shutdown_raises_shutdown_error(lifecycle_results):
     assert lifecycle_results[0]["error_type"] == "ShutdownError", lifecycle_results[0]
