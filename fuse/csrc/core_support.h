@@ -17,7 +17,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "fuse_backend.h"
+#include "fuse_dtypes.h"
 
 namespace fuse {
 
@@ -105,80 +105,7 @@ inline void wake_fd_drain(int fd) {
   (void)r;
 }
 
-// ---- 16-bit floats ----
-inline float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t man = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {  // subnormal: normalise
-      int e = -1;
-      do { man <<= 1; ++e; } while (!(man & 0x400));
-      man &= 0x3ff;
-      bits = sign | ((uint32_t)(127 - 15 - e) << 23) | (man << 13);
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 127 - 15) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline uint16_t float_to_half(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  uint32_t sign = (x >> 16) & 0x8000;
-  uint32_t absx = x & 0x7fffffffu;
-  if (absx >= 0x7f800000u)  // inf or nan
-    return (uint16_t)(sign | 0x7c00 | (absx > 0x7f800000u ? 0x200 : 0));
-  if (absx >= 0x477ff000u) return (uint16_t)(sign | 0x7c00);  // overflow -> inf
-  if (absx < 0x38800000u) {  // subnormal or zero in half
-    if (absx < 0x33000000u) return (uint16_t)sign;
-    uint32_t man = (absx & 0x7fffff) | 0x800000;
-    int shift = 113 - (int)(absx >> 23) + 13;
-    uint32_t half_man = man >> shift;
-    uint32_t rem = man & ((1u << shift) - 1);
-    uint32_t halfway = 1u << (shift - 1);
-    if (rem > halfway || (rem == halfway && (half_man & 1))) ++half_man;
-    return (uint16_t)(sign | half_man);
-  }
-  uint32_t h = ((absx >> 13) - ((127 - 15) << 10));
-  uint32_t rem = absx & 0x1fff;
-  if (rem > 0x1000 || (rem == 0x1000 && (h & 1))) ++h;  // round to nearest even
-  return (uint16_t)(sign | h);
-}
-
-inline float bf16_to_float(uint16_t b) {
-  uint32_t bits = (uint32_t)b << 16;
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
-inline uint16_t float_to_bf16(float f) {
-  uint32_t x;
-  std::memcpy(&x, &f, 4);
-  if ((x & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((x >> 16) | 0x40);  // quiet nan
-  uint32_t rounding = 0x7fff + ((x >> 16) & 1);
-  return (uint16_t)((x + rounding) >> 16);
-}
-
-inline size_t dtype_size(int dtype) {
-  switch (dtype) {
-    case FUSE_UINT8: case FUSE_INT8: case FUSE_BOOL: return 1;
-    case FUSE_UINT16: case FUSE_INT16: case FUSE_FLOAT16: case FUSE_BFLOAT16: return 2;
-    case FUSE_INT32: case FUSE_FLOAT32: return 4;
-    case FUSE_INT64: case FUSE_FLOAT64: return 8;
-    default: return 0;
-  }
-}
-
+// ---- arithmetic on buffers (conversions and kernels live in fuse_dtypes.h) ----
 template <typename T>
 inline void scale_typed(T* p, size_t n, double f) {
   for (size_t i = 0; i < n; ++i) p[i] = (T)(p[i] * f);
@@ -220,56 +147,12 @@ inline void scale_buffer(void* buf, size_t count, int dtype, double factor) {
   }
 }
 
-template <typename T>
-inline void reduce_typed(T* d, const T* s, size_t n, int op) {
-  switch (op) {
-    case FUSE_OP_SUM: for (size_t i = 0; i < n; ++i) d[i] = (T)(d[i] + s[i]); break;
-    case FUSE_OP_PRODUCT: for (size_t i = 0; i < n; ++i) d[i] = (T)(d[i] * s[i]); break;
-    case FUSE_OP_MIN: for (size_t i = 0; i < n; ++i) d[i] = s[i] < d[i] ? s[i] : d[i]; break;
-    case FUSE_OP_MAX: for (size_t i = 0; i < n; ++i) d[i] = s[i] > d[i] ? s[i] : d[i]; break;
-  }
-}
-
-template <float (*TO)(uint16_t), uint16_t (*FROM)(float)>
-inline void reduce_16(uint16_t* d, const uint16_t* s, size_t n, int op) {
-  for (size_t i = 0; i < n; ++i) {
-    float a = TO(d[i]), b = TO(s[i]), r = a;
-    switch (op) {
-      case FUSE_OP_SUM: r = a + b; break;
-      case FUSE_OP_PRODUCT: r = a * b; break;
-      case FUSE_OP_MIN: r = b < a ? b : a; break;
-      case FUSE_OP_MAX: r = b > a ? b : a; break;
-    }
-    d[i] = FROM(r);
-  }
-}
-
-// dst = dst (op) src, elementwise.  Returns 0, or -1 for an unknown dtype.
+// dst = dst (op) src, elementwise.  Returns 0, or -1 for an unknown dtype or op.
 inline int reduce_into(void* dst, const void* src, size_t count, int dtype, int op) {
-  switch (dtype) {
-    case FUSE_UINT8: reduce_typed((uint8_t*)dst, (const uint8_t*)src, count, op); return 0;
-    case FUSE_INT8: reduce_typed((int8_t*)dst, (const int8_t*)src, count, op); return 0;
-    case FUSE_UINT16: reduce_typed((uint16_t*)dst, (const uint16_t*)src, count, op); return 0;
-    case FUSE_INT16: reduce_typed((int16_t*)dst, (const int16_t*)src, count, op); return 0;
-    case FUSE_INT32: reduce_typed((int32_t*)dst, (const int32_t*)src, count, op); return 0;
-    case FUSE_INT64: reduce_typed((int64_t*)dst, (const int64_t*)src, count, op); return 0;
-    case FUSE_FLOAT32: reduce_typed((float*)dst, (const float*)src, count, op); return 0;
-    case FUSE_FLOAT64: reduce_typed((double*)dst, (const double*)src, count, op); return 0;
-    case FUSE_FLOAT16:
-      reduce_16<half_to_float, float_to_half>((uint16_t*)dst, (const uint16_t*)src, count, op);
-      return 0;
-    case FUSE_BFLOAT16:
-      reduce_16<bf16_to_float, float_to_bf16>((uint16_t*)dst, (const uint16_t*)src, count, op);
-      return 0;
-    case FUSE_BOOL: {
-      uint8_t* d = (uint8_t*)dst;
-      const uint8_t* s = (const uint8_t*)src;
-      bool is_or = (op == FUSE_OP_SUM || op == FUSE_OP_MAX);
-      for (size_t i = 0; i < count; ++i) d[i] = is_or ? (d[i] || s[i]) : (d[i] && s[i]);
-      return 0;
-    }
-  }
-  return -1;
+  ReduceFn fn = reduce_kernel(dtype, op);
+  if (fn == nullptr) return -1;
+  fn(dst, dst, src, count);
+  return 0;
 }
 
 // ---- the wire: little-endian scalars and length-prefixed strings appended to a std::string ----

@@ -1,0 +1,209 @@
+/* Element types of the fuse wire format, shared by the engine and native backends:
+ * sizes, names, IEEE binary16 and bfloat16 conversions, and elementwise reduction kernels
+ * for every (dtype, op) in fuse_backend.h.
+ *
+ * float16 and bfloat16 are widened to float32, combined, and rounded back (to nearest, ties
+ * to even).  bool is a byte that is 0 or 1: SUM and MAX are logical or, PRODUCT and MIN
+ * logical and.  Header-only C++ so a backend can include it without linking anything.
+ */
+#ifndef FUSE_DTYPES_H
+#define FUSE_DTYPES_H
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "fuse_backend.h"
+
+namespace fuse {
+
+inline size_t dtype_size(int dtype) {
+  switch (dtype) {
+    case FUSE_UINT8: case FUSE_INT8: case FUSE_BOOL: return 1;
+    case FUSE_UINT16: case FUSE_INT16: case FUSE_FLOAT16: case FUSE_BFLOAT16: return 2;
+    case FUSE_INT32: case FUSE_FLOAT32: return 4;
+    case FUSE_INT64: case FUSE_FLOAT64: return 8;
+    default: return 0;
+  }
+}
+
+inline const char* dtype_name(int dtype) {
+  switch (dtype) {
+    case FUSE_UINT8: return "uint8";
+    case FUSE_INT8: return "int8";
+    case FUSE_UINT16: return "uint16";
+    case FUSE_INT16: return "int16";
+    case FUSE_INT32: return "int32";
+    case FUSE_INT64: return "int64";
+    case FUSE_FLOAT16: return "float16";
+    case FUSE_FLOAT32: return "float32";
+    case FUSE_FLOAT64: return "float64";
+    case FUSE_BOOL: return "bool";
+    case FUSE_BFLOAT16: return "bfloat16";
+    default: return "unknown dtype";
+  }
+}
+
+inline const char* op_name(int op) {
+  switch (op) {
+    case FUSE_OP_SUM: return "sum";
+    case FUSE_OP_MIN: return "min";
+    case FUSE_OP_MAX: return "max";
+    case FUSE_OP_PRODUCT: return "product";
+    default: return "unknown op";
+  }
+}
+
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+
+/* IEEE 754 binary16 -> binary32 (exact). */
+inline float half_to_float(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000u) << 16;
+  uint32_t exp = (h >> 10) & 0x1fu;
+  uint32_t man = h & 0x3ffu;
+  if (exp == 0x1fu) {  // inf or nan: keep the payload
+    return bits_float(sign | 0x7f800000u | (man << 13));
+  }
+  if (exp == 0) {
+    if (man == 0) {
+      return bits_float(sign);  // signed zero
+    }
+    // Subnormal: shift the mantissa up until its leading one reaches the implicit bit.
+    int shift = 0;
+    while ((man & 0x400u) == 0) {
+      man <<= 1;
+      ++shift;
+    }
+    man &= 0x3ffu;
+    return bits_float(sign | (static_cast<uint32_t>(127 - 14 - shift) << 23) | (man << 13));
+  }
+  return bits_float(sign | ((exp + 127 - 15) << 23) | (man << 13));
+}
+
+/* binary32 -> binary16, round to nearest even; overflow gives inf, nan stays a quiet nan. */
+inline uint16_t float_to_half(float f) {
+  const uint32_t bits = float_bits(f);
+  const uint16_t sign = static_cast<uint16_t>((bits >> 16) & 0x8000u);
+  uint32_t mag = bits & 0x7fffffffu;
+  if (mag >= 0x7f800000u) {  // inf or nan
+    return static_cast<uint16_t>(sign | 0x7c00u | (mag > 0x7f800000u ? 0x200u : 0u));
+  }
+  if (mag >= 0x477ff000u) {  // >= 65520 rounds past the largest half (65504)
+    return static_cast<uint16_t>(sign | 0x7c00u);
+  }
+  if (mag < 0x38800000u) {  // below 2^-14: subnormal half or zero
+    // Adding 0.5 puts the float's last mantissa bit at 2^-24, the half subnormal step, so the
+    // FPU does the rounding; the low bits of the sum are the half's mantissa.
+    const float sum = bits_float(mag) + 0.5f;
+    return static_cast<uint16_t>(sign | (float_bits(sum) - 0x3f000000u));
+  }
+  const uint32_t odd = (mag >> 13) & 1u;
+  mag += 0xc8000000u + 0xfffu + odd;  // rebias the exponent (-112 << 23) and round
+  return static_cast<uint16_t>(sign | (mag >> 13));
+}
+
+inline float bf16_to_float(uint16_t h) { return bits_float(static_cast<uint32_t>(h) << 16); }
+
+inline uint16_t float_to_bf16(float f) {
+  const uint32_t bits = float_bits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) {  // nan: truncate, force quiet
+    return static_cast<uint16_t>((bits >> 16) | 0x40u);
+  }
+  const uint32_t rounding = 0x7fffu + ((bits >> 16) & 1u);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+/* ---- kernels: out[i] = op(a[i], b[i]) for i < n; out may alias a or b ---- */
+
+using ReduceFn = void (*)(void* out, const void* a, const void* b, size_t n);
+
+struct OpSum { template <class T> static T apply(T a, T b) { return static_cast<T>(a + b); } };
+struct OpProduct { template <class T> static T apply(T a, T b) { return static_cast<T>(a * b); } };
+struct OpMin { template <class T> static T apply(T a, T b) { return b < a ? b : a; } };
+struct OpMax { template <class T> static T apply(T a, T b) { return a < b ? b : a; } };
+
+template <class T, class Op>
+void reduce_plain(void* out_, const void* a_, const void* b_, size_t n) {
+  T* out = static_cast<T*>(out_);
+  const T* a = static_cast<const T*>(a_);
+  const T* b = static_cast<const T*>(b_);
+  for (size_t i = 0; i < n; ++i) out[i] = Op::apply(a[i], b[i]);
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float), class Op>
+void reduce_16(void* out_, const void* a_, const void* b_, size_t n) {
+  uint16_t* out = static_cast<uint16_t*>(out_);
+  const uint16_t* a = static_cast<const uint16_t*>(a_);
+  const uint16_t* b = static_cast<const uint16_t*>(b_);
+  for (size_t i = 0; i < n; ++i) out[i] = Store(Op::apply(Load(a[i]), Load(b[i])));
+}
+
+template <bool Or>
+void reduce_bool(void* out_, const void* a_, const void* b_, size_t n) {
+  uint8_t* out = static_cast<uint8_t*>(out_);
+  const uint8_t* a = static_cast<const uint8_t*>(a_);
+  const uint8_t* b = static_cast<const uint8_t*>(b_);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = Or ? static_cast<uint8_t>((a[i] | b[i]) != 0)
+                : static_cast<uint8_t>(a[i] != 0 && b[i] != 0);
+  }
+}
+
+template <class T>
+ReduceFn plain_kernel(int op) {
+  switch (op) {
+    case FUSE_OP_SUM: return &reduce_plain<T, OpSum>;
+    case FUSE_OP_MIN: return &reduce_plain<T, OpMin>;
+    case FUSE_OP_MAX: return &reduce_plain<T, OpMax>;
+    case FUSE_OP_PRODUCT: return &reduce_plain<T, OpProduct>;
+    default: return nullptr;
+  }
+}
+
+template <float (*Load)(uint16_t), uint16_t (*Store)(float)>
+ReduceFn kernel_16(int op) {
+  switch (op) {
+    case FUSE_OP_SUM: return &reduce_16<Load, Store, OpSum>;
+    case FUSE_OP_MIN: return &reduce_16<Load, Store, OpMin>;
+    case FUSE_OP_MAX: return &reduce_16<Load, Store, OpMax>;
+    case FUSE_OP_PRODUCT: return &reduce_16<Load, Store, OpProduct>;
+    default: return nullptr;
+  }
+}
+
+/* The kernel for (dtype, op), or nullptr when the pair is unknown. */
+inline ReduceFn reduce_kernel(int dtype, int op) {
+  switch (dtype) {
+    case FUSE_UINT8: return plain_kernel<uint8_t>(op);
+    case FUSE_INT8: return plain_kernel<int8_t>(op);
+    case FUSE_UINT16: return plain_kernel<uint16_t>(op);
+    case FUSE_INT16: return plain_kernel<int16_t>(op);
+    case FUSE_INT32: return plain_kernel<int32_t>(op);
+    case FUSE_INT64: return plain_kernel<int64_t>(op);
+    case FUSE_FLOAT32: return plain_kernel<float>(op);
+    case FUSE_FLOAT64: return plain_kernel<double>(op);
+    case FUSE_FLOAT16: return kernel_16<half_to_float, float_to_half>(op);
+    case FUSE_BFLOAT16: return kernel_16<bf16_to_float, float_to_bf16>(op);
+    case FUSE_BOOL:
+      switch (op) {
+        case FUSE_OP_SUM: case FUSE_OP_MAX: return &reduce_bool<true>;
+        case FUSE_OP_MIN: case FUSE_OP_PRODUCT: return &reduce_bool<false>;
+        default: return nullptr;
+      }
+    default: return nullptr;
+  }
+}
+
+}  // namespace fuse
+
+#endif
