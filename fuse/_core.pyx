@@ -115,10 +115,7 @@ AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
 KIND_NAMES = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
               "join", "add_process_set", "remove_process_set")
 OP_NAMES = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
-DTYPE_NAMES = {FUSE_UINT8: "uint8", FUSE_INT8: "int8", FUSE_UINT16: "uint16",
-               FUSE_INT16: "int16", FUSE_INT32: "int32", FUSE_INT64: "int64",
-               FUSE_FLOAT16: "float16", FUSE_FLOAT32: "float32", FUSE_FLOAT64: "float64",
-               FUSE_BOOL: "bool", FUSE_BFLOAT16: "bfloat16"}
+DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
 DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
 _BACKEND_OPS = ("sum", "min", "max", "product")
 
@@ -132,19 +129,6 @@ cdef const char* _kind_name(int kind) noexcept nogil:
     if kind == K_JOIN: return "join"
     if kind == K_PSET_ADD: return "add_process_set"
     return "remove_process_set"
-
-cdef const char* _dtype_name(int dtype) noexcept nogil:
-    if dtype == FUSE_UINT8: return "uint8"
-    if dtype == FUSE_INT8: return "int8"
-    if dtype == FUSE_UINT16: return "uint16"
-    if dtype == FUSE_INT16: return "int16"
-    if dtype == FUSE_INT32: return "int32"
-    if dtype == FUSE_INT64: return "int64"
-    if dtype == FUSE_FLOAT16: return "float16"
-    if dtype == FUSE_FLOAT32: return "float32"
-    if dtype == FUSE_FLOAT64: return "float64"
-    if dtype == FUSE_BOOL: return "bool"
-    return "bfloat16"
 
 cdef const char* _op_name(int op) noexcept nogil:
     if op == OP_AVERAGE: return "Average"
@@ -1531,7 +1515,7 @@ cdef class Engine:
                     _cs(_kind_name(a.kind)) + _cs(", rank ") + _i2s(b.rank) + _cs(" did ") + _cs(_kind_name(b.kind))
             if b.dtype != a.dtype:
                 return _cs("Mismatched data types") + what + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                    _cs(_dtype_name(a.dtype)) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + _cs(_dtype_name(b.dtype))
+                    _cs(dtype_name(a.dtype)) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + _cs(dtype_name(b.dtype))
             if (a.kind == K_ALLREDUCE or a.kind == K_REDUCESCATTER) and b.op != a.op:
                 return _cs("Mismatched reduction ops") + what + _cs(": rank ") + _i2s(ra) + _cs(" used ") + \
                     _cs(_op_name(a.op)) + _cs(", rank ") + _i2s(b.rank) + _cs(" used ") + _cs(_op_name(b.op))

@@ -39,6 +39,7 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     void wake_fd_signal(int)
     void wake_fd_drain(int)
     size_t dtype_size(int)
+    const char* dtype_name(int)
     void scale_buffer(void*, size_t, int, double)
     int reduce_into(void*, const void*, size_t, int, int)
     void put[T](string&, T)
