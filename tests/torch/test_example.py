@@ -1,0 +1,30 @@
+"""The Horovod-style example script runs to completion under fuserun with 2 workers."""
+
+import os
+import re
+import subprocess
+
+import pytest
+
+pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+
+from torch_util import PYTHON, ROOT, job_env  # noqa: E402
+
+pytestmark = pytest.mark.timeout(240)
+
+
+def test_horovod_style_script_under_fuserun():
+    script = os.path.join(ROOT, "examples", "pytorch_mnist_style.py")
+    with open(script) as f:
+        assert "import fuse.torch as hvd" in f.read()
+    proc = subprocess.run([PYTHON, "-m", "fuse.runner.launch", "-np", "2", PYTHON, script,
+                           "--epochs", "2"], capture_output=True, text=True, timeout=200,
+                          env=job_env())
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    finals = re.findall(r"\[(\d)\]<stdout>:rank (\d) final accuracy ([\d.]+) checksum (\S+)",
+                        proc.stdout)
+    assert sorted(f[0] for f in finals) == ["0", "1"], proc.stdout[-2000:]
+    accuracy = {float(f[2]) for f in finals}
+    checksums = {f[3] for f in finals}
+    assert len(checksums) == 1, f"replicas diverged: {finals}"
+    assert len(accuracy) == 1 and accuracy.pop() > 0.5, finals   # it learned something
