@@ -65,16 +65,26 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
         config = Config.from_env(**overrides)
-        if comm is not None:
-            if isinstance(comm, (list, tuple)) and sorted(comm) == list(range(config.size)):
-                pass
-            else:
+        name = _choose_backend(config)
+        backend_cls = load_backend(name)
+        backend_kwargs = {}
+        if comm is not None and not (isinstance(comm, (list, tuple))
+                                     and sorted(comm) == list(range(config.size))):
+            if not getattr(backend_cls, "job_identity", None):
                 raise ValueError(
                     "init(comm=...) with a subset of ranks or an MPI communicator needs the "
                     "MPI backend (FUSE_BACKEND=mpi)")
+            backend_kwargs["comm"] = comm
+        # A backend that knows the job by itself (MPI under a plain mpirun) reports who we are
+        # when no launcher set FUSE_RANK, or when init(comm=...) chose a different world.
+        job_identity = getattr(backend_cls, "job_identity", None)
+        if job_identity is not None and ("rank" not in config.explicit or backend_kwargs):
+            identity = job_identity(**backend_kwargs)
+            config = Config.from_env(**{**identity, **overrides, "backend": name})
+        elif name != config.backend:
+            config = Config.from_env(**{**overrides, "backend": name})
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
-        backend_cls = load_backend(config.backend)
-        backend = backend_cls(config)
+        backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
         ctl_fd, worker_fds = _connect_control_channel(backend, config)
 
@@ -99,6 +109,26 @@ def init(comm=None, process_sets=None, **overrides) -> None:
                   config.backend)
     for ps in process_sets or ():
         _add_process_set(ps)
+
+
+# Set by MPI launchers in every process (Open MPI, MPICH/Hydra, Intel MPI, PMIx launchers).
+_MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def _choose_backend(config: Config, environ=os.environ) -> str:
+    """FUSE_BACKEND when set; else HOROVOD_CPU_OPERATIONS (``mpi``/``gloo``); else ``mpi``
+    when an MPI launcher started this process without fuserun (no FUSE_RANK) and an ``mpi``
+    backend is installed; else the default (gloo)."""
+    if "backend" in config.explicit:
+        return config.backend
+    horovod_ops = environ.get("HOROVOD_CPU_OPERATIONS", "").strip().lower()
+    if horovod_ops:
+        return horovod_ops
+    if "rank" not in config.explicit and any(environ.get(v) for v in _MPI_LAUNCHER_VARS):
+        from fuse.backends import backend_names
+        if "mpi" in backend_names():
+            return "mpi"
+    return config.backend
 
 
 def _pin_engine_thread(engine, config: Config, log) -> None:
@@ -287,15 +317,22 @@ def mpi_enabled() -> bool:
 
 
 def mpi_built() -> bool:
+    """True if the MPI backend is installed: registered, with mpi4py's MPI module present
+    (checked without loading the MPI library)."""
     import importlib.util
-    return importlib.util.find_spec("mpi4py") is not None
+    from fuse.backends import backend_names
+    try:
+        found = importlib.util.find_spec("mpi4py.MPI") is not None
+    except ImportError:
+        found = False
+    return found and "mpi" in backend_names()
 
 
 def mpi_threads_supported() -> bool:
+    """True if MPI runs at MPI_THREAD_MULTIPLE, so mpi4py may be used alongside fuse."""
     if not mpi_enabled():
         raise ValueError("mpi_threads_supported() needs the MPI backend (FUSE_BACKEND=mpi)")
-    from mpi4py import MPI
-    return MPI.Query_thread() == MPI.THREAD_MULTIPLE
+    return bool(_state.backend.threads_supported())
 
 
 def nccl_built() -> int:

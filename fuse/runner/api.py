@@ -60,10 +60,6 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
         raise ValueError("give hosts or hostfile, not both")
     if use_gloo and use_mpi:
         raise ValueError("give use_gloo or use_mpi, not both")
-    if use_mpi:
-        raise NotImplementedError(
-            "fuse.run(use_mpi=True) is not supported yet; use the default launcher, or start "
-            "the script with `fuserun --mpi`")
     if hosts:
         specs = _hosts.parse_hosts(hosts)
     elif hostfile:
@@ -91,17 +87,29 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     payload = cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
     command = [executable or sys.executable, "-m", "fuse.runner.run_task"]
 
-    with Job(command, slots, worker_env, settings) as job:
-        job.server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
-        job.server.put(FUNC_KEY, sign(key, payload))
-        result = job.run()
-        raw = {r: job.server.get(RESULT_KEY.format(rank=r)) for r in range(n)}
+    def setup(server) -> None:
+        server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
+        server.put(FUNC_KEY, sign(key, payload))
 
-    if result.interrupted is not None:
-        if result.interrupted == signal.SIGINT:
+    if use_mpi:  # mpirun starts and supervises the workers; we keep the store
+        from . import mpi
+        raw, failure, interrupted = mpi.run_function(
+            n, specs if (hosts or hostfile) else None, worker_env, setup,
+            executable or sys.executable, mpi_args=mpi_args, ssh_port=ssh_port,
+            ssh_identity_file=ssh_identity_file, network_interfaces=network_interfaces,
+            output_filename=output_filename, verbose=bool(verbose))
+    else:
+        with Job(command, slots, worker_env, settings) as job:
+            setup(job.server)
+            result = job.run()
+            raw = {r: job.server.get(RESULT_KEY.format(rank=r)) for r in range(n)}
+        failure, interrupted = result.failure, result.interrupted
+
+    if interrupted is not None:
+        if interrupted == signal.SIGINT:
             raise KeyboardInterrupt
-        os.kill(os.getpid(), result.interrupted)  # the default action, now that workers are gone
-        raise WorkerError(f"fuse.run: interrupted by signal {result.interrupted}", -1)
+        os.kill(os.getpid(), interrupted)  # the default action, now that workers are gone
+        raise WorkerError(f"fuse.run: interrupted by signal {interrupted}", -1)
 
     def load(rank: int):
         blob = raw.get(rank)
@@ -109,7 +117,6 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
             return None
         return cloudpickle.loads(verify(key, blob, f"the result of rank {rank}"))
 
-    failure = result.failure
     if failure is not None:
         try:
             payload = load(failure.rank)

@@ -415,6 +415,7 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
         except mpi.MPINotFound as err:
             print(f"{PROG}: {err}", file=sys.stderr)
             return 1
+        env["FUSE_SIZE"] = str(np)  # informational: each worker's identity comes from MPI
         argv = mpi.mpirun_argv(
             mpirun, mpi.mpi_flavour(mpirun), np,
             specs if (args.hosts or args.hostfile) else None, env, args.command,

@@ -1,7 +1,14 @@
-"""Handing a job to ``mpirun`` (``fuserun --mpi``).
+"""Handing a job to ``mpirun``: ``fuserun --mpi`` and ``fuse.run(..., use_mpi=True)``.
 
-For now the launcher only builds the mpirun command line (Open MPI or MPICH/Hydra flavour) and
-replaces itself with it; workers then read their ranks from the MPI environment.
+``fuserun --mpi`` builds the mpirun command line (Open MPI or MPICH/Hydra flavour) and replaces
+itself with it; ``fuse.run(use_mpi=True)`` runs mpirun as a child and collects the results
+through its own store.  Workers read their ranks from the MPI environment (``fuse.init`` picks
+the MPI backend by itself under an MPI launcher).  mpirun supervises the job: when a worker dies
+or exits with a non-zero code it stops the others (Hydra and Open MPI both do).
+
+Running as root: MPICH needs nothing; Open MPI refuses unless ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
+``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` are set, which both paths here do when run as root (and
+pass ``--allow-run-as-root``).
 """
 
 from __future__ import annotations
@@ -102,3 +109,77 @@ def exec_mpirun(argv: Sequence[str], env: Mapping[str, str], verbose: bool = Fal
     if verbose:
         print("fuserun: " + shlex.join(argv), flush=True)
     os.execve(argv[0], list(argv), env)
+
+
+def _root_env(env: Mapping[str, str]) -> dict[str, str]:
+    env = dict(env)
+    if os.geteuid() == 0:
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
+        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+    return env
+
+
+def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, str],
+                 setup, executable: str, *, mpi_args: str | None = None,
+                 ssh_port: int | None = None, ssh_identity_file: str | None = None,
+                 network_interfaces: Sequence[str] | None = None,
+                 output_filename: str | None = None, verbose: bool = False):
+    """Run ``fuse.runner.run_task`` on ``np`` ranks under mpirun, for :func:`fuse.run`.
+
+    ``setup(server)`` stores the function in the launcher's store before the workers start.
+    Returns ``(raw results by rank, Failure or None, signal that interrupted us or None)``.
+    """
+    import signal as _signal
+
+    from .hosts import is_local_host, store_address
+    from .job import Failure
+    from .store import KVStoreServer
+
+    mpirun = find_mpirun()
+    remote = [h.hostname for h in hosts or () if not is_local_host(h.hostname)]
+    addr = store_address(remote, list(network_interfaces or []))
+    server = KVStoreServer("0.0.0.0" if remote else "127.0.0.1", 0).start()
+    try:
+        setup(server)
+        env = _root_env(env)
+        env["FUSE_GLOO_RENDEZVOUS_ADDR"] = addr
+        env["FUSE_GLOO_RENDEZVOUS_PORT"] = str(server.port)
+        env["FUSE_BACKEND"] = "mpi"   # as fuserun --mpi does
+        env["FUSE_SIZE"] = str(np)    # informational; ranks come from MPI
+        env["PYTHONUNBUFFERED"] = "1"
+        command = [executable, "-m", "fuse.runner.run_task", addr, str(server.port)]
+        argv = mpirun_argv(mpirun, mpi_flavour(mpirun), np, hosts, env, command,
+                           mpi_args=mpi_args, ssh_port=ssh_port,
+                           ssh_identity_file=ssh_identity_file,
+                           network_interfaces=network_interfaces,
+                           output_filename=output_filename)
+        if verbose:
+            print("fuse.run: " + shlex.join(argv), flush=True)
+        proc = subprocess.Popen(argv, env=env, start_new_session=True)
+        interrupted = None
+        try:
+            returncode = proc.wait()
+        except KeyboardInterrupt:
+            interrupted = _signal.SIGINT
+            os.killpg(proc.pid, _signal.SIGINT)
+            try:
+                returncode = proc.wait(10)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, _signal.SIGKILL)
+                returncode = proc.wait()
+        raw = {r: server.get(f"runfunc_result/{r}") for r in range(np)}
+        errors = {r: server.get(f"errors/{r}") for r in range(np)}
+    finally:
+        server.stop()
+    failure = None
+    failed = [r for r in range(np) if errors[r] is not None]
+    if failed:
+        r = failed[0]
+        failure = Failure(rank=r, hostname="?", kind="exit", returncode=1,
+                          error=errors[r].decode("utf-8", "replace"))
+    elif returncode != 0:
+        missing = [r for r in range(np) if raw[r] is None] or [0]
+        kind = "signal" if returncode < 0 else "exit"
+        failure = Failure(rank=missing[0], hostname="?", kind=kind, returncode=returncode,
+                          detail=f"mpirun exited with code {returncode}")
+    return raw, failure, interrupted

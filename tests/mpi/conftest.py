@@ -1,0 +1,64 @@
+"""The engine's multi-process suite (tests/parallel), run again on the MPI backend.
+
+Nothing is copied: ``test_parallel_on_mpi.py`` imports the test functions of tests/parallel, and
+the ``on_mpi`` fixture below swaps the ``run_job`` those modules call for one that starts the
+job under ``mpirun`` (``fuse.run(..., use_mpi=True)``, ``FUSE_BACKEND=mpi``) for as long as
+the imported tests run.  The worker functions, parameters (2 and 3 ranks, every engine
+configuration) and checks are the originals.
+
+Skipped, with the reason, when mpi4py or an mpiexec is missing (``pip install 'fuse[mpi]'``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+
+import pytest
+
+PARALLEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "parallel")
+if PARALLEL not in sys.path:  # the imported test modules import par_util by name
+    sys.path.insert(0, PARALLEL)
+
+
+def mpi_missing() -> str:
+    """Why MPI tests cannot run here ("" when they can)."""
+    if importlib.util.find_spec("mpi4py") is None:
+        return "mpi4py is not installed (pip install 'fuse[mpi]')"
+    if not (shutil.which("mpiexec") or shutil.which("mpirun")):
+        return "no mpiexec/mpirun on PATH (pip install mpich, or install an MPI)"
+    return ""
+
+
+def pytest_collection_modifyitems(config, items):
+    reason = mpi_missing()
+    if not reason:
+        return
+    here = os.path.dirname(os.path.abspath(__file__))
+    for item in items:
+        if str(item.fspath).startswith(here):
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+def mpi_run_job(fn, np_: int, env: dict | None = None, args=(), kwargs=None,
+                timeout: int | None = None):
+    """par_util.run_job, with the workers started by mpirun on the MPI backend."""
+    import fuse
+    import par_util
+
+    timeout = timeout or par_util.WORKER_TIMEOUT
+    job_env = par_util.job_env(env)
+    job_env["FUSE_BACKEND"] = "mpi"
+    return fuse.run(par_util._entry, args=(fn, timeout, tuple(args), dict(kwargs or {})),
+                    np=np_, env=job_env, use_mpi=True)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def on_mpi(request):
+    """Point every tests/parallel module this test module imported at :func:`mpi_run_job`."""
+    with pytest.MonkeyPatch.context() as mp:
+        for module in getattr(request.module, "PARALLEL_MODULES", ()):
+            mp.setattr(module, "run_job", mpi_run_job)
+        yield
