@@ -22,5 +22,5 @@ export PATH="$(pwd)/.venv/bin:$PATH"
 # Build requirements first: the editable install builds without isolation so that later
 # rebuilds (on import) find the same meson, ninja and Cython.
 .venv/bin/python -m pip install -q "meson-python>=0.16" "meson>=1.3" ninja "Cython>=3.0.10" "numpy>=1.24"
-.venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test]"
+.venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test,mpi]"
 echo "setup: fuse installed in $(pwd)/.venv"

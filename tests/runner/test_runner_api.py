@@ -75,5 +75,6 @@ def test_argument_checks():
         run(rank_times, np=2, num_proc=3)
     with pytest.raises(ValueError):
         run(rank_times, hosts="a:1", hostfile="f")
-    with pytest.raises(NotImplementedError):
-        run(rank_times, use_mpi=True)
+    with pytest.raises(ValueError):
+        run(rank_times, use_gloo=True, use_mpi=True)
+    # use_mpi=True itself works now: tests/mpi runs the parallel suite through it
