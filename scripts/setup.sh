@@ -22,5 +22,11 @@ export PATH="$(pwd)/.venv/bin:$PATH"
 # Build requirements first: the editable install builds without isolation so that later
 # rebuilds (on import) find the same meson, ninja and Cython.
 .venv/bin/python -m pip install -q "meson-python>=0.16" "meson>=1.3" ninja "Cython>=3.0.10" "numpy>=1.24"
+# PyTorch for the fuse.torch adapter and its tests: the CPU build, pinned, because an unpinned
+# "torch" pulls a multi-GB CUDA build.  FUSE_SKIP_TORCH=1 leaves it out.
+if [ "${FUSE_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "torch==${FUSE_TORCH_VERSION:-2.13.0}" ||
+    echo "setup: torch could not be installed; the torch tests will be skipped" >&2
+fi
 .venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test,mpi]"
 echo "setup: fuse installed in $(pwd)/.venv"
