@@ -513,6 +513,7 @@ cdef class Engine:
     # knobs
     cdef size_t fusion_threshold
     cdef size_t inline_threshold
+    cdef size_t zero_copy_bytes
     cdef double cycle_time_s
     cdef double stall_warn_s
     cdef double stall_shutdown_s
@@ -537,6 +538,14 @@ cdef class Engine:
     cdef double last_emit
     cdef double last_stall_check
     cdef int next_pset_id
+    # counters for diagnostics and benchmarks (engine thread only; read approximately)
+    cdef double st_copy_s
+    cdef double st_backend_s
+    cdef uint64_t st_allreduces
+    cdef uint64_t st_fused
+    cdef uint64_t st_tensors
+    cdef uint64_t st_inline
+    cdef uint64_t st_bytes
     # Python side
     cdef FusionBufferManager fusion
     cdef object _records        # handle -> [input owner, output owner, allocator, result, aux]
@@ -569,6 +578,7 @@ cdef class Engine:
         self.size = config.size
         self.fusion_threshold = config.fusion_threshold
         self.inline_threshold = config.inline_threshold
+        self.zero_copy_bytes = config.zero_copy_threshold
         self.cycle_time_s = config.cycle_time_ms / 1000.0
         self.stall_check = not config.stall_check_disable
         self.stall_warn_s = config.stall_check_time_seconds
@@ -880,6 +890,15 @@ cdef class Engine:
         text = self.failure.decode(errors="replace")
         lock_release(self.lock)
         return text
+
+    def stats(self):
+        """Counters since start: allreduce responses executed (``allreduces``), how many of
+        them were fused (``fused``), tensors and bytes they carried, tensors the coordinator
+        computed inline, and seconds spent copying through the fusion buffer and in the
+        backend."""
+        return {"allreduces": self.st_allreduces, "fused": self.st_fused,
+                "tensors": self.st_tensors, "inline": self.st_inline, "bytes": self.st_bytes,
+                "copy_seconds": self.st_copy_s, "backend_seconds": self.st_backend_s}
 
     @property
     def thread_native_id(self):
@@ -1736,9 +1755,15 @@ cdef class Engine:
                 self._assign_cache(&resp, 0, entry, keys[i])
                 total = self._entry_bytes(entry)
                 for j in range(i + 1, keys.size()):
-                    if taken[j] or self.fusion_threshold == 0:
+                    # A tensor above the zero-copy size is reduced where it lies: copying it
+                    # into and out of the fusion buffer costs more than the extra call.
+                    if self.fusion_threshold == 0 or total > self.zero_copy_bytes:
+                        break           # no fusion, or the first tensor is reduced in place
+                    if taken[j]:
                         continue
                     other = &self.table[keys[j]]
+                    if self._entry_bytes(other) > self.zero_copy_bytes:
+                        continue
                     if not self._fusable(&resp, other):
                         continue
                     if (self.disable_group_fusion and
@@ -2110,6 +2135,7 @@ cdef class Engine:
             post = post / <double>ps.ranks.size()
         cdef Request* found
         if resp.inline_data:
+            self.st_inline += n
             for i in range(n):
                 it = self.inflight.find(_key(resp.pset, resp.names[i]))
                 if it != self.inflight.end() and resp.payloads[i].size():
@@ -2122,11 +2148,17 @@ cdef class Engine:
             reqs.push_back(found)
             offsets.push_back(total)
             total += <size_t>_numel(resp.shapes[i]) * dsize
+        cdef double t0 = now_seconds()
+        cdef double t1, t2
+        self.st_allreduces += 1
+        self.st_tensors += n
+        self.st_bytes += total
         if n == 1 and reqs[0] != NULL:
             buf = <char*>reqs[0].out
             if reqs[0].inp != reqs[0].out:
                 memcpy(buf, reqs[0].inp, total)
         else:
+            self.st_fused += 1
             buf = <char*>self.fusion.get(total)
             if buf == NULL and total:
                 self._finish_all(resp, H_ERROR, _cs("out of memory for the fusion buffer (") +
@@ -2139,14 +2171,18 @@ cdef class Engine:
                 else:                           # a joined rank contributes zeros
                     memset(buf + offsets[i], 0, nbytes)
         scale_buffer(buf, total // dsize if dsize else 0, resp.dtype, resp.prescale)
+        t1 = now_seconds()
         if self._b_allreduce(ps, buf, total // dsize, resp.dtype, bop, err) != 0:
             self._backend_failed(resp, err)
             return
+        t2 = now_seconds()
         scale_buffer(buf, total // dsize, resp.dtype, post)
         if not (n == 1 and reqs[0] != NULL):
             for i in range(n):
                 if reqs[i] != NULL:
                     memcpy(reqs[i].out, buf + offsets[i], <size_t>_numel(resp.shapes[i]) * dsize)
+        self.st_backend_s += t2 - t1
+        self.st_copy_s += (t1 - t0) + (now_seconds() - t2)
         self._finish_all(resp, H_DONE, string(b""), 0)
 
     cdef void _exec_broadcast(self, Response& resp, PSet* ps) noexcept nogil:
