@@ -18,6 +18,8 @@ import sys
 
 import pytest
 
+from mpi_util import mpi_run_job
+
 PARALLEL = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "parallel")
 if PARALLEL not in sys.path:  # the imported test modules import par_util by name
     sys.path.insert(0, PARALLEL)
@@ -40,19 +42,6 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if str(item.fspath).startswith(here):
             item.add_marker(pytest.mark.skip(reason=reason))
-
-
-def mpi_run_job(fn, np_: int, env: dict | None = None, args=(), kwargs=None,
-                timeout: int | None = None):
-    """par_util.run_job, with the workers started by mpirun on the MPI backend."""
-    import fuse
-    import par_util
-
-    timeout = timeout or par_util.WORKER_TIMEOUT
-    job_env = par_util.job_env(env)
-    job_env["FUSE_BACKEND"] = "mpi"
-    return fuse.run(par_util._entry, args=(fn, timeout, tuple(args), dict(kwargs or {})),
-                    np=np_, env=job_env, use_mpi=True)
 
 
 @pytest.fixture(scope="module", autouse=True)

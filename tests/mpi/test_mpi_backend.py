@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from conftest import mpi_run_job
+from mpi_util import mpi_run_job
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -188,8 +188,9 @@ def _mpiexec() -> str:
 def test_plain_mpiexec_picks_the_mpi_backend(tmp_path, np_):
     proc, _ = _script(tmp_path, "ok", [_mpiexec(), "-n", str(np_)], _env())
     assert proc.returncode == 0, proc.stderr
-    ids = sorted(line.split()[1:] for line in proc.stdout.splitlines()
-                 if line.startswith("identity"))
+    # the ranks' lines can interleave on a shared stdout: find the records, not the lines
+    ids = sorted(list(m) for m in re.findall(r"identity (\d+) (\d+) (\d+) (\d+) (mpi)",
+                                              proc.stdout))
     assert ids == [[str(r), str(np_), str(r), str(np_), "mpi"] for r in range(np_)], proc.stdout
     assert proc.stdout.count("done") == np_
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import alive, fuserun_argv, lines_of, run_fuserun, wait_dead
+from runner_util import alive, fuserun_argv, lines_of, run_fuserun, wait_dead
 
 pytestmark = pytest.mark.timeout(60)
 
