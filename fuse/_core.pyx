@@ -464,6 +464,27 @@ cdef string _exc_text(object e):
     return (f"{type(e).__name__}: {e}").encode(errors="replace")
 
 
+cdef extern from "timeline.h" namespace "fuse" nogil:
+    cppclass Timeline:
+        pass
+    enum TlWhat:
+        TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE
+    Timeline* tl_new()
+    void tl_free(Timeline*)
+    cbool tl_on(Timeline*)
+    cbool tl_cycles_on(Timeline*)
+    void tl_start(Timeline*, cbool, const string&)
+    void tl_stop(Timeline*)
+    void tl_span(Timeline*, const string&, char, uint8_t, int, const string&)
+    void tl_span(Timeline*, const string&, char, uint8_t, int)
+    void tl_span_all(Timeline*, const vector[string]&, char, uint8_t, int)
+    void tl_close(Timeline*, const string&, const string&)
+    void tl_tick(Timeline*, const string&, int)
+    int64_t tl_clock(Timeline*)
+    void tl_cycle(Timeline*, int64_t)
+    string tl_drain(Timeline*)
+
+
 cdef class FusionBufferManager:
     """One host buffer, grown on demand and reused for every fused collective (Horovod keeps one
     per device and stream; fuse runs host collectives only, so one is enough)."""
@@ -554,9 +575,11 @@ cdef class Engine:
     cdef object _thread
     cdef object _log
     cdef object _create_group   # callable(ranks, id) -> Group, for dynamic process sets
+    cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
 
     def __cinit__(self):
         self.lock = lock_new()
+        self.tl = tl_new()
         self.wake_fd = -1
         self.ctl_fd = -1
 
@@ -570,6 +593,7 @@ cdef class Engine:
             if self.worker_fds[i] >= 0:
                 c_close(self.worker_fds[i])
         lock_free(self.lock)
+        tl_free(self.tl)
 
     def __init__(self, config, backend, world_group, int ctl_fd, worker_fds, log, create_group):
         """``ctl_fd``: connected socket to rank 0 (workers) or -1 (rank 0).
@@ -900,6 +924,23 @@ cdef class Engine:
                 "tensors": self.st_tensors, "inline": self.st_inline, "bytes": self.st_bytes,
                 "copy_seconds": self.st_copy_s, "backend_seconds": self.st_backend_s}
 
+    def timeline_start(self, bint mark_cycles, str backend):
+        """Start recording timeline events (call on rank 0 only; see fuse.common.timeline)."""
+        cdef string b = backend.upper().encode()
+        with nogil:
+            tl_start(self.tl, mark_cycles, b)
+
+    def timeline_stop(self):
+        with nogil:
+            tl_stop(self.tl)
+
+    def timeline_drain(self):
+        """The events recorded since the last call: JSON objects joined by ',\\n' (bytes)."""
+        cdef string out
+        with nogil:
+            out = tl_drain(self.tl)
+        return out
+
     @property
     def thread_native_id(self):
         return self._thread.native_id
@@ -929,6 +970,7 @@ cdef class Engine:
         cdef int state
         cdef bint progressed
         cdef Request r
+        cdef int64_t cycle_ts
         while True:
             lock_acquire(self.lock)
             state = self.state
@@ -942,6 +984,7 @@ cdef class Engine:
                     lock_release(self.lock)
                 return
             progressed = False
+            cycle_ts = tl_clock(self.tl) if tl_cycles_on(self.tl) else -1
             if batch.size():
                 self._submit(batch)
                 batch.clear()
@@ -957,6 +1000,8 @@ cdef class Engine:
             else:
                 if self._read_coordinator():
                     progressed = True
+            if progressed and cycle_ts >= 0:
+                tl_cycle(self.tl, cycle_ts)
             if not progressed:
                 timeout_ms = self._idle_timeout_ms()
                 self._wait_for_work(timeout_ms)
@@ -1153,6 +1198,8 @@ cdef class Engine:
         if it == self.inflight.end():
             return
         cdef int64_t handle = deref_req(it).handle
+        if tl_on(self.tl):          # before the handle completes (see tl_close)
+            self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
         self.inflight.erase(it)
         lock_acquire(self.lock)
         self.names_in_flight.erase(key)
@@ -1345,6 +1392,10 @@ cdef class Engine:
         entry.reqs[pos] = req
         entry.have[pos] = 1
         entry.count += 1
+        if tl_on(self.tl):
+            if entry.count == 1:
+                tl_span(self.tl, req.name, b'B', TLW_NEGOTIATE, req.kind)
+            tl_tick(self.tl, req.name, req.rank)
         if req.kind == K_JOIN:
             if not ps.joined[pos]:
                 ps.joined[pos] = 1
@@ -1486,6 +1537,8 @@ cdef class Engine:
                                   _cs("' can never complete"), 2)
             return
         entry.is_ready = True
+        if tl_on(self.tl):
+            self._tl_ready(first)
         if first.group_key.size() and first.group_size > 1:
             self.group_ready[first.group_key].push_back(key)
             if <int>self.group_ready[first.group_key].size() >= first.group_size:
@@ -1498,6 +1551,8 @@ cdef class Engine:
     cdef void _error_ready(self, const string& key, const string& why, int kind) noexcept nogil:
         cdef Pending* entry = &self.table[key]
         entry.is_ready = True
+        if tl_on(self.tl) and self._first(entry) != NULL:
+            self._tl_ready(self._first(entry))
         entry.error = why
         entry.error_kind = kind
         self.ready.push_back(key)
@@ -1874,7 +1929,38 @@ cdef class Engine:
     # Executing responses (every rank), included into the class body of Engine.
     # Responses arrive in the coordinator's order; each turns into at most one backend collective.
 
+    cdef void _tl_ready(self, Request* first) noexcept nogil:
+        """Timeline: negotiation is over, the tensor waits in the response queue."""
+        tl_span(self.tl, first.name, b'E', TLW_NEGOTIATE, first.kind)
+        tl_span(self.tl, first.name, b'B', TLW_TOP, first.kind)
+        tl_span(self.tl, first.name, b'B', TLW_QUEUE, first.kind)
+
+    cdef void _tl_all(self, Response& resp, char ph, uint8_t what) noexcept nogil:
+        """Timeline: the same span boundary for every tensor of a (fused) response."""
+        tl_span_all(self.tl, resp.names, ph, what, resp.kind)
+
     cdef void _execute(self, Response& resp) noexcept nogil:
+        """Run one response; on the timeline (rank 0): QUEUE ends, the activity, <KIND> ends."""
+        cdef size_t i
+        cdef uint8_t act = TLW_INLINE if resp.inline_data else TLW_BACKEND
+        cdef bint spans = resp.kind != K_ALLREDUCE and resp.error.size() == 0 and (
+            resp.kind <= K_REDUCESCATTER)
+        if tl_on(self.tl):
+            self._tl_all(resp, b'E', TLW_QUEUE)
+            if spans:
+                self._tl_all(resp, b'B', act)
+        self._execute_response(resp)
+        if tl_on(self.tl):          # tensors this rank did not finish (not a member, lost)
+            for i in range(resp.names.size()):
+                self._tl_close(resp.names[i], resp.dtype, resp.shapes[i])
+
+    cdef void _tl_close(self, const string& name, int dtype, const vector[int64_t]& shape) noexcept nogil:
+        cdef string args = _cs(dtype_name(dtype))
+        args.push_back(0)
+        args.append(_shape_str(shape))
+        tl_close(self.tl, name, args)
+
+    cdef void _execute_response(self, Response& resp) noexcept nogil:
         cdef size_t i
         cdef PSet* ps
         if resp.error.size():
@@ -2134,12 +2220,17 @@ cdef class Engine:
         if resp.op == OP_AVERAGE:
             post = post / <double>ps.ranks.size()
         cdef Request* found
+        cdef bint tl = tl_on(self.tl)
         if resp.inline_data:
             self.st_inline += n
+            if tl:
+                self._tl_all(resp, b'B', TLW_INLINE)
             for i in range(n):
                 it = self.inflight.find(_key(resp.pset, resp.names[i]))
                 if it != self.inflight.end() and resp.payloads[i].size():
                     memcpy(deref_req(it).out, resp.payloads[i].data(), resp.payloads[i].size())
+            if tl:
+                self._tl_all(resp, b'E', TLW_INLINE)
             self._finish_all(resp, H_DONE, string(b""), 0)
             return
         for i in range(n):
@@ -2159,6 +2250,8 @@ cdef class Engine:
                 memcpy(buf, reqs[0].inp, total)
         else:
             self.st_fused += 1
+            if tl:
+                self._tl_all(resp, b'B', TLW_MEMCPY_IN)
             buf = <char*>self.fusion.get(total)
             if buf == NULL and total:
                 self._finish_all(resp, H_ERROR, _cs("out of memory for the fusion buffer (") +
@@ -2171,16 +2264,27 @@ cdef class Engine:
                 else:                           # a joined rank contributes zeros
                     memset(buf + offsets[i], 0, nbytes)
         scale_buffer(buf, total // dsize if dsize else 0, resp.dtype, resp.prescale)
+        cdef bint fused = not (n == 1 and reqs[0] != NULL)
+        if tl:
+            if fused:
+                self._tl_all(resp, b'E', TLW_MEMCPY_IN)
+            self._tl_all(resp, b'B', TLW_BACKEND)
         t1 = now_seconds()
         if self._b_allreduce(ps, buf, total // dsize, resp.dtype, bop, err) != 0:
             self._backend_failed(resp, err)
             return
         t2 = now_seconds()
         scale_buffer(buf, total // dsize, resp.dtype, post)
-        if not (n == 1 and reqs[0] != NULL):
+        if tl:
+            self._tl_all(resp, b'E', TLW_BACKEND)
+        if fused:
+            if tl:
+                self._tl_all(resp, b'B', TLW_MEMCPY_OUT)
             for i in range(n):
                 if reqs[i] != NULL:
                     memcpy(reqs[i].out, buf + offsets[i], <size_t>_numel(resp.shapes[i]) * dsize)
+            if tl:
+                self._tl_all(resp, b'E', TLW_MEMCPY_OUT)
         self.st_backend_s += t2 - t1
         self.st_copy_s += (t1 - t0) + (now_seconds() - t2)
         self._finish_all(resp, H_DONE, string(b""), 0)

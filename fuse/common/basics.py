@@ -31,6 +31,7 @@ class _State:
         self.process_sets: dict[int, ProcessSet] = {0: global_process_set}
         self.dynamic = False
         self.prev_excepthook = None
+        self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
 
 
 _state = _State()
@@ -92,9 +93,16 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             return backend.create_group(ranks, group_id)
 
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
+            # before the engine runs, so that the first negotiation is on it
+            try:
+                _start_timeline_locked(engine, config, config.timeline,
+                                       config.timeline_mark_cycles)
+            except OSError as err:      # the job runs on without it; the other ranks wait for us
+                log.error("cannot write the timeline to %s: %s", config.timeline, err)
         engine.start()
         _pin_engine_thread(engine, config, log)
-        for knob in ("timeline", "autotune", "elastic"):
+        for knob in ("autotune", "elastic"):
             if getattr(config, knob):
                 log.warning("%s is set (%s) but fuse does not implement it yet; ignoring it",
                             knob, config.explicit.get(knob, "argument"))
@@ -243,10 +251,14 @@ def shutdown() -> None:
     """Stop the engine.  Safe to call more than once; registered with atexit by init()."""
     with _state.lock:
         engine, backend = _state.engine, _state.backend
+        timeline = _state.timeline
         _state.engine = None
         _state.backend = None
+        _state.timeline = None
     if engine is not None:
         engine.shutdown()
+        if timeline is not None:     # after the engine stopped: every event is in the file
+            timeline.stop()
         if backend is not None:
             try:
                 backend.close()
@@ -355,12 +367,35 @@ def ccl_built() -> bool:
     return False
 
 
+def _start_timeline_locked(engine, config: Config, file_path: str, mark_cycles: bool) -> None:
+    from fuse.common.timeline import TimelineWriter
+    if _state.timeline is not None:
+        _state.timeline.stop()
+        _state.timeline = None
+    _state.timeline = TimelineWriter(engine, file_path, mark_cycles, config.backend)
+
+
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
-    raise NotImplementedError("the timeline is not implemented yet (tracked in its own issue)")
+    """Write a Chrome trace of the engine to ``file_path`` from now on (rank 0 writes; on other
+    ranks this does nothing).  Works whatever FUSE_TIMELINE says (Horovod insists on it being
+    set); a timeline already being written is closed first."""
+    _require()
+    if not file_path:
+        raise ValueError("start_timeline needs a file path")
+    with _state.lock:
+        if _state.config.rank != 0:
+            return
+        _start_timeline_locked(_state.engine, _state.config, str(file_path), mark_cycles)
 
 
 def stop_timeline() -> None:
-    raise NotImplementedError("the timeline is not implemented yet (tracked in its own issue)")
+    """Stop the timeline and close its file (valid JSON).  No-op if none is being written and
+    on ranks other than 0."""
+    _require()
+    with _state.lock:
+        timeline, _state.timeline = _state.timeline, None
+    if timeline is not None:
+        timeline.stop()
 
 
 # ---- process sets
