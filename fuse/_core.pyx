@@ -1812,7 +1812,8 @@ cdef class Engine:
                 for j in range(i + 1, keys.size()):
                     # A tensor above the zero-copy size is reduced where it lies: copying it
                     # into and out of the fusion buffer costs more than the extra call.
-                    if self.fusion_threshold == 0 or total > self.zero_copy_bytes:
+                    if (self.fusion_threshold == 0
+                            or self._entry_bytes(entry) > self.zero_copy_bytes):
                         break           # no fusion, or the first tensor is reduced in place
                     if taken[j]:
                         continue

@@ -64,7 +64,7 @@ class Config:
     # engine
     fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
                                   doc="fusion buffer size in bytes; 0 disables fusion")
-    zero_copy_threshold: int = _knob(1024 * 1024, "ZERO_COPY_THRESHOLD",
+    zero_copy_threshold: int = _knob(4 * 1024 * 1024, "ZERO_COPY_THRESHOLD",
                                      doc="allreduces larger than this many bytes are reduced in "
                                          "place, not copied through the fusion buffer")
     inline_threshold: int = _knob(64 * 1024, "INLINE_THRESHOLD",
