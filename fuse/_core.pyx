@@ -1169,10 +1169,7 @@ cdef class Engine:
             who = get[int](rd)
             kind = get[int](rd)
             msg = get_str(rd)
-            if who >= 0:
-                self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
-            else:
-                self._fail(msg, kind)
+            self._fail_from(who, msg, kind)
         elif t == MSG_COORD_BYE:
             lock_acquire(self.lock)
             if self.state == S_RUNNING:
@@ -1205,6 +1202,13 @@ cdef class Engine:
         self.names_in_flight.erase(key)
         self._complete_locked(handle, status, error, error_kind)
         lock_release(self.lock)
+
+    cdef void _fail_from(self, int who, const string& msg, int kind) noexcept nogil:
+        """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole)."""
+        if who >= 0:
+            self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
+        else:
+            self._fail(msg, kind)
 
     cdef void _fail(self, const string& why, int kind) noexcept nogil:
         lock_acquire(self.lock)
@@ -1301,10 +1305,7 @@ cdef class Engine:
         for i in range(1, self.worker_fds.size()):
             if self.worker_fds[i] >= 0 and self.worker_state[i] == 0 and <int>i != who:
                 send_frame(self.worker_fds[i], frame)
-        if who >= 0:
-            self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
-        else:
-            self._fail(msg, kind)
+        self._fail_from(who, msg, kind)
 
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil:
         cdef Reader rd = reader_new(msg)
