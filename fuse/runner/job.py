@@ -19,6 +19,7 @@ import os
 import secrets
 import selectors
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -28,6 +29,20 @@ from typing import IO, Mapping, Sequence
 
 from .hosts import Slot, is_local_host, loopback_interface, store_address
 from .store import KVStoreServer
+
+# Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then):
+# util-linux's setpriv asks the kernel to send SIGTERM when the parent goes away.  Where it is
+# missing, the launcher's own signal handling is all there is.
+_SETPRIV = "/usr/bin/setpriv"
+_ORPHAN_GUARD = ([_SETPRIV, "--pdeathsig", "TERM", "--"]
+                 if sys.platform.startswith("linux") and os.access(_SETPRIV, os.X_OK) else [])
+
+
+def _findable(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
+    """Whether exec would find ``program`` (a path, or a name on the worker's PATH)."""
+    if os.sep in program:
+        return os.access(os.path.join(cwd or "", program), os.X_OK)
+    return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
 
 __all__ = ["Settings", "Failure", "JobResult", "Job", "worker_base_env"]
 
@@ -368,7 +383,10 @@ class Job:
                 w.start_deadline = time.monotonic() + st.start_timeout
             else:
                 self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(self.command)}")
-                w.proc = subprocess.Popen(self.command, env=env, cwd=st.cwd,
+                if _ORPHAN_GUARD and not _findable(self.command[0], env, st.cwd):
+                    # say it as Popen would, not as setpriv does
+                    raise FileNotFoundError(2, "No such file or directory", self.command[0])
+                w.proc = subprocess.Popen(_ORPHAN_GUARD + self.command, env=env, cwd=st.cwd,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True)
         except OSError as err:

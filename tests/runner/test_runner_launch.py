@@ -205,6 +205,28 @@ def test_sigint_stops_everything(script, tmp_path):
     assert wait_dead(pids, 5) == []
 
 
+@pytest.mark.skipif(not os.access("/usr/bin/setpriv", os.X_OK),
+                    reason="util-linux setpriv is missing: workers cannot follow a killed launcher")
+def test_workers_die_with_a_sigkilled_launcher(script, tmp_path):
+    path = script("""
+        import os, time
+        print(os.getpid(), flush=True)
+        time.sleep(60)
+    """)
+    proc = subprocess.Popen(fuserun_argv("-np", "2", PY, path), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    pids: list[int] = []
+    deadline = time.monotonic() + 15
+    while len(pids) < 2 and time.monotonic() < deadline:
+        line = proc.stdout.readline().decode()
+        if "<stdout>:" in line:
+            pids.append(int(line.split(":", 1)[1]))
+    assert len(pids) == 2 and all(alive(p) for p in pids)
+    proc.kill()                      # no chance to clean up
+    proc.wait(5)
+    assert wait_dead(pids, 10) == []
+
+
 def test_worker_ignoring_sigterm_is_killed(script, tmp_path):
     path = script("""
         import os, signal, sys, time
