@@ -10,19 +10,29 @@ class ProcessSet:
     ``init(process_sets=[...])`` or by ``add_process_set`` (with dynamic process sets on)."""
 
     def __init__(self, ranks_or_comm: Iterable[int] | object):
+        self.process_set_id: int | None = None
         if hasattr(ranks_or_comm, "Get_group"):      # an mpi4py communicator
             self.mpi_comm = ranks_or_comm
-            group = ranks_or_comm.Get_group()
-            from mpi4py import MPI  # only reachable when the user passed a communicator
-            world = MPI.COMM_WORLD.Get_group()
-            ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world)
+            # Ranks are positions in fuse's world, which init(comm=...) may make a subset of
+            # MPI_COMM_WORLD: translate once fuse is running (see ``ranks``).
+            self._ranks: list[int] | None = None
         else:
             self.mpi_comm = None
-            ranks = ranks_or_comm
-        self.ranks = sorted(int(r) for r in ranks)
-        if len(set(self.ranks)) != len(self.ranks):
-            raise ValueError(f"process set ranks must be distinct: {self.ranks}")
-        self.process_set_id: int | None = None
+            self._ranks = _checked(ranks_or_comm)
+
+    @property
+    def ranks(self) -> list[int]:
+        if self._ranks is None:
+            from fuse.common import basics
+            ranks = _checked(_translate(self.mpi_comm))
+            if not basics.is_initialized():
+                return ranks      # provisional, against MPI_COMM_WORLD
+            self._ranks = ranks
+        return self._ranks
+
+    @ranks.setter
+    def ranks(self, value) -> None:
+        self._ranks = _checked(value)
 
     def _id(self) -> int:
         if self.process_set_id is None:
@@ -55,6 +65,26 @@ class ProcessSet:
 
     def __hash__(self) -> int:
         return hash(tuple(self.ranks))
+
+
+def _checked(ranks) -> list[int]:
+    out = sorted(int(r) for r in ranks)
+    if len(set(out)) != len(out):
+        raise ValueError(f"process set ranks must be distinct: {out}")
+    return out
+
+
+def _translate(comm) -> list[int]:
+    """The fuse ranks of a communicator's members: positions in fuse's world communicator
+    (the MPI backend's), or in MPI_COMM_WORLD before fuse runs on MPI."""
+    from mpi4py import MPI  # only reachable when the user passed a communicator
+    from fuse.common import basics
+    world = getattr(getattr(basics._state.backend, "world", None), "comm", None) or MPI.COMM_WORLD
+    group = comm.Get_group()
+    ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world.Get_group())
+    if any(r == MPI.UNDEFINED for r in ranks):
+        raise ValueError("the communicator has members outside fuse's world communicator")
+    return list(ranks)
 
 
 class _GlobalProcessSet(ProcessSet):

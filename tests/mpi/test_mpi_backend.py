@@ -212,3 +212,34 @@ def test_a_dead_rank_does_not_hang_the_others(tmp_path, mode):
     assert elapsed < 60, elapsed
     if mode == "raise":
         assert "rank 1 failed on purpose" in proc.stderr, proc.stderr
+
+
+def comm_subset_process_sets() -> dict:
+    """init(comm=<world ranks 1 and 2>) on 3 MPI ranks: a ProcessSet made from a communicator
+    names fuse ranks (positions in fuse's world), not MPI_COMM_WORLD ranks."""
+    from mpi4py import MPI
+
+    import fuse
+    world_rank = MPI.COMM_WORLD.rank
+    job = MPI.COMM_WORLD.Split(1 if world_rank in (1, 2) else MPI.UNDEFINED, key=world_rank)
+    if job == MPI.COMM_NULL:
+        return {"member": False}
+    last = job.Split(1 if world_rank == 2 else MPI.UNDEFINED, key=world_rank)
+    # every rank of fuse's world registers the same set; world rank 1 is not in `last`, so it
+    # names the set by its fuse rank
+    single = fuse.ProcessSet(last) if last != MPI.COMM_NULL else fuse.ProcessSet([1])
+    fuse.init(comm=job, process_sets=[single])
+    out = {"member": True, "rank": fuse.rank(), "whole": fuse.ProcessSet(job).ranks,
+           "single": single.ranks}
+    if fuse.rank() == 1:
+        out["sum"] = float(fuse.allreduce(np.ones(1) * 5, op=fuse.Sum, process_set=single)[0])
+    fuse.barrier()
+    fuse.shutdown()
+    return out
+
+
+def test_process_sets_from_communicators_after_init_with_a_subset():
+    out = mpi_run_job(comm_subset_process_sets, 3)
+    assert out[0] == {"member": False}, out
+    assert out[1] == {"member": True, "rank": 0, "whole": [0, 1], "single": [1]}, out
+    assert out[2] == {"member": True, "rank": 1, "whole": [0, 1], "single": [1], "sum": 5.0}, out
