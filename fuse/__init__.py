@@ -7,8 +7,8 @@ This module is the NumPy API; ``fuse.torch``, ``fuse.tensorflow``, ``fuse.keras`
 
 __version__ = "0.1.0"
 
-from fuse.common.basics import (add_process_set, ccl_built, cross_rank, cross_size,  # noqa: F401
-                                cuda_built, ddl_built, gloo_built, gloo_enabled, init,
+from fuse.common.basics import (add_process_set, autotune_state, ccl_built,  # noqa: F401
+                                cross_rank, cross_size, cuda_built, ddl_built, gloo_built, gloo_enabled, init,
                                 is_homogeneous, is_initialized, local_rank, local_size,
                                 mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                 remove_process_set, rocm_built, shutdown, size, start_timeline,

@@ -540,7 +540,13 @@ cdef class Engine:
     cdef double stall_shutdown_s
     cdef cbool stall_check
     cdef uint32_t cache_capacity
+    cdef cbool cache_enabled           # coordinator: assign cache slots (autotune may clear it)
     cdef cbool disable_group_fusion
+    # autotune: values set_tuning() left for the engine thread (under the lock)
+    cdef cbool tune_pending
+    cdef size_t tune_fusion_threshold
+    cdef double tune_cycle_time_s
+    cdef cbool tune_cache_enabled
     # this rank's view
     cdef unordered_map[string, Request] inflight
     cdef unordered_map[string, WorkerCache] wcache
@@ -567,6 +573,7 @@ cdef class Engine:
     cdef uint64_t st_tensors
     cdef uint64_t st_inline
     cdef uint64_t st_bytes
+    cdef uint64_t st_cycles
     # Python side
     cdef FusionBufferManager fusion
     cdef object _records        # handle -> [input owner, output owner, allocator, result, aux]
@@ -612,6 +619,7 @@ cdef class Engine:
                         "(%g); ignoring it", self.stall_shutdown_s, self.stall_warn_s)
             self.stall_shutdown_s = 0
         self.cache_capacity = config.cache_capacity
+        self.cache_enabled = self.cache_capacity > 0
         self.disable_group_fusion = config.disable_group_fusion
         self.ctl_fd = ctl_fd
         cdef int live
@@ -917,12 +925,61 @@ cdef class Engine:
 
     def stats(self):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
-        them were fused (``fused``), tensors and bytes they carried, tensors the coordinator
+        them were fused (``fused``), coordinator cycles that emitted responses (``cycles``,
+        rank 0 only), tensors and bytes they carried, tensors the coordinator
         computed inline, and seconds spent copying through the fusion buffer and in the
         backend."""
         return {"allreduces": self.st_allreduces, "fused": self.st_fused,
+                "cycles": self.st_cycles,
                 "tensors": self.st_tensors, "inline": self.st_inline, "bytes": self.st_bytes,
                 "copy_seconds": self.st_copy_s, "backend_seconds": self.st_backend_s}
+
+    def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
+        """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
+        The engine thread picks them up at the start of its next coordinator step, so one
+        step always sees one consistent set.  Only the coordinator's values matter: it alone
+        fuses, holds ready tensors and assigns cache slots.  Called from a second Python
+        thread (the tuner), so the lock is taken without the GIL: wait() leaves lock_wait_ms
+        holding the lock while it takes the GIL back, and the two would deadlock."""
+        with nogil:
+            lock_acquire(self.lock)
+            self.tune_fusion_threshold = fusion_threshold
+            self.tune_cycle_time_s = cycle_time_ms / 1000.0
+            self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
+            self.tune_pending = True
+            lock_release(self.lock)
+            wake_fd_signal(self.wake_fd)
+
+    def tuning(self):
+        """The values the coordinator uses now: (fusion threshold, cycle time ms, cache)."""
+        cdef size_t threshold
+        cdef double cycle_s
+        cdef cbool cache
+        with nogil:
+            lock_acquire(self.lock)
+            threshold = self.fusion_threshold
+            cycle_s = self.cycle_time_s
+            cache = self.cache_enabled
+            lock_release(self.lock)
+        return (threshold, cycle_s * 1000.0, bool(cache))
+
+    cdef void _apply_tuning(self) noexcept nogil:
+        """Engine thread: take the values set_tuning() left.  Turning the cache off forgets
+        every slot; a worker's later hit on one is answered as stale and sent in full."""
+        cdef size_t s
+        lock_acquire(self.lock)
+        if not self.tune_pending:
+            lock_release(self.lock)
+            return
+        self.tune_pending = False
+        self.fusion_threshold = self.tune_fusion_threshold
+        self.cycle_time_s = self.tune_cycle_time_s
+        if self.cache_enabled and not self.tune_cache_enabled:
+            for s in range(self.cache.size()):
+                self.cache[s].used = False
+            self.cache_index.clear()
+        self.cache_enabled = self.tune_cache_enabled
+        lock_release(self.lock)
 
     def timeline_start(self, bint mark_cycles, str backend):
         """Start recording timeline events (call on rank 0 only; see fuse.common.timeline)."""
@@ -1251,6 +1308,7 @@ cdef class Engine:
         cdef ssize_t n
         cdef string frame
         cdef double now
+        self._apply_tuning()
         for r in range(1, self.worker_fds.size()):
             if self.worker_fds[r] < 0 or self.worker_state[r] == 2:
                 continue
@@ -1745,7 +1803,7 @@ cdef class Engine:
         cdef uint32_t s
         cdef uint64_t oldest = 0xFFFFFFFFFFFFFFFF
         cdef unordered_map[string, uint32_t].iterator it
-        if self.cache_capacity == 0:
+        if self.cache_capacity == 0 or not self.cache_enabled:
             return
         self.cache_clock += 1
         it = self.cache_index.find(key)
@@ -1798,6 +1856,7 @@ cdef class Engine:
         cdef PSet* ps
         cdef string frame
         keys.swap(self.ready)
+        self.st_cycles += 1
         taken.assign(keys.size(), False)
         for i in range(keys.size()):
             if taken[i]:

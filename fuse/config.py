@@ -98,7 +98,19 @@ class Config:
     timeline_mark_cycles: bool = _knob(False, "TIMELINE_MARK_CYCLES", "TIMELINE_MARK_CYCLES",
                                        _parse_bool, "mark engine cycles in the timeline")
     autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", _parse_bool, "tune fusion online")
-    autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG", doc="autotune sample log")
+    autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG",
+                              doc="CSV of autotune samples (rank 0)")
+    autotune_warmup_samples: int = _knob(3, "AUTOTUNE_WARMUP_SAMPLES", "AUTOTUNE_WARMUP_SAMPLES",
+                                         doc="autotune samples discarded before tuning")
+    autotune_steps_per_sample: int = _knob(10, "AUTOTUNE_STEPS_PER_SAMPLE",
+                                           "AUTOTUNE_STEPS_PER_SAMPLE",
+                                           doc="coordinator cycles (with allreduces) per sample")
+    autotune_bayes_opt_max_samples: int = _knob(20, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                                                "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
+                                                doc="samples before autotune fixes the best")
+    autotune_gaussian_process_noise: float = _knob(0.8, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+                                                   "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
+                                                   doc="Gaussian-process noise, in [0, 1]")
     thread_affinity: str = _knob("", "THREAD_AFFINITY", "THREAD_AFFINITY",
                                  doc="cores for the engine thread, one per local rank")
     # where the value of each field came from: name -> env variable (only fields set by env)
@@ -136,6 +148,13 @@ class Config:
             raise ValueError("FUSE_CYCLE_TIME must be >= 0")
         if self.cache_capacity < 0:
             raise ValueError("FUSE_CACHE_CAPACITY must be >= 0")
+        if self.autotune_warmup_samples < 0 or self.autotune_steps_per_sample < 1:
+            raise ValueError("FUSE_AUTOTUNE_WARMUP_SAMPLES must be >= 0 and "
+                             "FUSE_AUTOTUNE_STEPS_PER_SAMPLE >= 1")
+        if self.autotune_bayes_opt_max_samples < 1:
+            raise ValueError("FUSE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES must be >= 1")
+        if not 0.0 <= self.autotune_gaussian_process_noise <= 1.0:
+            raise ValueError("FUSE_AUTOTUNE_GAUSSIAN_PROCESS_NOISE must be in [0, 1]")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str | None, Any, str]]:

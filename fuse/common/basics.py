@@ -32,6 +32,7 @@ class _State:
         self.dynamic = False
         self.prev_excepthook = None
         self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
+        self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
 
 
 _state = _State()
@@ -66,6 +67,9 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
         config = Config.from_env(**overrides)
+        if config.autotune:
+            from fuse.common.autotune import require_library
+            require_library()       # on every rank, before anyone connects
         name = _choose_backend(config)
         backend_cls = load_backend(name)
         backend_kwargs = {}
@@ -102,7 +106,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
                 log.error("cannot write the timeline to %s: %s", config.timeline, err)
         engine.start()
         _pin_engine_thread(engine, config, log)
-        for knob in ("autotune", "elastic"):
+        if config.autotune and config.rank == 0:
+            from fuse.common.autotune import Autotuner
+            _state.autotuner = Autotuner(engine, config, log)
+            _state.autotuner.start()
+        for knob in ("elastic",):
             if getattr(config, knob):
                 log.warning("%s is set (%s) but fuse does not implement it yet; ignoring it",
                             knob, config.explicit.get(knob, "argument"))
@@ -252,9 +260,13 @@ def shutdown() -> None:
     with _state.lock:
         engine, backend = _state.engine, _state.backend
         timeline = _state.timeline
+        tuner = _state.autotuner
+        _state.autotuner = None
         _state.engine = None
         _state.backend = None
         _state.timeline = None
+    if tuner is not None:
+        tuner.stop()
     if engine is not None:
         engine.shutdown()
         if timeline is not None:     # after the engine stopped: every event is in the file
@@ -264,6 +276,21 @@ def shutdown() -> None:
                 backend.close()
             except Exception:
                 pass
+
+
+def autotune_state(wait: float | None = 0) -> dict | None:
+    """Rank 0 under ``FUSE_AUTOTUNE``: the values the tuner has in force
+    (``fusion_threshold``, ``cycle_time_ms``, ``cache_enabled``), ``done`` once it fixed the
+    best, ``samples`` scored, ``best_score`` and the knobs that were ``fixed``.  ``None`` on
+    other ranks and without autotune: only the coordinator's values are used, so every rank
+    runs with these.  ``wait``: seconds to wait for the tuner to finish (None: forever)."""
+    _require()
+    tuner = _state.autotuner
+    if tuner is None:
+        return None
+    if wait is None or wait > 0:
+        tuner.wait(wait)
+    return tuner.state()
 
 
 def is_initialized() -> bool:
