@@ -485,6 +485,15 @@ cdef extern from "timeline.h" namespace "fuse" nogil:
     string tl_drain(Timeline*)
 
 
+cdef inline void _acquire(Lock* lock) noexcept:
+    """Take the engine lock from code that holds the GIL, releasing the GIL while waiting: the
+    engine thread and Python threads only ever wait for the lock without the GIL, so a thread
+    that holds the lock and wants the GIL can never meet one that holds the GIL and wants the
+    lock."""
+    with nogil:
+        lock_acquire(lock)
+
+
 cdef class FusionBufferManager:
     """One host buffer, grown on demand and reused for every fused collective (Horovod keeps one
     per device and stream; fuse runs host collectives only, so one is enough)."""
@@ -690,7 +699,7 @@ cdef class Engine:
                                     f"fuse expects {FUSE_BACKEND_API_VERSION}")
                 self._groups[(pset_id, "capsule")] = capsule
                 ps.native = native
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         self.psets[pset_id] = ps
         if pset_id >= self.next_pset_id:
             self.next_pset_id = pset_id + 1
@@ -698,7 +707,7 @@ cdef class Engine:
 
     def process_set_ranks(self, int pset_id):
         cdef unordered_map[int, PSet].iterator it
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         it = self.psets.find(pset_id)
         if it == self.psets.end():
             lock_release(self.lock)
@@ -708,7 +717,7 @@ cdef class Engine:
         return ranks
 
     def process_set_ids(self):
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         ids = sorted(p.first for p in self.psets)
         lock_release(self.lock)
         return ids
@@ -773,7 +782,7 @@ cdef class Engine:
                     PyBuffer_Release(&view)
             reqs.push_back(r)
             records.append([inp, out, allocator, None, None])
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         if self.state != S_RUNNING:
             msg = self._failure_text()
             lock_release(self.lock)
@@ -815,7 +824,7 @@ cdef class Engine:
     def poll(self, int64_t handle):
         """True once the handle has completed (successfully or not)."""
         cdef bint done
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         if self.handles.count(handle) == 0:
             lock_release(self.lock)
             raise ValueError(f"unknown handle {handle}")
@@ -828,23 +837,26 @@ cdef class Engine:
         raise the error it completed with.  Ctrl-C interrupts the wait."""
         cdef int status = H_PENDING
         cdef HandleState hs
-        lock_acquire(self.lock)
-        if self.handles.count(handle) == 0:
-            lock_release(self.lock)
-            raise ValueError(f"unknown handle {handle} (already synchronized?)")
+        cdef bint known = True
         while True:
-            status = self.handles[handle].status
+            with nogil:                 # the lock is only ever waited for without the GIL
+                lock_acquire(self.lock)
+                if self.handles.count(handle) == 0:
+                    known = False
+                else:
+                    status = self.handles[handle].status
+                    if status == H_PENDING:
+                        lock_wait_ms(self.lock, 100.0)
+                        status = self.handles[handle].status
+                    if status != H_PENDING:
+                        hs = self.handles[handle]
+                        self.handles.erase(handle)
+                lock_release(self.lock)
+            if not known:
+                raise ValueError(f"unknown handle {handle} (already synchronized?)")
             if status != H_PENDING:
                 break
-            with nogil:
-                lock_wait_ms(self.lock, 100.0)
-            if self.handles[handle].status == H_PENDING:
-                lock_release(self.lock)
-                PyErr_CheckSignals()   # lets Ctrl-C through
-                lock_acquire(self.lock)
-        hs = self.handles[handle]
-        self.handles.erase(handle)
-        lock_release(self.lock)
+            PyErr_CheckSignals()        # lets Ctrl-C through
         record = self._records.pop(handle, None)
         if status == H_ERROR:
             raise _make_error(hs.error_kind, hs.error.decode(errors="replace"))
@@ -854,7 +866,7 @@ cdef class Engine:
         """This rank is failing: tell the coordinator (and through it everyone) why."""
         cdef string msg = message.encode(errors="replace")
         cdef string frame
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         if self.state != S_RUNNING:
             lock_release(self.lock)
             return
@@ -876,7 +888,7 @@ cdef class Engine:
 
     def shutdown(self, double timeout=5.0):
         """Stop the background thread.  Pending collectives fail with ShutdownError."""
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         if self.state == S_RUNNING:
             self.state = S_STOPPING
         lock_release(self.lock)
@@ -887,7 +899,7 @@ cdef class Engine:
 
     def _finish_shutdown(self):
         cdef string frame
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         if self.state == S_STOPPING:
             self.state = S_STOPPED
             self.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
@@ -911,14 +923,14 @@ cdef class Engine:
 
     @property
     def failed(self):
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         f = self.state == S_FAILED
         lock_release(self.lock)
         return f
 
     @property
     def failure(self):
-        lock_acquire(self.lock)
+        _acquire(self.lock)
         text = self.failure.decode(errors="replace")
         lock_release(self.lock)
         return text
