@@ -29,4 +29,9 @@ if [ "${FUSE_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import torch" 2>/d
     echo "setup: torch could not be installed; the torch tests will be skipped" >&2
 fi
 .venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test,mpi]"
+# The autotuner's optimiser (optuna's GP sampler runs on torch): only next to the pinned torch,
+# since the `autotune` extra would otherwise pull an unpinned one.
+if .venv/bin/python -c "import torch" 2>/dev/null; then
+  .venv/bin/python -m pip install -q "optuna>=3.6" scipy
+fi
 echo "setup: fuse installed in $(pwd)/.venv"
