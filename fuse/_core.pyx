@@ -2283,10 +2283,8 @@ cdef class Engine:
         cdef vector[size_t] offsets
         cdef vector[Request*] reqs
         cdef size_t total = 0
-        cdef size_t nbytes
         cdef unordered_map[string, Request].iterator it
         cdef char* buf
-        cdef vector[char] zeros
         cdef string err
         cdef int bop = _backend_op(resp.op)
         cdef double post = resp.postscale
@@ -2312,12 +2310,14 @@ cdef class Engine:
             reqs.push_back(found)
             offsets.push_back(total)
             total += <size_t>_numel(resp.shapes[i]) * dsize
+        offsets.push_back(total)            # tensor i spans offsets[i] .. offsets[i + 1]
+        cdef bint fused = not (n == 1 and reqs[0] != NULL)
         cdef double t0 = now_seconds()
         cdef double t1, t2
         self.st_allreduces += 1
         self.st_tensors += n
         self.st_bytes += total
-        if n == 1 and reqs[0] != NULL:
+        if not fused:                       # reduced where it lies
             buf = <char*>reqs[0].out
             if reqs[0].inp != reqs[0].out:
                 memcpy(buf, reqs[0].inp, total)
@@ -2331,13 +2331,11 @@ cdef class Engine:
                                  _i2s(total) + _cs(" bytes)"), 0)
                 return
             for i in range(n):
-                nbytes = <size_t>_numel(resp.shapes[i]) * dsize
                 if reqs[i] != NULL:
-                    memcpy(buf + offsets[i], reqs[i].inp, nbytes)
+                    memcpy(buf + offsets[i], reqs[i].inp, offsets[i + 1] - offsets[i])
                 else:                           # a joined rank contributes zeros
-                    memset(buf + offsets[i], 0, nbytes)
+                    memset(buf + offsets[i], 0, offsets[i + 1] - offsets[i])
         scale_buffer(buf, total // dsize if dsize else 0, resp.dtype, resp.prescale)
-        cdef bint fused = not (n == 1 and reqs[0] != NULL)
         if tl:
             if fused:
                 self._tl_all(resp, b'E', TLW_MEMCPY_IN)
@@ -2355,7 +2353,7 @@ cdef class Engine:
                 self._tl_all(resp, b'B', TLW_MEMCPY_OUT)
             for i in range(n):
                 if reqs[i] != NULL:
-                    memcpy(reqs[i].out, buf + offsets[i], <size_t>_numel(resp.shapes[i]) * dsize)
+                    memcpy(reqs[i].out, buf + offsets[i], offsets[i + 1] - offsets[i])
             if tl:
                 self._tl_all(resp, b'E', TLW_MEMCPY_OUT)
         self.st_backend_s += t2 - t1
