@@ -84,6 +84,15 @@ def _dynamic_job(tmpdir: str):
         fuse.allreduce(np.ones(4, np.float32), name="during.inline")
     fuse.stop_timeline()
     fuse.stop_timeline()                  # idempotent
+    # rank 1 must not submit "after.stop" before rank 0 has stopped (the coordinator would
+    # record its negotiation): wait for rank 0's word outside the engine, so no event is added
+    stopped = os.path.join(tmpdir, "stopped")
+    if r == 0:
+        open(stopped, "w").close()
+    else:
+        deadline = time.monotonic() + 30
+        while not os.path.exists(stopped) and time.monotonic() < deadline:
+            time.sleep(0.01)
     fuse.allreduce(np.ones(4, np.float32), name="after.stop")
     fuse.barrier()
     c.true(not os.path.exists(os.path.join(tmpdir, "dyn.1.json")), "rank 1 wrote nothing")
@@ -135,7 +144,7 @@ def test_env_timeline_phases(tmp_path):
 def test_dynamic_start_stop_inline(tmp_path):
     assert_counts(run_job(_dynamic_job, 2, args=(str(tmp_path),),
                           env={"FUSE_TIMELINE": "dynamic"}))
-    assert sorted(os.listdir(tmp_path)) == ["dyn.0.json"]
+    assert sorted(os.listdir(tmp_path)) == ["dyn.0.json", "stopped"]
     events = _load(str(tmp_path / "dyn.0.json"))
     per = _by_tensor(events)
     assert set(per) == {"barrier", "during.inline"}, sorted(per)   # nothing before/after
