@@ -3,7 +3,7 @@
     python bench/autotune.py [--np 2 --steps 7 --json out.json]
 
 A step allreduces ResNet-50's 161 gradient shapes (numpy float32, 25.6 M values; see
-``resnet50_shapes`` in bench/torch_step.py) asynchronously and waits for all of them.
+``resnet50_shapes`` in bench/common.py) asynchronously and waits for all of them.
 
 1. Grid: one job walks fixed settings (fusion threshold x cycle time x response cache), set on
    the coordinator with ``Engine.set_tuning``; per setting, 2 warm-up steps then the median of
@@ -36,7 +36,7 @@ GRID = list(itertools.product([0, MIB // 4, MIB, 4 * MIB, 16 * MIB, 64 * MIB],
 
 def _setup():
     sys.path.insert(0, HERE)
-    from torch_step import resnet50_shapes
+    from common import resnet50_shapes
 
     import fuse
     grads = [np.full(s, 0.01 * (i + 1), np.float32) for i, s in enumerate(resnet50_shapes())]

@@ -3,7 +3,7 @@
     fuserun -np 2 python bench/timeline.py [--rounds 7 --steps 5 --json out.json]
 
 A step allreduces ResNet-50's 161 gradient shapes (numpy float32, 25.6 M values; see
-``resnet50_shapes`` in bench/torch_step.py) asynchronously and waits for all of them, the way
+``resnet50_shapes`` in bench/common.py) asynchronously and waits for all of them, the way
 DistributedOptimizer does.  A second case does the same with 161 tiny tensors (4 floats each),
 where per-event costs weigh most.  Each round measures both modes, alternating which goes
 first; the timeline is switched with start_timeline/stop_timeline (rank 0 writes, with cycle
@@ -33,7 +33,7 @@ def main():
     parser.add_argument("--json", default=None)
     args = parser.parse_args()
 
-    from torch_step import resnet50_shapes
+    from common import resnet50_shapes
 
     import fuse
     fuse.init()

@@ -1,0 +1,125 @@
+"""Pieces every benchmark shares: alternating timed rounds, medians, ratios, result records.
+
+A comparison runs fuse and its competitor in the same process, in rounds; each round measures
+every side once, the order alternating from round to round, with a barrier before each
+measurement, so drift in the machine's load hits all sides alike.  The report is the median
+over rounds and the ratio of medians fuse/competitor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import time
+from typing import Callable, Mapping, Sequence
+
+MIB = 1024 * 1024
+
+
+def time_per_call(fn: Callable[[], object], calls: int) -> float:
+    """Mean wall time of one call of ``fn`` over ``calls`` back-to-back calls."""
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def alternating_rounds(sides: Mapping[str, Callable[[], float]], rounds: int,
+                       barrier: Callable[[], object]) -> dict[str, list[float]]:
+    """Run each side's measurement once per round, reversing the order every other round.
+
+    ``sides`` maps a label to a function returning one measurement; the result maps each label
+    to its ``rounds`` measurements.
+    """
+    labels = list(sides)
+    samples: dict[str, list[float]] = {label: [] for label in labels}
+    for rnd in range(rounds):
+        for label in (labels if rnd % 2 == 0 else labels[::-1]):
+            barrier()
+            samples[label].append(sides[label]())
+    return samples
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values)
+
+
+def ratio(fuse_value: float, competitor_value: float) -> float | None:
+    """fuse / competitor; None when the competitor's figure is zero (nothing to compare)."""
+    return fuse_value / competitor_value if competitor_value else None
+
+
+def comparison(case: str, samples: Mapping[str, Sequence[float]], unit: str,
+               fuse: str = "fuse", competitor: str | None = None,
+               lower_is_better: bool = True, **extra) -> dict:
+    """One result row: the raw samples, their medians and the ratio fuse/competitor.
+
+    ``competitor`` defaults to the one label that is not ``fuse``.  ``unit`` names what the
+    samples measure (``s``, ``samples/s``, ...); ``lower_is_better`` says how to read the ratio.
+    """
+    if competitor is None:
+        others = [label for label in samples if label != fuse]
+        competitor = others[0] if len(others) == 1 else None
+    medians = {label: median(v) for label, v in samples.items()}
+    row = {"case": case, "unit": unit, "lower_is_better": lower_is_better,
+           "fuse": fuse, "competitor": competitor,
+           "median": medians, "samples": {label: list(v) for label, v in samples.items()}}
+    if competitor is not None and fuse in medians:
+        row["ratio"] = ratio(medians[fuse], medians[competitor])
+    row.update(extra)
+    return row
+
+
+def job_record(name: str, rows: list[dict], machine: dict, config: Mapping | None = None,
+               **extra) -> dict:
+    """What a benchmark job writes: its name, the machine it ran on, its settings and rows."""
+    return {"job": name, "machine": machine, "config": dict(config or {}), "rows": rows,
+            **extra}
+
+
+def write_json(path: str | None, record: dict) -> None:
+    if not path:
+        return
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
+
+
+def free_port() -> int:
+    """A TCP port free on loopback right now (for torch.distributed's rendezvous)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def resnet50_shapes() -> list[tuple[int, ...]]:
+    """The shapes of ResNet-50's 161 parameter tensors (25.6 M values), in definition order."""
+    shapes: list[tuple[int, ...]] = []
+
+    def conv_bn(cout, cin, k):
+        shapes.append((cout, cin, k, k))
+        shapes.extend([(cout,), (cout,)])
+
+    conv_bn(64, 3, 7)
+    cin = 64
+    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
+        for b in range(blocks):
+            conv_bn(width, cin, 1)
+            conv_bn(width, width, 3)
+            conv_bn(width * 4, width, 1)
+            if b == 0:
+                conv_bn(width * 4, cin, 1)
+            cin = width * 4
+    shapes.extend([(1000, 2048), (1000,)])
+    return shapes
+
+
+def format_bytes(n: int) -> str:
+    for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
+        if n >= scale:
+            value = n / scale
+            return f"{value:g} {unit}"
+    return f"{n} B"
