@@ -51,6 +51,12 @@ def ratio(fuse_value: float, competitor_value: float) -> float | None:
     return fuse_value / competitor_value if competitor_value else None
 
 
+def scaling_efficiency(rate_n_workers: float, rate_1_worker: float,
+                       workers: int) -> float | None:
+    """Throughput at n workers over n times the throughput of one worker."""
+    return rate_n_workers / (workers * rate_1_worker) if rate_1_worker else None
+
+
 def comparison(case: str, samples: Mapping[str, Sequence[float]], unit: str,
                fuse: str = "fuse", competitor: str | None = None,
                lower_is_better: bool = True, **extra) -> dict:

@@ -96,14 +96,13 @@ def many_small_plot(w: dict, out_dir: str) -> list[str]:
 
 
 def training_plot(w: dict, out_dir: str) -> list[str]:
-    two = job_rows(w, "train_cnn_2w")
-    if not two:
+    rows = job_rows(w, "train_cnn")
+    if not rows:
         return []
-    single = {r["bpps"]: r["median"]["torch, 1 worker"] for r in job_rows(w, "train_cnn_1w")}
-    cases = [f"backward_passes_per_step {r['bpps']}" for r in two]
-    groups = {"1 worker (torch)": [single.get(r["bpps"], 0.0) for r in two],
-              "fuse": [r["median"]["fuse"] for r in two],
-              "DDP": [r["median"]["DDP"] for r in two]}
+    cases = [f"backward_passes_per_step {r['bpps']}" for r in rows]
+    groups = {"1 worker (torch)": [r["median"]["1 worker"] for r in rows],
+              "fuse": [r["median"]["fuse"] for r in rows],
+              "DDP": [r["median"]["DDP"] for r in rows]}
     fig, ax = plt.subplots(figsize=(8, 5))
     _grouped_bars(ax, cases, groups)
     ax.set_ylabel("samples per second, all workers (higher is better)")

@@ -3,13 +3,13 @@ the generated part of bench/RESULTS.md.
 
     bash scripts/bench.sh [--quick] [--only allreduce,many_small,training,overhead]
 
-Workloads (each a list of jobs; a job is a benchmark script under fuserun -np 2, mpiexec or a
-single process, writing one JSON record):
+Workloads (each a list of jobs; a job is a benchmark script under fuserun -np 2 or mpiexec -n 2,
+writing one JSON record):
 
   allreduce   bench/allreduce.py: 4 B .. 256 MiB, fuse (gloo) vs torch.distributed and
               fuse (mpi) vs mpi4py
   many_small  bench/torch_step.py: ResNet-50 gradient set vs DDP, fusion on/off, fp16/bf16
-  training    bench/train_cnn.py: small CNN, 1 worker and 2 workers (fuse vs DDP), bpps 1 and 4
+  training    bench/train_cnn.py: small CNN, 1 and 2 workers (fuse vs DDP), bpps 1 and 4
   overhead    bench/overhead.py: backward with and without fuse, idle engine CPU
 
 Writes bench/results/<workload>.json, bench/plots/*.png and rewrites the generated part of
@@ -49,7 +49,7 @@ WORKLOADS = ("allreduce", "many_small", "training", "overhead")
 class Job:
     name: str
     argv: list[str]              # the benchmark script and its arguments (no interpreter)
-    launcher: str = "fuserun"    # "fuserun" (2 workers), "self" (the script launches mpiexec), "single"
+    launcher: str = "fuserun"    # "fuserun" (2 workers) or "self" (the script starts mpiexec)
     env: dict = dataclasses.field(default_factory=dict)
     needs: tuple[str, ...] = ("torch",)
 
@@ -57,7 +57,7 @@ class Job:
 def jobs_for(workload: str, quick: bool) -> list[Job]:
     """The jobs of one workload, with smaller settings under --quick."""
     if workload == "allreduce":
-        sizes = ["--rounds", "2" if quick else "5"]
+        sizes = ["--rounds", "2" if quick else "7"]
         if quick:
             sizes += ["--sizes", "4,256,16K,1M,64M,256M"]
         return [Job("allreduce_gloo", ["allreduce.py", *sizes]),
@@ -73,11 +73,10 @@ def jobs_for(workload: str, quick: bool) -> list[Job]:
     if workload == "training":
         rounds = (["--rounds", "2", "--micro-steps", "8"] if quick
                   else ["--rounds", "7", "--micro-steps", "24"])
-        return [Job("train_cnn_1w", ["train_cnn.py", "--single", *rounds], launcher="single"),
-                Job("train_cnn_2w", ["train_cnn.py", *rounds])]
+        return [Job("train_cnn", ["train_cnn.py", *rounds])]
     if workload == "overhead":
         args = (["--rounds", "2", "--reps", "5", "--idle-seconds", "2"] if quick
-                else ["--rounds", "7", "--reps", "15", "--idle-seconds", "10"])
+                else ["--rounds", "11", "--reps", "15", "--idle-seconds", "10"])
         return [Job("overhead", ["overhead.py", *args])]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
@@ -205,8 +204,7 @@ def main() -> int:
         import plots
         for path in plots.draw_all(results, PLOTS_DIR):
             print(f"plot: {os.path.relpath(path)}")
-        line = "bash scripts/bench.sh" + (" --quick" if args.quick else "")
-        rewrite_results_md(results, line)
+        rewrite_results_md(results, "bash scripts/bench.sh")
         print(f"report: {os.path.relpath(RESULTS_MD)}")
     print("run time: " + ", ".join(f"{w} {s:.0f} s" for w, s in totals.items())
           + f"; total {sum(totals.values()) / 60:.1f} min")

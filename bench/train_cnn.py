@@ -1,7 +1,6 @@
 """End-to-end synthetic training of a small CNN: samples per second, fuse vs DDP.
 
-    python bench/train_cnn.py --single [--json f]          # 1 worker, plain PyTorch, no fuse
-    fuserun -np 2 python bench/train_cnn.py [--json f]     # 2 workers: fuse vs DDP (gloo)
+    fuserun -np 2 python bench/train_cnn.py [--json f]
 
 The model is ``models.SmallCNN`` (3 conv layers, 32x32 RGB synthetic images, 10 classes),
 trained with SGD + momentum and cross-entropy, ``--batch`` images per worker per micro-step
@@ -9,8 +8,12 @@ trained with SGD + momentum and cross-entropy, ``--batch`` images per worker per
 
 With ``backward_passes_per_step`` b, a step is b forward/backward micro-steps then one optimizer
 step: fuse's ``DistributedOptimizer(backward_passes_per_step=b)`` allreduces once per step; DDP
-runs the first b-1 backward passes under ``no_sync()``.  For every b in ``--bpps``, fuse and DDP
-alternate in rounds (barrier before each); a measurement times ``--micro-steps`` micro-steps.
+runs the first b-1 backward passes under ``no_sync()``.  For every b in ``--bpps``, three sides
+alternate in rounds (barrier before each): fuse on 2 workers, DDP on 2 workers, and 1 worker:
+rank 0 trains a plain PyTorch model alone (no fuse or DDP calls) while rank 1 waits in the next
+barrier (asleep: fuse's wait blocks on a condition variable).  Measuring the 1-worker baseline
+in the same job, between the 2-worker runs, keeps the scaling efficiency from comparing two
+different moments of a shared machine.  A measurement times ``--micro-steps`` micro-steps.
 Reported: global samples per second (all workers), medians over rounds, ratio fuse/DDP.
 """
 
@@ -58,7 +61,6 @@ def sgd(model):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--single", action="store_true", help="1 worker, plain PyTorch, no fuse")
     ap.add_argument("--bpps", default="1,4", help="backward_passes_per_step values")
     ap.add_argument("--batch", type=int, default=32, help="images per worker per micro-step")
     ap.add_argument("--micro-steps", type=int, default=16, help="micro-steps per measurement")
@@ -69,55 +71,53 @@ def main():
     torch.set_num_threads(1)
     torch.manual_seed(0)
 
-    if args.single:
-        rank, size, barrier = 0, 1, (lambda: None)
-    else:
-        import fuse.torch as hvd
-        from torch_step import init_torch_distributed
-        hvd.init()
-        rank, size, barrier = hvd.rank(), hvd.size(), hvd.barrier
-        dist = init_torch_distributed()
+    import fuse.torch as hvd
+    from torch_step import init_torch_distributed
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    dist = init_torch_distributed()
     x, y = synthetic_images(args.batch, seed=rank)
 
     rows = []
     for bpps in bpps_values:
         steps = max(1, args.micro_steps // bpps)
-        global_samples = args.batch * bpps * size
-        sides = {}
-        if args.single:
-            model = SmallCNN()
-            sides["torch, 1 worker"] = make_trainer(model, sgd(model), x, y, bpps)
-        else:
-            fuse_model, ddp_base = SmallCNN(), SmallCNN()
-            ddp_base.load_state_dict(fuse_model.state_dict())
-            fuse_opt = hvd.DistributedOptimizer(sgd(fuse_model),
-                                                named_parameters=fuse_model.named_parameters(),
-                                                backward_passes_per_step=bpps)
-            ddp = torch.nn.parallel.DistributedDataParallel(ddp_base)
-            sides["fuse"] = make_trainer(fuse_model, fuse_opt, x, y, bpps)
-            sides["DDP"] = make_trainer(ddp, sgd(ddp), x, y, bpps, no_sync=ddp.no_sync)
-        for step in sides.values():                 # warm-up
+        fuse_model, ddp_base, alone = SmallCNN(), SmallCNN(), SmallCNN()
+        ddp_base.load_state_dict(fuse_model.state_dict())
+        fuse_opt = hvd.DistributedOptimizer(sgd(fuse_model),
+                                            named_parameters=fuse_model.named_parameters(),
+                                            backward_passes_per_step=bpps)
+        ddp = torch.nn.parallel.DistributedDataParallel(ddp_base)
+        fuse_step = make_trainer(fuse_model, fuse_opt, x, y, bpps)
+        ddp_step = make_trainer(ddp, sgd(ddp), x, y, bpps, no_sync=ddp.no_sync)
+        alone_step = make_trainer(alone, sgd(alone), x, y, bpps)
+        for step in (fuse_step, ddp_step, alone_step):      # warm-up
             step()
             step()
-        samples = common.alternating_rounds(
-            {label: (lambda s=s: samples_per_second(s, steps, global_samples))
-             for label, s in sides.items()}, args.rounds, barrier)
-        rows.append(common.comparison(f"small CNN, {size} worker{'s' * (size > 1)}, "
-                                      f"backward_passes_per_step {bpps}", samples,
-                                      unit="samples/s", lower_is_better=False,
-                                      workers=size, bpps=bpps))
+        per_step = args.batch * bpps
+        sides = {"fuse": lambda: samples_per_second(fuse_step, steps, per_step * size),
+                 "DDP": lambda: samples_per_second(ddp_step, steps, per_step * size),
+                 # rank 0 alone; the other ranks go straight on to the next barrier
+                 "1 worker": lambda: (samples_per_second(alone_step, steps, per_step)
+                                      if rank == 0 else 0.0)}
+        samples = common.alternating_rounds(sides, args.rounds, hvd.barrier)
+        rows.append(common.comparison(
+            f"small CNN, backward_passes_per_step {bpps}", samples, unit="samples/s",
+            competitor="DDP", lower_is_better=False, workers=size, bpps=bpps,
+            scaling_efficiency={k: common.scaling_efficiency(common.median(samples[k]),
+                                                      common.median(samples["1 worker"]), size)
+                                for k in ("fuse", "DDP")}))
     params = sum(p.numel() for p in SmallCNN().parameters())
     if rank == 0:
         for row in rows:
             meds = ", ".join(f"{k} {v:8.1f}" for k, v in row["median"].items())
-            extra = f", ratio fuse/DDP {row['ratio']:.3f}" if row.get("ratio") else ""
-            print(f"{row['case']}: samples/s {meds}{extra}")
+            eff = ", ".join(f"{k} {v:.0%}" for k, v in row["scaling_efficiency"].items())
+            print(f"{row['case']}: samples/s {meds}; ratio fuse/DDP {row['ratio']:.3f}; "
+                  f"scaling efficiency {eff}")
         common.write_json(args.json, common.job_record(
-            f"train_cnn_{size}w", rows, machine.describe(),
+            "train_cnn", rows, machine.describe(),
             vars(args) | {"workers": size, "parameters": params}))
-    if not args.single:
-        dist.destroy_process_group()
-        hvd.shutdown()
+    dist.destroy_process_group()
+    hvd.shutdown()
 
 
 if __name__ == "__main__":

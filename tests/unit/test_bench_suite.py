@@ -91,8 +91,8 @@ def test_replace_generated_without_markers_inserts_after_the_title():
 
 
 def test_scaling_efficiency():
-    assert report.scaling_efficiency(150.0, 100.0, 2) == pytest.approx(0.75)
-    assert report.scaling_efficiency(150.0, 0.0, 2) is None
+    assert common.scaling_efficiency(150.0, 100.0, 2) == pytest.approx(0.75)
+    assert common.scaling_efficiency(150.0, 0.0, 2) is None
 
 
 def _row(case, fuse, comp, comp_label, **extra):
@@ -105,9 +105,9 @@ def test_render_builds_every_section_from_records():
     mpi = _row("allreduce 4 B", 3e-4, 1e-5, "mpi4py", size_bytes=4)
     mpi["bandwidth_GBps"] = {"fuse": 1e-5, "mpi4py": 4e-4}
     step = _row("step, fusion on, compression none", 0.2, 0.1, "DDP")
-    one = common.comparison("cnn 1w", {"torch, 1 worker": [100.0]}, unit="samples/s", bpps=1)
-    two = common.comparison("cnn 2w", {"fuse": [160.0], "DDP": [150.0]}, unit="samples/s",
-                            lower_is_better=False, bpps=1, workers=2)
+    cnn = common.comparison("cnn", {"fuse": [160.0], "DDP": [150.0], "1 worker": [100.0]},
+                            unit="samples/s", competitor="DDP", lower_is_better=False, bpps=1,
+                            workers=2, scaling_efficiency={"fuse": 0.8, "DDP": 0.75})
     over = common.comparison("backward, x", {"with fuse": [1.0], "without fuse": [1.0]},
                              unit="s", fuse="with fuse", competitor="without fuse")
     idle = {"case": "idle", "seconds": 10, "engine_thread": [0.0, 0.0], "process": [0.0, 0.001]}
@@ -119,7 +119,7 @@ def test_render_builds_every_section_from_records():
 
     results = {"allreduce": workload(("allreduce_gloo", [ar]), ("allreduce_mpi", [mpi])),
                "many_small": workload(("torch_step_fusion_none", [step])),
-               "training": workload(("train_cnn_1w", [one]), ("train_cnn_2w", [two])),
+               "training": workload(("train_cnn", [cnn])),
                "overhead": workload(("overhead", [over, idle]))}
     results["many_small"]["notes"].append("torch_step_x skipped: mpi4py not installed")
     text = report.render(results, "2 cores", "bash scripts/bench.sh")
@@ -136,7 +136,7 @@ def test_suite_jobs_and_unknown_workload():
     names = [job.name for w in suite.WORKLOADS for job in suite.jobs_for(w, quick=True)]
     assert names == ["allreduce_gloo", "allreduce_mpi", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
-                     "torch_step_fusion_bf16", "train_cnn_1w", "train_cnn_2w", "overhead"]
+                     "torch_step_fusion_bf16", "train_cnn", "overhead"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]
     assert nofusion.env == {"FUSE_FUSION_THRESHOLD": "0"}
     with pytest.raises(ValueError):
