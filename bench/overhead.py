@@ -6,7 +6,8 @@ an idle engine uses.
 Backward: two models (``models.ShapedModel``, ResNet-50's 161 tensors with little compute, and
 ``models.SmallCNN`` on a batch of 32x32 images), no optimizer hooks.  Rounds alternate
 "without fuse" (``fuse.shutdown()``: no engine thread) and "with fuse initialised" (``fuse.init()``,
-nothing pending); a measurement is the median backward time of ``--reps`` passes.
+nothing pending); a measurement is the median backward time of ``--reps`` passes after 3
+untimed ones.
 
 Idle CPU: with fuse initialised and nothing pending, the CPU time of the engine's background
 thread (from /proc/self/task/<tid>/stat, 10 ms ticks) and of the whole process over
@@ -51,14 +52,20 @@ def idle_cpu(seconds: float) -> dict:
     return {"engine_thread": (e1 - e0) / seconds, "process": (p1 - p0) / seconds}
 
 
-def backward_timer(model, batch, reps):
+def backward_timer(model, batch, reps, settle=3):
+    """Median time of ``reps`` backward passes, after ``settle`` untimed ones (the first passes
+    after fuse.init()/shutdown() would otherwise time the toggle's after-effects)."""
     def one():
         model.zero_grad(set_to_none=False)
         t0 = time.perf_counter()
         model(batch).sum().backward()
         return time.perf_counter() - t0
 
-    return lambda: common.median([one() for _ in range(reps)])
+    def measure():
+        for _ in range(settle):
+            one()
+        return common.median([one() for _ in range(reps)])
+    return measure
 
 
 def with_fuse(initialised: bool, measure):
