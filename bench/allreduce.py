@@ -6,7 +6,7 @@
 With ``--mpi`` the script starts itself under ``mpiexec -n 2`` with FUSE_BACKEND=mpi (unless an
 MPI launcher started it) and compares fuse's MPI backend with raw ``comm.Allreduce``; otherwise
 it compares fuse (Gloo backend) with ``torch.distributed`` (gloo).  Both sides reduce float32
-zeros in place with a sum.  For each size, rounds alternate the two sides (barrier before each);
+zeros (``--dtype float16``: half floats) in place with a sum.  For each size, rounds alternate the two sides (barrier before each);
 a measurement is the mean time of ``calls`` back-to-back allreduces, fewer calls for bigger
 sizes.  Reported per size: median time per call, algorithm bandwidth (bytes / time) and the
 ratio fuse/competitor of the times.
@@ -52,14 +52,15 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
-def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 200) -> list[dict]:
-    """For each size, alternating rounds of the sides ``make_sides(n_floats)`` returns.
+def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 200,
+          itemsize: int = 4) -> list[dict]:
+    """For each size, alternating rounds of the sides ``make_sides(n_elements)`` returns.
 
-    ``make_sides`` returns {label: fn} where fn() does one allreduce of ``n_floats`` float32.
+    ``make_sides`` returns {label: fn} where fn() does one allreduce of ``n_elements`` values.
     """
     rows = []
     for nbytes in sizes:
-        sides = make_sides(max(1, nbytes // 4))
+        sides = make_sides(max(1, nbytes // itemsize))
         calls = calls_for(nbytes, max_calls)
         for fn in sides.values():                      # warm-up: connections, buffers, cache
             common.time_per_call(fn, min(calls, 5))
@@ -73,7 +74,7 @@ def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 2
     return rows
 
 
-def gloo_sides(fuse):
+def gloo_sides(fuse, dtype="float32"):
     """fuse (its configured backend) vs torch.distributed gloo, which this initialises."""
     import torch
     import torch.distributed as dist
@@ -85,21 +86,21 @@ def gloo_sides(fuse):
     torch.set_num_threads(1)
 
     def make(n):
-        a = np.zeros(n, np.float32)
-        t = torch.zeros(n, dtype=torch.float32)
+        a = np.zeros(n, dtype)
+        t = torch.zeros(n, dtype=getattr(torch, dtype))
         return {"fuse": lambda: fuse.allreduce_(a, op=fuse.Sum, name=f"sweep.{n}"),
                 "torch.distributed": lambda: dist.all_reduce(t)}
     return make, dist.destroy_process_group
 
 
-def mpi_sides(fuse):
+def mpi_sides(fuse, dtype="float32"):
     """fuse's MPI backend vs raw mpi4py ``Allreduce`` in place."""
     from mpi4py import MPI
     comm = MPI.COMM_WORLD
 
     def make(n):
-        a = np.zeros(n, np.float32)
-        b = np.zeros(n, np.float32)
+        a = np.zeros(n, dtype)
+        b = np.zeros(n, dtype)
         return {"fuse": lambda: fuse.allreduce_(a, op=fuse.Sum, name=f"sweep.{n}"),
                 "mpi4py": lambda: comm.Allreduce(MPI.IN_PLACE, b, MPI.SUM)}
     return make, lambda: None
@@ -138,6 +139,8 @@ def main() -> int:
                     help="comma-separated byte sizes (4,64K,256M); default 4 B x8 .. 256 MiB")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-calls", type=int, default=200)
+    ap.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                    help="element type (float16: fuse's own reduction kernel against Gloo's/MPI's)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     if args.mpi and not any(os.environ.get(v) for v in LAUNCHER_VARS):
@@ -146,12 +149,13 @@ def main() -> int:
     import fuse
     fuse.init()
     sizes = args.sizes or default_sizes()
-    make_sides, close = (mpi_sides if args.mpi else gloo_sides)(fuse)
-    rows = sweep(sizes, args.rounds, make_sides, fuse.barrier, args.max_calls)
+    make_sides, close = (mpi_sides if args.mpi else gloo_sides)(fuse, args.dtype)
+    rows = sweep(sizes, args.rounds, make_sides, fuse.barrier, args.max_calls,
+                 np.dtype(args.dtype).itemsize)
     extra = {"mpi_library": mpi_library_version()} if args.mpi else {}
     if fuse.rank() == 0:
         backend = "mpi" if args.mpi else "gloo"
-        print_rows(rows, f"allreduce sweep, fuse ({backend}) vs {rows[0]['competitor']}, "
+        print_rows(rows, f"{args.dtype} allreduce sweep, fuse ({backend}) vs {rows[0]['competitor']}, "
                          f"{fuse.size()} ranks, {args.rounds} rounds, medians")
         record = common.job_record(f"allreduce_{backend}", rows, machine.describe(),
                                    vars(args) | {"sizes": sizes, "workers": fuse.size(),

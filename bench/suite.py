@@ -184,8 +184,10 @@ def main() -> int:
                     help="seconds per job before it is killed (default 300, quick 150)")
     ap.add_argument("--no-report", action="store_true",
                     help="write the JSON only: no plots, RESULTS.md untouched")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: redraw the plots and RESULTS.md from bench/results")
     args = ap.parse_args()
-    workloads = [w.strip() for w in args.only.split(",") if w.strip()]
+    workloads = [] if args.report_only else [w.strip() for w in args.only.split(",") if w.strip()]
     for w in workloads:
         jobs_for(w, args.quick)          # fail early on a misspelt workload
     timeout = args.timeout or (150 if args.quick else 300)
@@ -206,8 +208,9 @@ def main() -> int:
             print(f"plot: {os.path.relpath(path)}")
         rewrite_results_md(results, "bash scripts/bench.sh")
         print(f"report: {os.path.relpath(RESULTS_MD)}")
-    print("run time: " + ", ".join(f"{w} {s:.0f} s" for w, s in totals.items())
-          + f"; total {sum(totals.values()) / 60:.1f} min")
+    if totals:
+        print("run time: " + ", ".join(f"{w} {s:.0f} s" for w, s in totals.items())
+              + f"; total {sum(totals.values()) / 60:.1f} min")
     if not all_ok:
         print("some jobs failed: see the notes above and in bench/results/*.json",
               file=sys.stderr)
