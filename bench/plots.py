@@ -75,7 +75,9 @@ def _grouped_bars(ax, cases: list[str], groups: dict[str, list[float]]):
         ax.bar_label(bars, fmt="%.0f", fontsize=8)
     ax.set_xticks(range(len(cases)))
     ax.set_xticklabels(cases)
-    ax.legend()
+    # head room above the tallest bar, so the legend in one row never covers a bar's label
+    ax.set_ylim(0, 1.2 * max(max(v) for v in groups.values()))
+    ax.legend(loc="upper center", ncol=len(groups))
 
 
 def many_small_plot(w: dict, out_dir: str) -> list[str]:
