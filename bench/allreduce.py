@@ -1,15 +1,15 @@
 """Allreduce latency and bandwidth from 4 B to 256 MiB: fuse against a competitor, same job.
 
-    fuserun -np 2 python bench/allreduce.py [--json out.json]             # Gloo vs torch.distributed
-    python bench/allreduce.py --mpi [--json out.json]       # MPI backend vs mpi4py (under mpiexec)
+    fuserun -np 2 python bench/allreduce.py [--json out.json]   # Gloo vs torch.distributed
+    python bench/allreduce.py --mpi [--json out.json]           # MPI backend vs mpi4py
 
 With ``--mpi`` the script starts itself under ``mpiexec -n 2`` with FUSE_BACKEND=mpi (unless an
 MPI launcher started it) and compares fuse's MPI backend with raw ``comm.Allreduce``; otherwise
 it compares fuse (Gloo backend) with ``torch.distributed`` (gloo).  Both sides reduce float32
-zeros (``--dtype float16``: half floats) in place with a sum.  For each size, rounds alternate the two sides (barrier before each);
-a measurement is the mean time of ``calls`` back-to-back allreduces, fewer calls for bigger
-sizes.  Reported per size: median time per call, algorithm bandwidth (bytes / time) and the
-ratio fuse/competitor of the times.
+zeros (``--dtype float16``: half floats) in place with a sum.  For each size, rounds alternate
+the two sides (barrier before each); a measurement is the mean time of ``calls`` back-to-back
+allreduces, fewer calls for bigger sizes.  Reported per size: median time per call, algorithm
+bandwidth (bytes / time) and the ratio fuse/competitor of the times.
 """
 
 from __future__ import annotations
@@ -155,8 +155,9 @@ def main() -> int:
     extra = {"mpi_library": mpi_library_version()} if args.mpi else {}
     if fuse.rank() == 0:
         backend = "mpi" if args.mpi else "gloo"
-        print_rows(rows, f"{args.dtype} allreduce sweep, fuse ({backend}) vs {rows[0]['competitor']}, "
-                         f"{fuse.size()} ranks, {args.rounds} rounds, medians")
+        print_rows(rows, f"{args.dtype} allreduce sweep, fuse ({backend}) vs "
+                         f"{rows[0]['competitor']}, {fuse.size()} ranks, {args.rounds} rounds, "
+                         "medians")
         record = common.job_record(f"allreduce_{backend}", rows, machine.describe(),
                                    vars(args) | {"sizes": sizes, "workers": fuse.size(),
                                                  "fuse_backend": backend}, **extra)

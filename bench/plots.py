@@ -50,7 +50,8 @@ def allreduce_plots(w: dict, out_dir: str) -> list[str]:
     sizes = sorted({s for v in series.values() for s in v[0]})
     paths = []
     for name, index, ylabel, yscale in (
-            ("allreduce_bandwidth.png", 2, "algorithm bandwidth (GB/s, higher is better)", "linear"),
+            ("allreduce_bandwidth.png", 2, "algorithm bandwidth (GB/s, higher is better)",
+             "linear"),
             ("allreduce_latency.png", 1, "time per allreduce (s, lower is better)", "log")):
         fig, ax = plt.subplots(figsize=(8, 5))
         for label, values in series.items():

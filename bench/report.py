@@ -125,7 +125,8 @@ def many_small_section(w: dict) -> str:
         "fuse uses `Compression.fp16/bf16` and DDP the matching comm hook "
         "(`default_hooks.fp16_compress_hook`/`bf16_compress_hook`), so both send half-width "
         "gradients (DDP refuses a hook named `bf16_compress_hook` unless NCCL is built in, so "
-        "bench/torch_step.py calls it through a wrapper; Gloo reduces bfloat16 on CPU). \"backward with hooks\" times the backward pass alone with the allreduces "
+        "bench/torch_step.py calls it through a wrapper; Gloo reduces bfloat16 on CPU). "
+        "\"backward with hooks\" times the backward pass alone with the allreduces "
         "overlapping it (DDP's includes waiting for its last bucket).", "",
         "![many small tensors](plots/many_small.png)"])
 

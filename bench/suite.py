@@ -189,7 +189,10 @@ def main() -> int:
     args = ap.parse_args()
     workloads = [] if args.report_only else [w.strip() for w in args.only.split(",") if w.strip()]
     for w in workloads:
-        jobs_for(w, args.quick)          # fail early on a misspelt workload
+        try:
+            jobs_for(w, args.quick)      # fail early on a misspelt workload
+        except ValueError as err:
+            ap.error(str(err))
     timeout = args.timeout or (150 if args.quick else 300)
 
     os.makedirs(RESULTS_DIR, exist_ok=True)

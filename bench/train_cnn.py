@@ -41,8 +41,8 @@ def make_trainer(model, optimizer, x, y, bpps: int, no_sync=None):
         optimizer.zero_grad()
         for micro in range(bpps):
             # DDP: skip the allreduce on all but the last micro-step
-            ctx = no_sync() if no_sync is not None and micro < bpps - 1 else contextlib.nullcontext()
-            with ctx:
+            skip_allreduce = no_sync is not None and micro < bpps - 1
+            with no_sync() if skip_allreduce else contextlib.nullcontext():
                 (loss_fn(model(x), y) / bpps).backward()
         optimizer.step()
     return step
