@@ -27,6 +27,9 @@ from fuse.frameworks.tensorflow.tensors import host_array
 class XlaNotSupportedError(RuntimeError):
     """A fuse collective was traced inside an XLA-compiled function."""
 
+    # raised as it is through tf.function's tracing (autograph would re-wrap it otherwise)
+    ag_pass_through = True
+
 
 def in_xla_context() -> bool:
     if tf.executing_eagerly():
