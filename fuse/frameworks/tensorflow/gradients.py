@@ -65,10 +65,29 @@ class GradientReducer:
                                            process_set=self.process_set)
         if dense:
             keys = [variables[i] if i < len(variables) else i for i in dense]
-            groups = assign_groups(keys, self.groups, self.num_groups)
+            groups = assign_groups(keys, self._dense_groups(variables, keys),
+                                   self.num_groups)
             reduced = self._reduce_dense([grads[i] for i in dense], dense, groups, postscale)
             for i, g in zip(dense, reduced):
                 out[i] = g
+        return out
+
+    def _dense_groups(self, variables, dense_keys):
+        """``groups`` restricted to the gradients reduced densely (a sparse gradient in a
+        group is gathered on its own); a member that is no source at all is an error."""
+        if not isinstance(self.groups, (list, tuple)):
+            return self.groups
+        every = {id(v) for v in variables}
+        dense = {id(k) for k in dense_keys}
+        out = []
+        for group in self.groups:
+            for v in group:
+                if id(v) not in every:
+                    raise ValueError("groups contains a variable that is not one of the "
+                                     "sources whose gradients are reduced")
+            kept = [v for v in group if id(v) in dense]
+            if kept:
+                out.append(kept)
         return out
 
     def _reduce_dense(self, tensors, indices, groups, postscale):
