@@ -14,6 +14,7 @@ about ``EagerPyFunc``, every entry point checks for an XLA context while tracing
 
 from __future__ import annotations
 
+import time
 from typing import Callable, Sequence
 
 import numpy as np
@@ -22,6 +23,27 @@ from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
 
 from fuse.frameworks.tensorflow.tensors import host_array
+
+
+# Seconds spent inside fuse's host functions (conversion, submission, waiting for the
+# collective) and how many ran: two clock reads per collective, read by bench/.
+_host_seconds = 0.0
+_host_calls = 0
+
+
+def host_time() -> tuple[float, int]:
+    """(seconds spent in fuse's host functions so far, number of calls)."""
+    return _host_seconds, _host_calls
+
+
+def _timed(fn, arrays):
+    global _host_seconds, _host_calls
+    start = time.perf_counter()
+    try:
+        return fn(arrays)
+    finally:
+        _host_seconds += time.perf_counter() - start
+        _host_calls += 1
 
 
 class XlaNotSupportedError(RuntimeError):
@@ -55,11 +77,11 @@ def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,
     inputs = [tf.convert_to_tensor(x) for x in inputs]
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
     if tf.executing_eagerly():
-        outs = fn([host_array(x) for x in inputs])
+        outs = _timed(fn, [host_array(x) for x in inputs])
         return [tf.convert_to_tensor(np.asarray(o), dtype=d) for o, d in zip(outs, out_dtypes)]
 
     def host(*tensors):
-        outs = fn([host_array(t) for t in tensors])
+        outs = _timed(fn, [host_array(t) for t in tensors])
         return [np.asarray(o) for o in outs]
 
     outs = tf.py_function(host, inputs, out_dtypes, name=f"fuse_{what}")
