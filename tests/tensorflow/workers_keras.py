@@ -275,6 +275,27 @@ def keras_features():
     opt_step()
     c.close("fuse.tensorflow.DistributedOptimizer apply_gradients", w,
             -np.array([1.0, 2.0]) * scale)
+    # eagerly, with backward_passes_per_step=2 (summed): nothing moves until the 2nd call
+    opt = hvdtf.DistributedOptimizer(keras.optimizers.SGD(1.0), backward_passes_per_step=2)
+    w = tf.Variable([0.0, 0.0])
+    opt.apply_gradients([(tf.constant([1.0, 2.0]) * (r + 1), w)])
+    c.close("eager backward_passes_per_step=2, first call", w, [0.0, 0.0])
+    opt.apply_gradients([(tf.constant([1.0, 2.0]) * (r + 1), w)])
+    c.close("eager backward_passes_per_step=2, second call", w,
+            -2 * np.array([1.0, 2.0]) * scale)
+    c.true("eager backward_passes_per_step=2 counts one step",
+           int(opt.iterations.numpy()) == 1)
+
+    # model.fit with run_eagerly=True: the same weights on both ranks afterwards
+    model = _model()
+    model.compile(optimizer=hvd.DistributedOptimizer(keras.optimizers.SGD(0.1)),
+                  loss=_loss(), run_eagerly=True)
+    model.fit(xs, ys, batch_size=B, epochs=1, shuffle=False, verbose=0,
+              callbacks=[hvd.callbacks.BroadcastGlobalVariablesCallback(0)])
+    same = hvd.allgather_object([v.numpy() for v in model.weights])
+    c.true("model.fit run_eagerly=True keeps the ranks in step",
+           all(np.array_equal(a, b) for a, b in zip(same[0], same[1])))
+
     try:
         hvdtf.DistributedOptimizer(object())
         c.true("DistributedOptimizer rejects a non-Keras optimizer", False)
