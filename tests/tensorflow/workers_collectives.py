@@ -322,6 +322,10 @@ def process_sets():
     for mode, out in _run_both(lambda t: hvd.allreduce(t, op=hvd.Sum), x):
         c.close(f"allreduce on the global set beside them {mode}", out, [9.0, 12.0])
     c.true("ProcessSet.rank/size", mine.rank() == 0 and mine.size() == 1)
+    for mode, vals in _run_both(lambda: (hvd.size_op(process_set_id=sets[0].process_set_id),
+                                         hvd.process_set_included_op(sets[1].process_set_id))):
+        c.true(f"size_op/process_set_included_op of an added set {mode}",
+               [int(v) for v in vals] == [1, int(r == 1)], str([int(v) for v in vals]))
     c.true("included", sets[r].included() and not sets[1 - r].included())
     v = tf.Variable([1.0, 2.0])
     with tf.GradientTape() as tape:

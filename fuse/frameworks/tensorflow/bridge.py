@@ -65,8 +65,8 @@ def check_not_xla(what: str) -> None:
             f"fuse.tensorflow: {what} cannot run inside an XLA-compiled function (fuse's "
             "collectives are tf.py_function calls, which XLA cannot compile). Switch XLA off "
             "for the function that calls it: tf.function(..., jit_compile=False), "
-            "model.compile(..., jit_compile=False) for Keras, and leave "
-            "tf.config.optimizer.set_jit / TF_XLA_FLAGS=--tf_xla_auto_jit unset.")
+            "model.compile(..., jit_compile=False) for Keras (Keras 3's jit_compile='auto' "
+            "turns XLA on when a GPU is present).")
 
 
 def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,

@@ -394,9 +394,4 @@ def process_set_included_op(process_set_id=0, name=None):
 
 
 def _process_set(process_set_id):
-    if process_set_id == 0:
-        return global_process_set
-    found = basics._state.process_sets.get(int(process_set_id))
-    if found is None:
-        raise ValueError(f"unknown process set id {process_set_id}")
-    return found
+    return basics.process_set_by_id(process_set_id)
