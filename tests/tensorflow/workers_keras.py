@@ -173,7 +173,7 @@ def keras_features():
             c.close(f"MetricAverageCallback {key} epoch {epoch}", seen.logs[epoch][key],
                     expected, 1e-6)
     c.close("LearningRateWarmupCallback lr after epoch 1 (half way)",
-            seen.logs[0]["lr"], 0.05 / n * ((1 - 1 / 4) * (n - 1) / 2 + 1), 1e-4)
+            seen.logs[0]["lr"], 0.05 / n * (1.0 * (n - 1) / 2 + 1), 1e-4)
     c.close("LearningRateWarmupCallback lr after warm-up", seen.logs[2]["lr"], 0.05, 1e-6)
 
     sched = hvd.callbacks.LearningRateScheduleCallback(initial_lr=0.1, multiplier=0.5,

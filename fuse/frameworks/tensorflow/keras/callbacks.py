@@ -146,6 +146,9 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
     def __init__(self, initial_lr, warmup_epochs=5, momentum_correction=True,
                  steps_per_epoch=None, verbose=0):
         def multiplier(epoch):
+            # the rate set before a batch is the one reached after it, so the last warm-up
+            # batch already runs at initial_lr
+            epoch += 1.0 / self.steps_per_epoch
             size = basics.size()
             return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
