@@ -20,7 +20,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 
 
 def worker(batch: int, warmup: int, steps: int, rounds: int) -> dict:

@@ -17,8 +17,9 @@ from fuse.frameworks.tensorflow import mpi_ops as _mpi_ops
 from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F401
                                                   broadcast_object)
 from fuse.frameworks.tensorflow.keras import callbacks  # noqa: F401
-from fuse.frameworks.tensorflow.keras.optimizer import (DistributedOptimizer,  # noqa: F401
-                                                        make_distributed_in_place)
+from fuse.frameworks.tensorflow.keras.optimizer import DistributedOptimizer  # noqa: F401
+from fuse.frameworks.tensorflow.keras.optimizer import \
+    make_distributed_in_place as _make_distributed_in_place
 from fuse.frameworks.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from fuse.frameworks.tensorflow.tensors import Compression  # noqa: F401
 
@@ -66,7 +67,7 @@ def load_model(filepath, custom_optimizers=None, custom_objects=None,
     model = keras.models.load_model(filepath, custom_objects=objects)
     optimizer = getattr(model, "optimizer", None)
     if optimizer is not None:
-        make_distributed_in_place(optimizer, compression)
+        _make_distributed_in_place(optimizer, compression)
     return model
 
 

@@ -8,7 +8,6 @@ import numpy as np
 from fuse.common import basics
 from fuse.common import collectives as _c
 from fuse.common.ops import Average
-from fuse.common.process_sets import global_process_set
 from fuse.frameworks.numpy_arrays import NumpyOps
 from fuse.frameworks.tensorflow.functions import broadcast_variables
 
@@ -168,5 +167,4 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
 
 
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateScheduleCallback", "LearningRateWarmupCallback",
-           "global_process_set"]
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback"]
