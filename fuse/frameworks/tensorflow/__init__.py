@@ -10,39 +10,15 @@ No compiled TensorFlow op is involved: the collectives run as ``tf.py_function``
 
 from __future__ import annotations
 
-import importlib.util
-from importlib import metadata
-
 from fuse.frameworks.base import FrameworkAdapter
 
 
 class TensorflowAdapter(FrameworkAdapter):
     name = "tensorflow"
+    module = "tensorflow"
+    distributions = ("tensorflow", "tensorflow-cpu", "tf-nightly")
     min_version = (2, 16)   # the first release whose tf.keras is Keras 3
-
-    @classmethod
-    def is_available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("tensorflow") is None:
-            return False, "tensorflow is not installed (pip install fuse[tensorflow])"
-        version = cls.version()
-        if version is not None:
-            try:
-                major_minor = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
-            except ValueError:
-                return True, ""
-            if major_minor < cls.min_version:
-                return False, (f"tensorflow {version} is too old; fuse.tensorflow needs "
-                               "tensorflow >= 2.16 (Keras 3)")
-        return True, ""
-
-    @classmethod
-    def version(cls) -> str | None:
-        for dist in ("tensorflow", "tensorflow-cpu", "tf-nightly"):
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return None
+    extra = "tensorflow"
 
     @staticmethod
     def api():

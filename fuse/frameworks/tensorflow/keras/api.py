@@ -5,14 +5,7 @@ from __future__ import annotations
 
 import keras
 
-from fuse.common.basics import (add_process_set, ccl_built, cross_rank, cross_size,  # noqa: F401
-                                cuda_built, ddl_built, gloo_built, gloo_enabled, init,
-                                is_homogeneous, is_initialized, local_rank, local_size,
-                                mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                                remove_process_set, rocm_built, shutdown, size, start_timeline,
-                                stop_timeline)
-from fuse.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from fuse.common.process_sets import ProcessSet, global_process_set  # noqa: F401
+from fuse.common.surface import *  # noqa: F401,F403
 from fuse.frameworks.tensorflow import mpi_ops as _mpi_ops
 from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F401
                                                   broadcast_object)
