@@ -22,9 +22,12 @@ VENV=.venv-mxnet
 if [ ! -x "$VENV/bin/python" ]; then
   PYTHON=${PYTHON_MXNET:-}
   if [ -z "$PYTHON" ]; then
-    for candidate in "$HOME"/.pyenv/versions/3.11.*/bin/python /root/.pyenv/versions/3.11.*/bin/python \
-                     "$(command -v python3.11 || true)" "$HOME"/.pyenv/versions/3.10.*/bin/python \
-                     /root/.pyenv/versions/3.10.*/bin/python "$(command -v python3.10 || true)"; do
+    for candidate in "$HOME"/.pyenv/versions/3.11.*/bin/python \
+                     /root/.pyenv/versions/3.11.*/bin/python \
+                     "$(command -v python3.11 || true)" \
+                     "$HOME"/.pyenv/versions/3.10.*/bin/python \
+                     /root/.pyenv/versions/3.10.*/bin/python \
+                     "$(command -v python3.10 || true)"; do
       if [ -n "$candidate" ] && [ -x "$candidate" ]; then PYTHON=$candidate; break; fi
     done
   fi

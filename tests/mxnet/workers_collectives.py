@@ -95,7 +95,7 @@ def api_surface():
     """Everything but the dtype matrix: identity queries, default op, average=, scale factors,
     grouped calls, uneven allgather, alltoall splits, reducescatter, objects, process sets."""
     hvd.init(process_sets="dynamic")
-    r, n = hvd.rank(), hvd.size()
+    r = hvd.rank()
 
     assert (hvd.rank(), hvd.size(), hvd.local_rank(), hvd.local_size()) == (r, 2, r, 2)
     assert hvd.cross_rank() == 0 and hvd.cross_size() == 1 and hvd.is_homogeneous()

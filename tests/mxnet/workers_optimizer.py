@@ -32,12 +32,6 @@ def _batches():
     return x, y
 
 
-def _copy_params(src, dst):
-    for (_, ps), (_, pd) in zip(sorted(src.collect_params().items()),
-                                sorted(dst.collect_params().items())):
-        pd.set_data(ps.data().copy())
-
-
 def _train(net, trainer, rows, batch):
     loss_fn = gluon.loss.SoftmaxCrossEntropyLoss()
     x, y = _batches()

@@ -197,7 +197,8 @@ class DistributedTrainer(mx.gluon.Trainer):
                  process_set=global_process_set):
         if isinstance(optimizer, DistributedOptimizer):
             warnings.warn("DistributedTrainer was given a DistributedOptimizer; it averages "
-                          "the gradients itself, so the wrapped optimizer is used instead")
+                          "the gradients itself, so the wrapped optimizer is used instead",
+                          stacklevel=2)
             optimizer = optimizer._optimizer
         if prefix is not None and not isinstance(prefix, str):
             raise ValueError(f"prefix must be a str, got {type(prefix).__name__}")
