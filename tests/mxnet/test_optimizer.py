@@ -33,7 +33,7 @@ def test_fp16_compression():
 def test_broadcast_parameters_and_wrapper_plumbing():
     import workers_optimizer as w
     for report in run_job(w.parameters_and_options):
-        assert report == {k: True for k in report} and len(report) == 8, report
+        assert report == {k: True for k in report} and len(report) == 9, report
 
 
 def test_trainer_mismatch_names_the_parameter():

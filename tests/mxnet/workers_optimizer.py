@@ -3,6 +3,8 @@ broadcast_parameters on 2 real workers, against a single-process reference."""
 
 from __future__ import annotations
 
+import warnings
+
 import mxnet as mx
 import numpy as np
 from mxnet import autograd, gluon
@@ -170,6 +172,14 @@ def parameters_and_options():
     wrapped.set_learning_rate(0.125)
     report["forwarding"] = (inner.rescale_grad == 0.25 and wrapped.learning_rate == 0.125
                             and isinstance(wrapped, mx.optimizer.Optimizer))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        unwrapped = hvd.DistributedTrainer(_net(2).collect_params(),
+                                           hvd.DistributedOptimizer(mx.optimizer.SGD()),
+                                           prefix="unwrap.")
+    report["trainer_unwraps"] = (not isinstance(unwrapped._optimizer, hvd.DistributedOptimizer)
+                                 and any("DistributedOptimizer" in str(c.message)
+                                         for c in caught))
     try:
         hvd.DistributedOptimizer("sgd")
         report["type_error"] = False
