@@ -31,10 +31,13 @@ def worker(sizes, repeats):
         n = max(nbytes // 4, 1)
         nd = mx.nd.ones((n,))
         arr = np.ones(n, np.float32)
-        for label, call in (("numpy", lambda k: core.allreduce_(arr, op=core.Sum,
-                                                                 name=f"np.{nbytes}.{k}")),
-                            ("ndarray", lambda k: hvd.allreduce_(nd, op=hvd.Sum,
-                                                                 name=f"nd.{nbytes}.{k}"))):
+        def on_numpy(k, a=arr, b=nbytes):
+            core.allreduce_(a, op=core.Sum, name=f"np.{b}.{k}")
+
+        def on_ndarray(k, a=nd, b=nbytes):
+            hvd.allreduce_(a, op=hvd.Sum, name=f"nd.{b}.{k}")
+
+        for label, call in (("numpy", on_numpy), ("ndarray", on_ndarray)):
             call(-1)                                   # warm up (first negotiation)
             times = []
             for k in range(repeats):
