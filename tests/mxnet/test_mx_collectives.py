@@ -9,25 +9,25 @@ pytestmark = pytest.mark.timeout(240)
 
 
 def test_every_dtype_every_collective():
-    import workers_collectives as w
+    import mx_workers_collectives as w
     covered = run_job(w.dtype_matrix)
     assert covered[0] == covered[1] == ["uint8", "int8", "int32", "int64", "float16",
                                         "float32", "float64", "bool"]
 
 
 def test_api_surface():
-    import workers_collectives as w
+    import mx_workers_collectives as w
     assert run_job(w.api_surface) == [True, True]
 
 
 def test_zero_copy_and_async_engine():
-    import workers_collectives as w
+    import mx_workers_collectives as w
     for report in run_job(w.engine_and_memory):
         assert report == {k: True for k in report} and len(report) == 8, report
 
 
 def test_mismatch_errors_name_tensor_ranks_and_values():
-    import workers_collectives as w
+    import mx_workers_collectives as w
     res = run_job(w.errors)
     assert res[0]["shape"] == res[1]["shape"], "both ranks get the same error text"
     for rank_res in res:

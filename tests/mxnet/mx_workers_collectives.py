@@ -1,4 +1,4 @@
-"""Worker side of test_collectives.py: every check runs on each of the 2 ranks, on real
+"""Worker side of test_mx_collectives.py: every check runs on each of the 2 ranks, on real
 NDArrays and the real engine.  Each function returns what the test asserts on."""
 
 from __future__ import annotations

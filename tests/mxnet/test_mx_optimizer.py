@@ -11,7 +11,7 @@ pytestmark = pytest.mark.timeout(240)
 def test_two_workers_match_one_process_with_twice_the_batch():
     """2 workers x batch B == 1 process x batch 2B after 20 steps, for DistributedTrainer and
     DistributedOptimizer, with SGD+momentum and Adam, num_groups and predivide."""
-    import workers_optimizer as w
+    import mx_workers_optimizer as w
     results = run_job(w.equivalence)
     assert results[0].keys() == results[1].keys()
     assert len(results[0]) == 5
@@ -23,7 +23,7 @@ def test_two_workers_match_one_process_with_twice_the_batch():
 
 
 def test_fp16_compression():
-    import workers_optimizer as w
+    import mx_workers_optimizer as w
     for res in run_job(w.compression_fp16):
         assert res["replicas_equal"] and res["grads_equal"], res
         assert res["grad_dtypes"] == ["float32"], res
@@ -31,13 +31,13 @@ def test_fp16_compression():
 
 
 def test_broadcast_parameters_and_wrapper_plumbing():
-    import workers_optimizer as w
+    import mx_workers_optimizer as w
     for report in run_job(w.parameters_and_options):
         assert report == {k: True for k in report} and len(report) == 9, report
 
 
 def test_trainer_mismatch_names_the_parameter():
-    import workers_optimizer as w
+    import mx_workers_optimizer as w
     res = run_job(w.trainer_mismatch)
     assert res[0][0] == res[1][0], res
     text, ok = res[0]

@@ -1,4 +1,4 @@
-"""Worker side of test_optimizer.py: DistributedTrainer, DistributedOptimizer and
+"""Worker side of test_mx_optimizer.py: DistributedTrainer, DistributedOptimizer and
 broadcast_parameters on 2 real workers, against a single-process reference."""
 
 from __future__ import annotations
