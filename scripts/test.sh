@@ -9,3 +9,4 @@ bash scripts/setup.sh
 # processes: both need the virtualenv's tools first on PATH.
 PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"
 bash scripts/test_tensorflow.sh "$@"
+bash scripts/test_mxnet.sh "$@"
