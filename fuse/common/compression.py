@@ -82,9 +82,9 @@ class BF16Compressor(_CastCompressor):
     wire_dtype = "bfloat16"
 
 
-def compression_for(hook: CastHook) -> type:
-    """The ``Compression`` namespace a framework exports (``none``, ``fp16``, ``bf16``), with
-    the casting compressors bound to that framework's ``hook``."""
+def compression_for(hook: CastHook, bf16: bool = True) -> type:
+    """The ``Compression`` namespace a framework exports (``none``, ``fp16`` and, where the
+    framework has the type, ``bf16``), with the casting compressors bound to its ``hook``."""
 
     def bound(base: type) -> type:
         return type(base.__name__, (base,), {"hook": hook, "__doc__": base.__doc__,
@@ -95,7 +95,10 @@ def compression_for(hook: CastHook) -> type:
 
         none = NoneCompressor
         fp16 = bound(FP16Compressor)
-        bf16 = bound(BF16Compressor)
 
+    if bf16:
+        Compression.bf16 = bound(BF16Compressor)
+    else:
+        Compression.__doc__ = "Optional gradient compression: ``Compression.none`` and ``.fp16``."
     Compression.__module__ = type(hook).__module__
     return Compression

@@ -9,38 +9,15 @@ own (``pip install fuse[mxnet]`` pins NumPy; ``scripts/test_mxnet.sh`` makes ``.
 
 from __future__ import annotations
 
-import importlib.util
-from importlib import metadata
-
 from fuse.frameworks.base import FrameworkAdapter
 
 
 class MxnetAdapter(FrameworkAdapter):
     name = "mxnet"
+    module = "mxnet"
+    distributions = ("mxnet", "mxnet-mkl", "mxnet-native")
     min_version = (1, 9)
-
-    @classmethod
-    def is_available(cls) -> tuple[bool, str]:
-        if importlib.util.find_spec("mxnet") is None:
-            return False, "mxnet is not installed (pip install fuse[mxnet])"
-        version = cls.version()
-        if version is not None:
-            try:
-                major_minor = tuple(int(p) for p in version.split(".")[:2])
-            except ValueError:
-                return True, ""
-            if major_minor < cls.min_version:
-                return False, f"mxnet {version} is too old; fuse.mxnet needs mxnet >= 1.9"
-        return True, ""
-
-    @classmethod
-    def version(cls) -> str | None:
-        for dist in ("mxnet", "mxnet-mkl", "mxnet-native"):
-            try:
-                return metadata.version(dist)
-            except metadata.PackageNotFoundError:
-                continue
-        return None
+    extra = "mxnet"
 
     @staticmethod
     def api():

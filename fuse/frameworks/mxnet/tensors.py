@@ -145,20 +145,5 @@ class MxnetCast(_compression.CastHook):
 
 
 _cast = MxnetCast()
-
-
-class NoneCompressor(_compression.NoneCompressor):
-    """Send gradients as they are."""
-
-
-class FP16Compressor(_compression.FP16Compressor):
-    """Floating NDArrays travel as float16."""
-
-    hook = _cast
-
-
-class Compression:
-    """Optional gradient compression: ``Compression.none`` and ``Compression.fp16``."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
+# MXNet 1.9 has no bfloat16 that numpy can view, so no bf16 compressor (as in Horovod).
+Compression = _compression.compression_for(_cast, bf16=False)
