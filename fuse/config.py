@@ -8,7 +8,9 @@ true/false, yes/no, on/off (Horovod reads ``"true"`` as false; we do not copy th
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
+import typing
 from typing import Any, Mapping
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
@@ -169,12 +171,18 @@ class Config:
         return rows
 
 
+@functools.cache
+def _field_types() -> dict[str, type]:
+    # The annotations are strings (``from __future__ import annotations``): resolve them once.
+    return typing.get_type_hints(Config)
+
+
 def _convert(f: dataclasses.Field, var: str, text: str) -> Any:
     parse = f.metadata["parse"]
     try:
         if parse is not None:
             return parse(text)
-        typ = f.type if isinstance(f.type, type) else eval(f.type)  # annotations are strings
+        typ = _field_types()[f.name]
         if typ is bool:
             return _parse_bool(text)
         if typ is int:

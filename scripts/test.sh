@@ -8,3 +8,5 @@ bash scripts/setup.sh
 # The editable install rebuilds compiled code on import and the tests start worker
 # processes: both need the virtualenv's tools first on PATH.
 PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"
+bash scripts/test_tensorflow.sh "$@"
+bash scripts/test_mxnet.sh "$@"

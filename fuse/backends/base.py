@@ -100,6 +100,19 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Tear down connections.  Called once, at shutdown."""
 
+    def validate_group(self, ranks: Sequence[int], group_id: int, ids_in_use) -> list[int]:
+        """The checks every ``create_group`` makes, written once: ``ranks`` sorted, or
+        ValueError naming the backend when the id is taken, a rank is repeated or outside the
+        world, or this rank is not a member."""
+        ranks = sorted(int(r) for r in ranks)
+        if group_id in ids_in_use:
+            raise ValueError(f"{self.name}: group id {group_id} is already in use")
+        if len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
+            raise ValueError(f"{self.name}: invalid ranks {ranks} for a world of {self.size}")
+        if self.rank not in ranks:
+            raise ValueError(f"{self.name}: rank {self.rank} is not in group {group_id} {ranks}")
+        return ranks
+
 
 def dtype_name_to_numpy(dtype: str) -> np.dtype:
     """numpy dtype used to view a buffer of wire type ``dtype`` (bfloat16 travels as uint16)."""

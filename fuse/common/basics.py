@@ -478,6 +478,15 @@ def process_set_id(process_set: ProcessSet | None) -> int:
     return pid
 
 
+def process_set_by_id(pid: int) -> ProcessSet:
+    """The registered process set whose id is ``pid`` (for APIs that take an id, like
+    TensorFlow's ``size_op(process_set_id)``)."""
+    found = _state.process_sets.get(int(pid))
+    if found is None:
+        raise ValueError(f"no process set with id {pid} is registered")
+    return found
+
+
 def check_running() -> None:
     engine = _require()
     if engine.failed:

@@ -80,3 +80,25 @@ class BF16Compressor(_CastCompressor):
     """Floating tensors travel as bfloat16 (float32's range, 8 bits of mantissa)."""
 
     wire_dtype = "bfloat16"
+
+
+def compression_for(hook: CastHook, bf16: bool = True) -> type:
+    """The ``Compression`` namespace a framework exports (``none``, ``fp16`` and, where the
+    framework has the type, ``bf16``), with the casting compressors bound to its ``hook``."""
+
+    def bound(base: type) -> type:
+        return type(base.__name__, (base,), {"hook": hook, "__doc__": base.__doc__,
+                                             "__module__": type(hook).__module__})
+
+    class Compression:
+        """Optional gradient compression: ``Compression.none``, ``.fp16`` and ``.bf16``."""
+
+        none = NoneCompressor
+        fp16 = bound(FP16Compressor)
+
+    if bf16:
+        Compression.bf16 = bound(BF16Compressor)
+    else:
+        Compression.__doc__ = "Optional gradient compression: ``Compression.none`` and ``.fp16``."
+    Compression.__module__ = type(hook).__module__
+    return Compression

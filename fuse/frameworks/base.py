@@ -8,22 +8,51 @@ surface every adapter has; the tensor verbs are added as the adapters arrive.
 from __future__ import annotations
 
 import abc
+import importlib.util
+from importlib import metadata
 from typing import ClassVar
 
 
 class FrameworkAdapter(abc.ABC):
-    """Adapter for one framework (numpy, torch, tensorflow, mxnet)."""
+    """Adapter for one framework (numpy, torch, tensorflow, mxnet).
+
+    A subclass names its framework's import name (``module``), the PyPI distributions that
+    provide it (``distributions``), the oldest version it supports (``min_version``) and the
+    extra that installs it (``extra``); ``is_available`` and ``version`` then need no code of
+    their own."""
 
     api_version: ClassVar[int] = 1
     name: ClassVar[str] = "unnamed"
+    module: ClassVar[str] = ""
+    distributions: ClassVar[tuple[str, ...]] = ()
+    min_version: ClassVar[tuple[int, ...]] = ()
+    extra: ClassVar[str] = ""
 
     @classmethod
-    @abc.abstractmethod
     def is_available(cls) -> tuple[bool, str]:
-        """(usable here, reason if not).  Must be cheap: find the framework with
-        ``importlib.util.find_spec`` / ``importlib.metadata``, never by importing it."""
+        """(usable here, reason if not).  Must be cheap: finds the framework with
+        ``importlib.util.find_spec`` and ``importlib.metadata``, never by importing it."""
+        if cls.module and importlib.util.find_spec(cls.module) is None:
+            hint = f" (pip install fuse[{cls.extra}])" if cls.extra else ""
+            return False, f"{cls.module} is not installed{hint}"
+        version = cls.version()
+        if version is not None and cls.min_version:
+            try:
+                release = tuple(int(p) for p in version.split("+")[0].split(".")[:2])
+            except ValueError:          # a development build: let it try
+                return True, ""
+            if release < cls.min_version:
+                wanted = ".".join(str(p) for p in cls.min_version)
+                return False, (f"{cls.module} {version} is too old; fuse.{cls.name} needs "
+                               f"{cls.module} >= {wanted}")
+        return True, ""
 
     @classmethod
     def version(cls) -> str | None:
         """Version of the installed framework, or None when it is not installed."""
+        for dist in cls.distributions or ((cls.module,) if cls.module else ()):
+            try:
+                return metadata.version(dist)
+            except metadata.PackageNotFoundError:
+                continue
         return None

@@ -9,10 +9,7 @@ from fuse.frameworks.base import FrameworkAdapter
 
 class NumpyAdapter(FrameworkAdapter):
     name = "numpy"
-
-    @classmethod
-    def is_available(cls) -> tuple[bool, str]:
-        return True, ""
+    module = "numpy"
 
     @classmethod
     def version(cls) -> str | None:

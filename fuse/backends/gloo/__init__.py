@@ -118,8 +118,6 @@ class GlooBackend(Backend):
         return str(self._device) if self._device is not None else "none"
 
     def _connect(self, ranks: list[int], group_id: int) -> Group:
-        if self.rank not in ranks:
-            raise ValueError(f"gloo: rank {self.rank} is not in group {group_id} {ranks}")
         context = self._native.GlooContext(
             self._device, ranks.index(self.rank), len(ranks), self.timeout,
             self._store if len(ranks) > 1 else None, f"{self._prefix}g{group_id}/")
@@ -145,14 +143,9 @@ class GlooBackend(Backend):
         return out
 
     def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
-        ranks = sorted(int(r) for r in ranks)
-        if group_id == 0 and ranks == list(range(self.size)):
+        if group_id == 0 and sorted(ranks) == list(range(self.size)):
             return self.world
-        if group_id in self._groups:
-            raise ValueError(f"gloo: group id {group_id} is already in use")
-        if len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
-            raise ValueError(f"gloo: invalid ranks {ranks} for a world of {self.size}")
-        return self._connect(ranks, group_id)
+        return self._connect(self.validate_group(ranks, group_id, self._groups), group_id)
 
     def close(self) -> None:
         for group in self._groups.values():

@@ -333,15 +333,9 @@ class MPIBackend(Backend):
             raise _error("mpi: MPI_Allgather (start-up exchange)", err, self.rank) from None
 
     def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
-        ranks = sorted(int(r) for r in ranks)
-        if group_id == 0 and ranks == list(range(self.size)):
+        if group_id == 0 and sorted(ranks) == list(range(self.size)):
             return self.world
-        if group_id in self._groups:
-            raise ValueError(f"mpi: group id {group_id} is already in use")
-        if len(set(ranks)) != len(ranks) or not all(0 <= r < self.size for r in ranks):
-            raise ValueError(f"mpi: invalid ranks {ranks} for a world of {self.size}")
-        if self.rank not in ranks:
-            raise ValueError(f"mpi: rank {self.rank} is not in group {group_id} {ranks}")
+        ranks = self.validate_group(ranks, group_id, self._groups)
         MPI = self._MPI
         world = self.world.comm
         group = world.Get_group().Incl(ranks)

@@ -2,17 +2,7 @@
 
 from __future__ import annotations
 
-from fuse.common.basics import (add_process_set, ccl_built, cross_rank, cross_size,  # noqa: F401
-                                cuda_built, ddl_built, gloo_built, gloo_enabled, init,
-                                is_homogeneous, is_initialized, local_rank, local_size,
-                                mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
-                                remove_process_set, rocm_built, shutdown, size, start_timeline,
-                                stop_timeline)
-from fuse.common.ops import Adasum, Average, Max, Min, Product, Sum  # noqa: F401
-from fuse.common.process_sets import ProcessSet, global_process_set  # noqa: F401
-from fuse.exceptions import (FuseError, FuseInternalError, HorovodInternalError,  # noqa: F401
-                             HorovodVersionMismatchError, HostsUpdatedInterrupt, MismatchError,
-                             ShutdownError, StallError)
+from fuse.common.surface import *  # noqa: F401,F403
 from fuse.frameworks.torch.functions import (allgather_object, broadcast_object,  # noqa: F401
                                              broadcast_optimizer_state, broadcast_parameters)
 from fuse.frameworks.torch.mpi_ops import (allgather, allgather_async, allreduce,  # noqa: F401

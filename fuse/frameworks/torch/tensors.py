@@ -93,27 +93,4 @@ class TorchCast(_compression.CastHook):
 
 
 _cast = TorchCast()
-
-
-class NoneCompressor(_compression.NoneCompressor):
-    """Send gradients as they are."""
-
-
-class FP16Compressor(_compression.FP16Compressor):
-    """Floating tensors travel as float16."""
-
-    hook = _cast
-
-
-class BF16Compressor(_compression.BF16Compressor):
-    """Floating tensors travel as bfloat16."""
-
-    hook = _cast
-
-
-class Compression:
-    """Optional gradient compression: ``Compression.none``, ``.fp16`` and ``.bf16``."""
-
-    none = NoneCompressor
-    fp16 = FP16Compressor
-    bf16 = BF16Compressor
+Compression = _compression.compression_for(_cast)

@@ -1,0 +1,130 @@
+"""Averaging a list of gradients, shared by ``DistributedGradientTape`` and the Keras
+``DistributedOptimizer``.
+
+The bookkeeping (groups, op and predivide scaling) comes from :mod:`fuse.common.grad_sync`.
+All dense gradients of one call go to the engine from one host function: each ungrouped
+gradient as its own allreduce and each group as one grouped allreduce, all submitted before
+any is waited for, so the engine fuses them as Horovod's would.  Inside ``tf.function`` that
+host function is a single ordered ``tf.py_function``.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from fuse.common import collectives as _c
+from fuse.common.grad_sync import assign_groups, scaling
+from fuse.common.ops import Average
+from fuse.common.process_sets import global_process_set
+from fuse.frameworks.tensorflow import mpi_ops
+from fuse.frameworks.tensorflow.bridge import run_host
+from fuse.frameworks.tensorflow.tensors import Compression
+
+
+class GradientReducer:
+    """The options of a distributed tape or optimizer, and ``reduce(grads, variables)``."""
+
+    def __init__(self, prefix: str, compression=Compression.none, sparse_as_dense=False,
+                 op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
+                 process_set=global_process_set):
+        self.prefix = prefix
+        self.compression = compression
+        self.sparse_as_dense = sparse_as_dense
+        self.op, self.prescale, self.postscale = scaling(op, gradient_predivide_factor)
+        if groups is not None and num_groups:
+            raise ValueError("give groups or num_groups (deprecated), not both")
+        if groups is not None and not isinstance(groups, int) and not (
+                isinstance(groups, (list, tuple)) and all(isinstance(g, (list, tuple))
+                                                          for g in groups)):
+            raise ValueError("groups must be an int or a list of lists of variables")
+        self.groups = groups
+        self.num_groups = num_groups
+        self.process_set = process_set
+
+    @property
+    def active(self) -> bool:
+        return self.process_set.included() and len(self.process_set.ranks) > 1
+
+    def reduce(self, grads, variables, postscale: float = 1.0):
+        """``grads`` averaged (or summed) over the process set, in the same structure.  None
+        gradients stay None; ``tf.IndexedSlices`` are gathered unless ``sparse_as_dense``."""
+        grads = list(grads)
+        variables = list(variables)
+        if not self.active:
+            return grads
+        out = list(grads)
+        present = [i for i, g in enumerate(grads) if g is not None]
+        for i in present:
+            if isinstance(grads[i], tf.IndexedSlices) and self.sparse_as_dense:
+                grads[i] = tf.convert_to_tensor(grads[i])
+        dense = [i for i in present if not isinstance(grads[i], tf.IndexedSlices)]
+        for i in present:
+            if isinstance(grads[i], tf.IndexedSlices):
+                out[i] = mpi_ops.allreduce(grads[i], op=self.op,
+                                           name=f"{self.prefix}.{i}.sparse",
+                                           process_set=self.process_set)
+        if dense:
+            keys = [variables[i] if i < len(variables) else i for i in dense]
+            groups = assign_groups(keys, self._dense_groups(variables, keys),
+                                   self.num_groups)
+            reduced = self._reduce_dense([grads[i] for i in dense], dense, groups, postscale)
+            for i, g in zip(dense, reduced):
+                out[i] = g
+        return out
+
+    def _dense_groups(self, variables, dense_keys):
+        """``groups`` restricted to the gradients reduced densely (a sparse gradient in a
+        group is gathered on its own); a member that is no source at all is an error."""
+        if not isinstance(self.groups, (list, tuple)):
+            return self.groups
+        every = {id(v) for v in variables}
+        dense = {id(k) for k in dense_keys}
+        out = []
+        for group in self.groups:
+            for v in group:
+                if id(v) not in every:
+                    raise ValueError("groups contains a variable that is not one of the "
+                                     "sources whose gradients are reduced")
+            kept = [v for v in group if id(v) in dense]
+            if kept:
+                out.append(kept)
+        return out
+
+    def _reduce_dense(self, tensors, indices, groups, postscale):
+        wires, ctxs = zip(*(self.compression.compress(tf.convert_to_tensor(t))
+                            for t in tensors))
+        names = [f"{self.prefix}.{i}" for i in indices]
+        op, pre, post = self.op, self.prescale, self.postscale * postscale
+        ps = self.process_set
+
+        def host(arrays):
+            waits = []
+            for members in groups:
+                if len(members) == 1:
+                    k = members[0]
+                    h = _c.allreduce_async(mpi_ops._ops, arrays[k], name=names[k], op=op,
+                                           prescale_factor=pre, postscale_factor=post,
+                                           process_set=ps)
+                else:
+                    h = _c.grouped_allreduce_async(
+                        mpi_ops._ops, [arrays[k] for k in members],
+                        name=f"{names[members[0]]}.group", op=op, prescale_factor=pre,
+                        postscale_factor=post, process_set=ps)
+                waits.append((members, h))
+            results = [None] * len(arrays)
+            first_error = None
+            for members, h in waits:   # wait for every handle before raising
+                try:
+                    value = _c.synchronize(h)
+                except Exception as err:
+                    first_error = first_error or err
+                    continue
+                for k, v in zip(members, value if len(members) > 1 else [value]):
+                    results[k] = v
+            if first_error is not None:
+                raise first_error
+            return results
+
+        outs = run_host(host, list(wires), [w.dtype for w in wires], [w.shape for w in wires],
+                        "allreduce_gradients")
+        return [self.compression.decompress(o, c) for o, c in zip(outs, ctxs)]
