@@ -128,12 +128,7 @@ inline void scale_buffer(void* buf, size_t count, int dtype, double factor) {
       break;
     }
     case FUSE_FLOAT64: scale_typed((double*)buf, count, factor); break;
-    case FUSE_FLOAT16: {
-      uint16_t* p = (uint16_t*)buf;
-      float f = (float)factor;
-      for (size_t i = 0; i < count; ++i) p[i] = float_to_half(half_to_float(p[i]) * f);
-      break;
-    }
+    case FUSE_FLOAT16: scale_half((uint16_t*)buf, count, (float)factor); break;
     case FUSE_BFLOAT16: {
       uint16_t* p = (uint16_t*)buf;
       float f = (float)factor;
