@@ -41,19 +41,16 @@ from libcpp.vector cimport vector
 from posix.unistd cimport close as c_close
 
 from fuse._wire cimport *
+from fuse._protocol cimport *
 
 import sys
 import threading
 
 import numpy as np
 
-cdef extern from * nogil:
-    """
-    #include <vector>
-    template <class T> static inline bool fuse_vec_eq(const std::vector<T>& a,
-                                                      const std::vector<T>& b) { return a == b; }
-    """
-    cbool vec_eq "fuse_vec_eq"(const vector[int64_t]&, const vector[int64_t]&)
+from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
+                            JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
+                            KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -63,383 +60,8 @@ cdef extern from "<poll.h>" nogil:
     int c_poll "poll"(pollfd*, unsigned long, int)
     enum: POLLIN, POLLHUP, POLLERR
 
-# ---- constants shared with the Python layer ----
-# Collective kinds (values follow Horovod's request types where they exist).
-cdef enum: K_ALLREDUCE = 0
-cdef enum: K_ALLGATHER = 1
-cdef enum: K_BROADCAST = 2
-cdef enum: K_ALLTOALL = 3
-cdef enum: K_REDUCESCATTER = 4
-cdef enum: K_BARRIER = 5
-cdef enum: K_JOIN = 6
-cdef enum: K_PSET_ADD = 7
-cdef enum: K_PSET_REMOVE = 8
-
-# User-facing reduce ops, Horovod's wire values.
-cdef enum: OP_AVERAGE = 0
-cdef enum: OP_SUM = 1
-cdef enum: OP_ADASUM = 2
-cdef enum: OP_MIN = 3
-cdef enum: OP_MAX = 4
-cdef enum: OP_PRODUCT = 5
-
-# Control messages.
-cdef enum: MSG_REQUESTS = 1
-cdef enum: MSG_ABORT = 2
-cdef enum: MSG_BYE = 3
-cdef enum: MSG_RESPONSES = 11
-cdef enum: MSG_STALE = 12
-cdef enum: MSG_ABORT_ALL = 13
-cdef enum: MSG_COORD_BYE = 14
-
-# Handle states.
-cdef enum: H_PENDING = 0
-cdef enum: H_DONE = 1
-cdef enum: H_ERROR = 2
-
-# Engine states.
-cdef enum: S_RUNNING = 0
-cdef enum: S_STOPPING = 1
-cdef enum: S_STOPPED = 2
-cdef enum: S_FAILED = 3
-
-cdef enum: ERRLEN = 1024
-cdef extern from *:
-    """
-    #define FUSE_NO_SLOT 0xFFFFFFFFu
-    """
-    const uint32_t NO_SLOT "FUSE_NO_SLOT"
-
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
-AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
-KIND_NAMES = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
-              "join", "add_process_set", "remove_process_set")
-OP_NAMES = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
-DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
-DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_BACKEND_OPS = ("sum", "min", "max", "product")
-
-cdef const char* _kind_name(int kind) noexcept nogil:
-    if kind == K_ALLREDUCE: return "allreduce"
-    if kind == K_ALLGATHER: return "allgather"
-    if kind == K_BROADCAST: return "broadcast"
-    if kind == K_ALLTOALL: return "alltoall"
-    if kind == K_REDUCESCATTER: return "reducescatter"
-    if kind == K_BARRIER: return "barrier"
-    if kind == K_JOIN: return "join"
-    if kind == K_PSET_ADD: return "add_process_set"
-    return "remove_process_set"
-
-cdef const char* _op_name(int op) noexcept nogil:
-    if op == OP_AVERAGE: return "Average"
-    if op == OP_SUM: return "Sum"
-    if op == OP_ADASUM: return "Adasum"
-    if op == OP_MIN: return "Min"
-    if op == OP_MAX: return "Max"
-    return "Product"
-
-
-cdef struct Request:
-    int64_t handle
-    int kind
-    int dtype
-    int op
-    int pset
-    int root            # global rank (broadcast)
-    double prescale
-    double postscale
-    vector[int64_t] shape
-    vector[int64_t] splits   # alltoall splits; ranks for add_process_set; pset id for remove
-    string name
-    string group_key
-    int group_size
-    int rank            # who sent it (filled in by the coordinator)
-    string data         # small allreduce/broadcast: the (prescaled) values ride along
-    # local only: where the data is
-    void* inp
-    void* out
-
-
-cdef struct Response:
-    int kind
-    int dtype
-    int op
-    int pset
-    int root
-    double prescale
-    double postscale
-    vector[string] names
-    vector[vector[int64_t]] shapes
-    vector[uint32_t] slots
-    vector[uint32_t] gens
-    vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
-                                # add_process_set: the new id then the ranks
-    string error
-    int error_kind              # how the error reaches the user (see _make_error)
-    int last_joined
-    cbool inline_data           # the coordinator computed the result: it is in payloads
-    vector[string] payloads
-
-
-cdef struct Pending:
-    vector[Request] reqs       # indexed by position in the process set
-    vector[char] have
-    int count
-    double first_time
-    cbool warned
-    cbool is_ready
-    string error              # set when the coordinator already knows the collective fails
-    int error_kind
-    string acc                # small collectives: the running reduction (or the root's data)
-    cbool all_data            # every contribution so far carried its data
-
-
-cdef struct CacheEntry:
-    cbool used
-    string key
-    Request tmpl
-    uint32_t gen
-    uint64_t last_use
-
-
-cdef struct WorkerCache:
-    uint32_t slot
-    uint32_t gen
-    Request sig
-
-
-cdef struct HandleState:
-    int status
-    string error
-    int64_t value
-    vector[int64_t] aux
-    int error_kind          # 0 internal, 1 mismatch, 2 shutdown, 3 stall, 4 backend
-
-
-cdef struct PSet:
-    vector[int] ranks
-    int index              # this rank's position, -1 if not a member
-    vector[char] joined    # coordinator: per position
-    int joined_count
-    int last_joined
-    fuse_group_ops* native
-    PyObject* pygroup      # borrowed; Engine._groups keeps it alive
-
-
-cdef inline string _key(int pset, const string& name) noexcept nogil:
-    cdef string k = string(b"")
-    put[int](k, pset)
-    k.append(name)
-    return k
-
-
-cdef void _write_request(string& out, const Request& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
-    put[uint32_t](out, <uint32_t>r.shape.size())
-    cdef size_t i
-    for i in range(r.shape.size()):
-        put[int64_t](out, r.shape[i])
-    put[uint32_t](out, <uint32_t>r.splits.size())
-    for i in range(r.splits.size()):
-        put[int64_t](out, r.splits[i])
-    put_str(out, r.name)
-    put_str(out, r.group_key)
-    put[int](out, r.group_size)
-    put_str(out, r.data)
-
-
-cdef Request _read_request(Reader& rd) noexcept nogil:
-    cdef Request r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
-    cdef uint32_t n = get[uint32_t](rd)
-    cdef uint32_t i
-    for i in range(n):
-        if rd.bad:
-            break
-        r.shape.push_back(get[int64_t](rd))
-    n = get[uint32_t](rd)
-    for i in range(n):
-        if rd.bad:
-            break
-        r.splits.push_back(get[int64_t](rd))
-    r.name = get_str(rd)
-    r.group_key = get_str(rd)
-    r.group_size = get[int](rd)
-    r.data = get_str(rd)
-    r.inp = NULL
-    r.out = NULL
-    r.handle = -1
-    return r
-
-
-cdef void _write_response(string& out, const Response& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
-    put[uint32_t](out, <uint32_t>r.names.size())
-    cdef size_t i, j
-    for i in range(r.names.size()):
-        put_str(out, r.names[i])
-        put[uint32_t](out, r.slots[i])
-        put[uint32_t](out, r.gens[i])
-        put[uint32_t](out, <uint32_t>r.shapes[i].size())
-        for j in range(r.shapes[i].size()):
-            put[int64_t](out, r.shapes[i][j])
-    put[uint32_t](out, <uint32_t>r.rank_dims.size())
-    for i in range(r.rank_dims.size()):
-        put[int64_t](out, r.rank_dims[i])
-    put_str(out, r.error)
-    put[int](out, r.error_kind)
-    put[int](out, r.last_joined)
-    put[uint8_t](out, 1 if r.inline_data else 0)
-    if r.inline_data:
-        for i in range(r.payloads.size()):
-            put_str(out, r.payloads[i])
-
-
-cdef Response _read_response(Reader& rd) noexcept nogil:
-    cdef Response r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
-    cdef uint32_t n = get[uint32_t](rd)
-    cdef uint32_t i, j, m
-    cdef vector[int64_t] shape
-    for i in range(n):
-        if rd.bad:
-            break
-        r.names.push_back(get_str(rd))
-        r.slots.push_back(get[uint32_t](rd))
-        r.gens.push_back(get[uint32_t](rd))
-        m = get[uint32_t](rd)
-        shape.clear()
-        for j in range(m):
-            if rd.bad:
-                break
-            shape.push_back(get[int64_t](rd))
-        r.shapes.push_back(shape)
-    n = get[uint32_t](rd)
-    for i in range(n):
-        if rd.bad:
-            break
-        r.rank_dims.push_back(get[int64_t](rd))
-    r.error = get_str(rd)
-    r.error_kind = get[int](rd)
-    r.last_joined = get[int](rd)
-    r.inline_data = get[uint8_t](rd) != 0
-    if r.inline_data:
-        for i in range(r.names.size()):
-            if rd.bad:
-                break
-            r.payloads.push_back(get_str(rd))
-    return r
-
-
-cdef int64_t _numel(const vector[int64_t]& shape) noexcept nogil:
-    cdef int64_t n = 1
-    cdef size_t i
-    for i in range(shape.size()):
-        n *= shape[i]
-    return n
-
-
-cdef int64_t _row_elems(const vector[int64_t]& shape) noexcept nogil:
-    """Elements per row of dim 0 (1 for a scalar or a vector)."""
-    cdef int64_t n = 1
-    cdef size_t i
-    for i in range(1, shape.size()):
-        n *= shape[i]
-    return n
-
-
-cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
-    cdef string s = string(b"[")
-    cdef size_t i
-    for i in range(shape.size()):
-        if i:
-            s.append(b", ")
-        s.append(_i2s(shape[i]))
-    s.append(b"]")
-    return s
-
-
-cdef extern from "<string>" namespace "std" nogil:
-    string to_string(long long)
-    string to_string(double)
-
-cdef inline string _i2s(int64_t v) noexcept nogil:
-    return to_string(<long long>v)
-
-
-cdef inline string _d2s(double v) noexcept nogil:
-    return to_string(v)
-
-
-cdef inline string _cs(const char* s) noexcept nogil:
-    return string(s)
-
-
-cdef cbool _same_signature(const Request& a, const Request& b) noexcept nogil:
-    return (a.kind == b.kind and a.dtype == b.dtype and a.op == b.op and a.pset == b.pset
-            and a.root == b.root and a.prescale == b.prescale and a.postscale == b.postscale
-            and vec_eq(a.shape, b.shape))
-
-
-cdef extern from * nogil:
-    """
-    template <class It> static inline auto& fuse_deref(It& it) { return it->second; }
-    template <class It> static inline void fuse_inc(It& it) { ++it; }
-    template <class It> static inline const std::string& fuse_key(It& it) { return it->first; }
-    """
-    WorkerCache& deref_wc "fuse_deref"(unordered_map[string, WorkerCache].iterator&)
-    Request& deref_req "fuse_deref"(unordered_map[string, Request].iterator&)
-    HandleState& deref_hs "fuse_deref"(unordered_map[int64_t, HandleState].iterator&)
-    Pending& deref_pending "fuse_deref"(unordered_map[string, Pending].iterator&)
-    void inc_hs "fuse_inc"(unordered_map[int64_t, HandleState].iterator&)
-    void inc_pending "fuse_inc"(unordered_map[string, Pending].iterator&)
-    const string& it_key "fuse_key"(unordered_map[string, Pending].iterator&)
-    uint32_t& it_u32 "fuse_deref"(unordered_map[string, uint32_t].iterator&)
-
-
-cdef inline int _key_pset(const string& key) noexcept nogil:
-    cdef int p = 0
-    memcpy(&p, key.data(), sizeof(int))
-    return p
-
-
-
 cdef extern from "<cstring>" nogil:
     void* memmove(void*, const void*, size_t)
-
-
-cdef inline int _backend_op(int op) noexcept nogil:
-    if op == OP_MIN:
-        return FUSE_OP_MIN
-    if op == OP_MAX:
-        return FUSE_OP_MAX
-    if op == OP_PRODUCT:
-        return FUSE_OP_PRODUCT
-    return FUSE_OP_SUM
 
 
 cdef object _view(void* ptr, size_t nbytes, int dtype):
@@ -458,31 +80,6 @@ cdef int _py_invoke(object fn, tuple args, string& err):
     except BaseException as e:
         err = _exc_text(e)
         return 1
-
-
-cdef string _exc_text(object e):
-    return (f"{type(e).__name__}: {e}").encode(errors="replace")
-
-
-cdef extern from "timeline.h" namespace "fuse" nogil:
-    cppclass Timeline:
-        pass
-    enum TlWhat:
-        TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE
-    Timeline* tl_new()
-    void tl_free(Timeline*)
-    cbool tl_on(Timeline*)
-    cbool tl_cycles_on(Timeline*)
-    void tl_start(Timeline*, cbool, const string&)
-    void tl_stop(Timeline*)
-    void tl_span(Timeline*, const string&, char, uint8_t, int, const string&)
-    void tl_span(Timeline*, const string&, char, uint8_t, int)
-    void tl_span_all(Timeline*, const vector[string]&, char, uint8_t, int)
-    void tl_close(Timeline*, const string&, const string&)
-    void tl_tick(Timeline*, const string&, int)
-    int64_t tl_clock(Timeline*)
-    void tl_cycle(Timeline*, int64_t)
-    string tl_drain(Timeline*)
 
 
 cdef inline void _acquire(Lock* lock) noexcept:
@@ -1424,13 +1021,6 @@ cdef class Engine:
         elif self.worker_fds[rank] >= 0 and self.worker_state[rank] == 0:
             send_frame(self.worker_fds[rank], frame)   # a failure shows up as EOF on read
 
-    cdef int _position(self, PSet* ps, int rank) noexcept nogil:
-        cdef size_t i
-        for i in range(ps.ranks.size()):
-            if ps.ranks[i] == rank:
-                return <int>i
-        return -1
-
     cdef void _add_request(self, Request& req) noexcept nogil:
         cdef string key = _key(req.pset, req.name)
         cdef PSet* ps
@@ -1440,7 +1030,7 @@ cdef class Engine:
             self._reject(req, _cs("process set ") + _i2s(req.pset) + _cs(" does not exist"))
             return
         ps = &self.psets[req.pset]
-        pos = self._position(ps, req.rank)
+        pos = _position(ps, req.rank)
         if pos < 0:
             self._reject(req, _cs("rank ") + _i2s(req.rank) +
                          _cs(" is not a member of process set ") + _i2s(req.pset))
@@ -1648,7 +1238,7 @@ cdef class Engine:
         if (a.kind == K_ALLGATHER or a.kind == K_ALLTOALL) and a.shape.size() == 0:
             return _cs(_kind_name(a.kind)) + _cs(" needs at least one dimension") + what + \
                 _cs(": rank ") + _i2s(ra) + _cs(" sent a scalar")
-        if a.kind == K_BROADCAST and self._position(ps, a.root) < 0:
+        if a.kind == K_BROADCAST and _position(ps, a.root) < 0:
             return _cs("broadcast root rank ") + _i2s(a.root) + _cs(" is not a member of process set ") + \
                 _i2s(a.pset) + what
         for i in range(entry.have.size()):
@@ -2376,7 +1966,7 @@ cdef class Engine:
             return
         if r.inp != r.out and r.inp != NULL:
             memcpy(r.out, r.inp, nbytes)
-        if self._b_broadcast(ps, r.out, nbytes, self._position(ps, resp.root), err) != 0:
+        if self._b_broadcast(ps, r.out, nbytes, _position(ps, resp.root), err) != 0:
             self._backend_failed(resp, err)
             return
         self._finish_request(key, H_DONE, string(b""), 0)
