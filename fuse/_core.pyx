@@ -20,17 +20,11 @@ socket closing), which tells every other rank; their pending and future calls ra
 failing rank and its message.
 """
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_WRITE
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, free
-cdef extern from "<stdlib.h>" nogil:
-    int posix_memalign(void**, size_t, size_t)
-from libc.string cimport memcpy, memset
 from libcpp cimport bool as cbool
 from libcpp.deque cimport deque
 from libcpp.string cimport string
@@ -42,15 +36,14 @@ from posix.unistd cimport close as c_close
 
 from fuse._wire cimport *
 from fuse._protocol cimport *
+from fuse._executor cimport Executor, EX_OK, EX_BACKEND, EX_LOCAL
 
-import sys
 import threading
-
-import numpy as np
 
 from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
                             JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
                             KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
+from fuse._executor import FusionBufferManager, reduce_arrays, scale_array
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -60,28 +53,6 @@ cdef extern from "<poll.h>" nogil:
     int c_poll "poll"(pollfd*, unsigned long, int)
     enum: POLLIN, POLLHUP, POLLERR
 
-cdef extern from "<cstring>" nogil:
-    void* memmove(void*, const void*, size_t)
-
-
-cdef object _view(void* ptr, size_t nbytes, int dtype):
-    """A numpy array over engine memory, for backends driven through Python."""
-    np_dtype = np.uint16 if dtype == FUSE_BFLOAT16 else np.dtype(DTYPE_NAMES[dtype])
-    if nbytes == 0:
-        return np.empty(0, dtype=np_dtype)
-    return np.frombuffer(PyMemoryView_FromMemory(<char*>ptr, nbytes, PyBUF_WRITE), dtype=np_dtype)
-
-
-cdef int _py_invoke(object fn, tuple args, string& err):
-    """Call a backend's Python method; a raised exception becomes ``err`` and a non-zero code."""
-    try:
-        fn(*args)
-        return 0
-    except BaseException as e:
-        err = _exc_text(e)
-        return 1
-
-
 cdef inline void _acquire(Lock* lock) noexcept:
     """Take the engine lock from code that holds the GIL, releasing the GIL while waiting: the
     engine thread and Python threads only ever wait for the lock without the GIL, so a thread
@@ -89,32 +60,6 @@ cdef inline void _acquire(Lock* lock) noexcept:
     lock."""
     with nogil:
         lock_acquire(lock)
-
-
-cdef class FusionBufferManager:
-    """One host buffer, grown on demand and reused for every fused collective (Horovod keeps one
-    per device and stream; fuse runs host collectives only, so one is enough)."""
-    cdef void* _ptr
-    cdef size_t _size
-
-    def __dealloc__(self):
-        free(self._ptr)
-
-    cdef void* get(self, size_t nbytes) noexcept nogil:
-        cdef void* p = NULL
-        if nbytes > self._size:
-            free(self._ptr)
-            self._ptr = NULL
-            self._size = 0
-            if posix_memalign(&p, 64, nbytes if nbytes > 64 else 64) != 0:
-                return NULL
-            self._ptr = p
-            self._size = nbytes
-        return self._ptr
-
-    @property
-    def size(self):
-        return self._size
 
 
 cdef class Engine:
@@ -172,16 +117,11 @@ cdef class Engine:
     cdef double last_stall_check
     cdef int next_pset_id
     # counters for diagnostics and benchmarks (engine thread only; read approximately)
-    cdef double st_copy_s
-    cdef double st_backend_s
-    cdef uint64_t st_allreduces
-    cdef uint64_t st_fused
-    cdef uint64_t st_tensors
-    cdef uint64_t st_inline
-    cdef uint64_t st_bytes
     cdef uint64_t st_cycles
+    # executing responses
+    cdef Executor executor
+    cdef vector[Request*] exec_reqs    # scratch: this rank's request per tensor of a response
     # Python side
-    cdef FusionBufferManager fusion
     cdef object _records        # handle -> [input owner, output owner, allocator, result, aux]
     cdef object _groups         # pset id -> backend Group (keeps it alive)
     cdef object _backend
@@ -240,8 +180,9 @@ cdef class Engine:
         self.state = S_RUNNING
         self.next_handle = 1
         self.next_pset_id = 1
-        self.fusion = FusionBufferManager()
         self._records = {}
+        self.executor = Executor(self._records)
+        self.executor.tl = self.tl
         self._groups = {}
         self._backend = backend
         self._log = log
@@ -538,10 +479,11 @@ cdef class Engine:
         rank 0 only), tensors and bytes they carried, tensors the coordinator
         computed inline, and seconds spent copying through the fusion buffer and in the
         backend."""
-        return {"allreduces": self.st_allreduces, "fused": self.st_fused,
+        cdef Executor x = self.executor
+        return {"allreduces": x.st_allreduces, "fused": x.st_fused,
                 "cycles": self.st_cycles,
-                "tensors": self.st_tensors, "inline": self.st_inline, "bytes": self.st_bytes,
-                "copy_seconds": self.st_copy_s, "backend_seconds": self.st_backend_s}
+                "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
+                "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
         """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
@@ -613,7 +555,7 @@ cdef class Engine:
 
     @property
     def fusion_buffer_bytes(self):
-        return self.fusion.size
+        return self.executor.fusion.size
 
     cdef object _failure_text(self):
         if self.failure.size():
@@ -1642,14 +1584,8 @@ cdef class Engine:
         self._learn_cache(resp)
         if resp.kind == K_ALLREDUCE:
             self._exec_allreduce(resp, ps)
-        elif resp.kind == K_BROADCAST:
-            self._exec_broadcast(resp, ps)
-        elif resp.kind == K_ALLGATHER:
-            self._exec_allgather(resp, ps)
-        elif resp.kind == K_ALLTOALL:
-            self._exec_alltoall(resp, ps)
-        elif resp.kind == K_REDUCESCATTER:
-            self._exec_reducescatter(resp, ps)
+        elif resp.kind <= K_REDUCESCATTER:
+            self._exec_single(resp, ps)
         elif resp.kind == K_BARRIER:
             self._finish_ok(_key(resp.pset, resp.names[0]), 0)
         elif resp.kind == K_JOIN:
@@ -1763,350 +1699,54 @@ cdef class Engine:
                 return
             c_poll(fds.data(), fds.size(), 50)
 
-    # ---- backend calls: the native table without the GIL, else the Python methods
-
-    cdef int _b_allreduce(self, PSet* ps, void* buf, size_t count, int dtype, int op,
-                          string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        if count == 0:
-            return 0
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.allreduce(ps.native.self, buf, count, dtype, op, errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).allreduce, (_view(buf, count * dtype_size(dtype), dtype), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
-
-    cdef int _b_broadcast(self, PSet* ps, void* buf, size_t nbytes, int root,
-                          string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        if nbytes == 0:
-            return 0
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.broadcast(ps.native.self, buf, nbytes, root, errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).broadcast, (_view(buf, nbytes, FUSE_UINT8), root), err)
-
-    cdef int _b_allgatherv(self, PSet* ps, const void* send, size_t sendbytes, void* recv,
-                           vector[size_t]& recvbytes, string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        cdef size_t total = 0
-        cdef size_t n
-        for n in recvbytes:
-            total += n
-        if total == 0:
-            return 0
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.allgatherv(ps.native.self, send, sendbytes, recv, recvbytes.data(),
-                                      errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).allgatherv, (_view(<void*>send, sendbytes, FUSE_UINT8), _view(recv, total, FUSE_UINT8), list(recvbytes)), err)
-
-    cdef int _b_alltoallv(self, PSet* ps, const void* send, vector[size_t]& sendbytes,
-                          void* recv, vector[size_t]& recvbytes, string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        cdef size_t stotal = 0
-        cdef size_t rtotal = 0
-        cdef size_t n
-        for n in sendbytes:
-            stotal += n
-        for n in recvbytes:
-            rtotal += n
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.alltoallv(ps.native.self, send, sendbytes.data(), recv,
-                                     recvbytes.data(), errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).alltoallv, (_view(<void*>send, stotal, FUSE_UINT8), list(sendbytes), _view(recv, rtotal, FUSE_UINT8), list(recvbytes)), err)
-
-    cdef int _b_reducescatter(self, PSet* ps, void* buf, vector[size_t]& counts, int dtype,
-                              int op, string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        cdef size_t total = 0
-        cdef size_t start = 0
-        cdef int i
-        cdef size_t n
-        for n in counts:
-            total += n
-        if ps.native != NULL:
-            if ps.native.reducescatter != NULL:
-                errbuf[0] = 0
-                rc = ps.native.reducescatter(ps.native.self, buf, counts.data(), dtype, op,
-                                             errbuf, ERRLEN)
-                if rc:
-                    err = _cs(errbuf)
-                return rc
-            rc = self._b_allreduce(ps, buf, total, dtype, op, err)
-            if rc == 0:
-                for i in range(ps.index):
-                    start += counts[i]
-                if start:
-                    memmove(buf, <char*>buf + start * dtype_size(dtype),
-                            counts[ps.index] * dtype_size(dtype))
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).reducescatter, (_view(buf, total * dtype_size(dtype), dtype), list(counts), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
-
-    # ---- the collectives
+    # ---- the collectives: the executor moves the data, the engine completes the handles
 
     cdef void _exec_allreduce(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef size_t i, n = resp.names.size()
-        cdef size_t dsize = dtype_size(resp.dtype)
-        cdef vector[size_t] offsets
-        cdef vector[Request*] reqs
-        cdef size_t total = 0
+        cdef size_t i
         cdef unordered_map[string, Request].iterator it
-        cdef char* buf
         cdef string err
-        cdef int bop = _backend_op(resp.op)
-        cdef double post = resp.postscale
-        if resp.op == OP_AVERAGE:
-            post = post / <double>ps.ranks.size()
-        cdef Request* found
-        cdef bint tl = tl_on(self.tl)
-        if resp.inline_data:
-            self.st_inline += n
-            if tl:
-                self._tl_all(resp, b'B', TLW_INLINE)
-            for i in range(n):
-                it = self.inflight.find(_key(resp.pset, resp.names[i]))
-                if it != self.inflight.end() and resp.payloads[i].size():
-                    memcpy(deref_req(it).out, resp.payloads[i].data(), resp.payloads[i].size())
-            if tl:
-                self._tl_all(resp, b'E', TLW_INLINE)
-            self._finish_all(resp, H_DONE, string(b""), 0)
-            return
-        for i in range(n):
+        cdef int rc
+        self.exec_reqs.clear()
+        for i in range(resp.names.size()):
             it = self.inflight.find(_key(resp.pset, resp.names[i]))
-            found = &deref_req(it) if it != self.inflight.end() else NULL
-            reqs.push_back(found)
-            offsets.push_back(total)
-            total += <size_t>_numel(resp.shapes[i]) * dsize
-        offsets.push_back(total)            # tensor i spans offsets[i] .. offsets[i + 1]
-        cdef bint fused = not (n == 1 and reqs[0] != NULL)
-        cdef double t0 = now_seconds()
-        cdef double t1, t2
-        self.st_allreduces += 1
-        self.st_tensors += n
-        self.st_bytes += total
-        if not fused:                       # reduced where it lies
-            buf = <char*>reqs[0].out
-            if reqs[0].inp != reqs[0].out:
-                memcpy(buf, reqs[0].inp, total)
+            self.exec_reqs.push_back(&deref_req(it) if it != self.inflight.end() else NULL)
+        rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
+        if rc == EX_BACKEND:
+            self._backend_failed(resp, err)
+        elif rc == EX_LOCAL:
+            self._finish_all(resp, H_ERROR, err, 0)
         else:
-            self.st_fused += 1
-            if tl:
-                self._tl_all(resp, b'B', TLW_MEMCPY_IN)
-            buf = <char*>self.fusion.get(total)
-            if buf == NULL and total:
-                self._finish_all(resp, H_ERROR, _cs("out of memory for the fusion buffer (") +
-                                 _i2s(total) + _cs(" bytes)"), 0)
-                return
-            for i in range(n):
-                if reqs[i] != NULL:
-                    memcpy(buf + offsets[i], reqs[i].inp, offsets[i + 1] - offsets[i])
-                else:                           # a joined rank contributes zeros
-                    memset(buf + offsets[i], 0, offsets[i + 1] - offsets[i])
-        scale_buffer(buf, total // dsize if dsize else 0, resp.dtype, resp.prescale)
-        if tl:
-            if fused:
-                self._tl_all(resp, b'E', TLW_MEMCPY_IN)
-            self._tl_all(resp, b'B', TLW_BACKEND)
-        t1 = now_seconds()
-        if self._b_allreduce(ps, buf, total // dsize, resp.dtype, bop, err) != 0:
-            self._backend_failed(resp, err)
-            return
-        t2 = now_seconds()
-        scale_buffer(buf, total // dsize, resp.dtype, post)
-        if tl:
-            self._tl_all(resp, b'E', TLW_BACKEND)
-        if fused:
-            if tl:
-                self._tl_all(resp, b'B', TLW_MEMCPY_OUT)
-            for i in range(n):
-                if reqs[i] != NULL:
-                    memcpy(reqs[i].out, buf + offsets[i], offsets[i + 1] - offsets[i])
-            if tl:
-                self._tl_all(resp, b'E', TLW_MEMCPY_OUT)
-        self.st_backend_s += t2 - t1
-        self.st_copy_s += (t1 - t0) + (now_seconds() - t2)
-        self._finish_all(resp, H_DONE, string(b""), 0)
+            self._finish_all(resp, H_DONE, string(b""), 0)
 
-    cdef void _exec_broadcast(self, Response& resp, PSet* ps) noexcept nogil:
+    cdef void _exec_single(self, Response& resp, PSet* ps) noexcept nogil:
+        """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
         cdef string key = _key(resp.pset, resp.names[0])
         cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
         cdef Request* r
-        cdef size_t nbytes
         cdef string err
+        cdef vector[int64_t] recv_splits
+        cdef int rc
         if it == self.inflight.end():
             return
         r = &deref_req(it)
-        nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
-        if resp.inline_data:
-            memcpy(r.out, resp.payloads[0].data(), nbytes)
-            self._finish_request(key, H_DONE, string(b""), 0)
-            return
-        if r.inp != r.out and r.inp != NULL:
-            memcpy(r.out, r.inp, nbytes)
-        if self._b_broadcast(ps, r.out, nbytes, _position(ps, resp.root), err) != 0:
-            self._backend_failed(resp, err)
-            return
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_allgather(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef size_t row, i
-        cdef vector[size_t] recvbytes
-        cdef vector[int64_t] out_shape
-        cdef int64_t rows = 0
-        cdef void* out
-        cdef string err
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
-        for i in range(resp.rank_dims.size()):
-            recvbytes.push_back(<size_t>resp.rank_dims[i] * row)
-            rows += resp.rank_dims[i]
-        out_shape = r.shape
-        out_shape[0] = rows
-        out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
-        if out == NULL and rows * row:
-            self._finish_request(key, H_ERROR, err, 0)
-            return
-        if self._b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
-            self._backend_failed(resp, err)
-            return
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_alltoall(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef size_t row, j, n = ps.ranks.size(), me = <size_t>ps.index
-        cdef vector[size_t] sendbytes
-        cdef vector[size_t] recvbytes
-        cdef vector[int64_t] out_shape
-        cdef int64_t rows = 0
-        cdef void* out
-        cdef string err
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
-        lock_acquire(self.lock)
-        if self.handles.count(r.handle):
-            self.handles[r.handle].aux.clear()
-        lock_release(self.lock)
-        for j in range(n):
-            sendbytes.push_back(<size_t>resp.rank_dims[me * n + j] * row)
-            recvbytes.push_back(<size_t>resp.rank_dims[j * n + me] * row)
-            rows += resp.rank_dims[j * n + me]
-            lock_acquire(self.lock)
+        if resp.kind == K_BROADCAST:
+            rc = self.executor.broadcast(resp, ps, r, err)
+        elif resp.kind == K_ALLGATHER:
+            rc = self.executor.allgather(resp, ps, r, err)
+        elif resp.kind == K_ALLTOALL:
+            rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
+            lock_acquire(self.lock)         # wait() returns the received splits
             if self.handles.count(r.handle):
-                self.handles[r.handle].aux.push_back(resp.rank_dims[j * n + me])
+                self.handles[r.handle].aux.swap(recv_splits)
             lock_release(self.lock)
-        out_shape = r.shape
-        out_shape[0] = rows
-        out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
-        if out == NULL and rows * row:
-            self._finish_request(key, H_ERROR, err, 0)
-            return
-        if self._b_alltoallv(ps, r.inp, sendbytes, out, recvbytes, err) != 0:
+        else:
+            rc = self.executor.reducescatter(resp, ps, r, err)
+        if rc == EX_BACKEND:
             self._backend_failed(resp, err)
-            return
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_reducescatter(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef size_t dsize = dtype_size(resp.dtype)
-        cdef size_t n = ps.ranks.size(), i
-        cdef int64_t dim0, rowel, my_rows = 0
-        cdef vector[size_t] counts
-        cdef vector[int64_t] out_shape
-        cdef size_t total
-        cdef char* buf
-        cdef void* out
-        cdef string err
-        cdef double post = resp.postscale
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        dim0 = r.shape[0] if r.shape.size() else 1
-        rowel = _row_elems(r.shape)
-        cdef size_t rows_i
-        for i in range(n):     # rows spread evenly, the remainder to the first ranks
-            rows_i = <size_t>(dim0 // <int64_t>n)
-            if <int64_t>i < dim0 % <int64_t>n:
-                rows_i += 1
-            counts.push_back(rows_i * <size_t>rowel)
-        my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
-        total = <size_t>_numel(r.shape) * dsize
-        buf = <char*>self.fusion.get(total if total else 1)
-        memcpy(buf, r.inp, total)
-        scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
-        if self._b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
-            self._backend_failed(resp, err)
-            return
-        if resp.op == OP_AVERAGE:
-            post = post / <double>n
-        scale_buffer(buf, counts[ps.index], resp.dtype, post)
-        out_shape = r.shape
-        if out_shape.size():
-            out_shape[0] = my_rows
-        out = self._allocate(r.handle, out_shape, counts[ps.index] * dsize, err)
-        if out == NULL and counts[ps.index]:
+        elif rc == EX_LOCAL:
             self._finish_request(key, H_ERROR, err, 0)
-            return
-        if counts[ps.index]:
-            memcpy(out, buf, counts[ps.index] * dsize)
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
-                         string& err) noexcept with gil:
-        """Ask the caller's allocator for an output whose size only negotiation could tell."""
-        cdef Py_buffer view
-        cdef void* ptr = NULL
-        try:
-            record = self._records.get(handle)
-            if record is None:
-                raise RuntimeError(f"no record for handle {handle}")
-            result, buf = record[2](tuple(shape))
-            record[3] = result
-            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            try:
-                if <size_t>view.len != nbytes:
-                    raise ValueError(f"allocator returned {view.len} bytes, need {nbytes}")
-                ptr = view.buf
-            finally:
-                PyBuffer_Release(&view)
-            record[4] = buf
-        except BaseException as e:
-            err = _cs("could not allocate the output: ") + _exc_text(e)
-            return NULL
-        return ptr
+        else:
+            self._finish_request(key, H_DONE, string(b""), 0)
 
     cdef void _exec_pset_add(self, Response& resp) noexcept nogil:
         cdef string key = _key(resp.pset, resp.names[0])
@@ -2156,37 +1796,3 @@ def _make_error(int kind, str message):
     cls = {1: ex.MismatchError, 2: ex.ShutdownError, 3: ex.StallError,
            4: ex.BackendError}.get(kind, ex.FuseInternalError)
     return cls(message)
-
-
-def reduce_arrays(dst, src, str dtype, str op):
-    """``dst = dst <op> src`` elementwise for any wire dtype (bfloat16 as uint16 views): the
-    reference reduction, for backends written in Python."""
-    cdef Py_buffer d, s
-    cdef int code = DTYPE_CODES[dtype]
-    cdef int opc = _BACKEND_OPS.index(op)
-    cdef size_t count
-    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)
-        try:
-            if d.len != s.len:
-                raise ValueError("reduce_arrays: buffers differ in size")
-            count = <size_t>d.len // dtype_size(code)
-            with nogil:
-                reduce_into(d.buf, s.buf, count, code, opc)
-        finally:
-            PyBuffer_Release(&s)
-    finally:
-        PyBuffer_Release(&d)
-
-
-def scale_array(buf, str dtype, double factor):
-    """Multiply a buffer of wire dtype ``dtype`` in place (the engine's own scaling)."""
-    cdef Py_buffer d
-    cdef int code = DTYPE_CODES[dtype]
-    PyObject_GetBuffer(buf, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        with nogil:
-            scale_buffer(d.buf, <size_t>d.len // dtype_size(code), code, factor)
-    finally:
-        PyBuffer_Release(&d)
