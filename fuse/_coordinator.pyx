@@ -117,6 +117,18 @@ cdef class Coordinator:
             return True
         return False
 
+    cdef void rank_left(self, int rank) noexcept nogil:
+        """Rank shut down cleanly: whatever still waits for it can never complete."""
+        cdef vector[string] keys
+        cdef string k
+        cdef unordered_map[string, Pending].iterator it = self.table.begin()
+        while it != self.table.end():
+            if not deref_pending(it).is_ready:
+                keys.push_back(it_key(it))
+            inc_pending(it)
+        for k in keys:
+            self._check_ready(k)
+
     cdef int idle_timeout_ms(self) noexcept nogil:
         """How long the engine thread may sleep: forever when nothing is pending anywhere."""
         cdef double remaining
@@ -263,18 +275,6 @@ cdef class Coordinator:
             k = it_key(it)
             if not deref_pending(it).is_ready and _key_pset(k) == pset:
                 keys.push_back(k)
-            inc_pending(it)
-        for k in keys:
-            self._check_ready(k)
-
-    cdef void rank_left(self, int rank) noexcept nogil:
-        """Rank shut down cleanly: whatever still waits for it can never complete."""
-        cdef vector[string] keys
-        cdef string k
-        cdef unordered_map[string, Pending].iterator it = self.table.begin()
-        while it != self.table.end():
-            if not deref_pending(it).is_ready:
-                keys.push_back(it_key(it))
             inc_pending(it)
         for k in keys:
             self._check_ready(k)
