@@ -18,19 +18,23 @@ An idle engine blocks in ``poll(2)`` on its sockets and an eventfd: no cycle run
 A rank that raises, exits or dies is seen at once by the coordinator (an ABORT message, or the
 socket closing), which tells every other rank; their pending and future calls raise with the
 failing rank and its message.
+
+The engine is four extension modules, cut where the state is owned:
+
+* ``_protocol``: the wire format (the structs every part shares, declared in _protocol.pxd);
+* ``_coordinator``: rank 0's negotiation; it owns the request table, the response cache and
+  the fusion decisions, and reaches the engine only through ``CoordinatorLink``;
+* ``_executor``: runs a response's collective on this rank; owns the fusion buffer;
+* this module: the ``Engine`` that owns everything shared with Python threads (the queue,
+  handles and the lock), this rank's in-flight requests, the control channel's sockets and
+  the background loop, and wires the other three together.
 """
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE, PyBUF_SIMPLE
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.memoryview cimport PyMemoryView_FromMemory
-from cpython.buffer cimport PyBUF_WRITE
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libc.stdlib cimport malloc, free
-cdef extern from "<stdlib.h>" nogil:
-    int posix_memalign(void**, size_t, size_t)
-from libc.string cimport memcpy, memset
 from libcpp cimport bool as cbool
 from libcpp.deque cimport deque
 from libcpp.string cimport string
@@ -41,19 +45,16 @@ from libcpp.vector cimport vector
 from posix.unistd cimport close as c_close
 
 from fuse._wire cimport *
+from fuse._protocol cimport *
+from fuse._executor cimport Executor, EX_OK, EX_BACKEND, EX_LOCAL
+from fuse._coordinator cimport Coordinator, CoordinatorLink
 
-import sys
 import threading
 
-import numpy as np
-
-cdef extern from * nogil:
-    """
-    #include <vector>
-    template <class T> static inline bool fuse_vec_eq(const std::vector<T>& a,
-                                                      const std::vector<T>& b) { return a == b; }
-    """
-    cbool vec_eq "fuse_vec_eq"(const vector[int64_t]&, const vector[int64_t]&)
+from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
+                            JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
+                            KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
+from fuse._executor import FusionBufferManager, reduce_arrays, scale_array
 
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
@@ -62,428 +63,6 @@ cdef extern from "<poll.h>" nogil:
         short revents
     int c_poll "poll"(pollfd*, unsigned long, int)
     enum: POLLIN, POLLHUP, POLLERR
-
-# ---- constants shared with the Python layer ----
-# Collective kinds (values follow Horovod's request types where they exist).
-cdef enum: K_ALLREDUCE = 0
-cdef enum: K_ALLGATHER = 1
-cdef enum: K_BROADCAST = 2
-cdef enum: K_ALLTOALL = 3
-cdef enum: K_REDUCESCATTER = 4
-cdef enum: K_BARRIER = 5
-cdef enum: K_JOIN = 6
-cdef enum: K_PSET_ADD = 7
-cdef enum: K_PSET_REMOVE = 8
-
-# User-facing reduce ops, Horovod's wire values.
-cdef enum: OP_AVERAGE = 0
-cdef enum: OP_SUM = 1
-cdef enum: OP_ADASUM = 2
-cdef enum: OP_MIN = 3
-cdef enum: OP_MAX = 4
-cdef enum: OP_PRODUCT = 5
-
-# Control messages.
-cdef enum: MSG_REQUESTS = 1
-cdef enum: MSG_ABORT = 2
-cdef enum: MSG_BYE = 3
-cdef enum: MSG_RESPONSES = 11
-cdef enum: MSG_STALE = 12
-cdef enum: MSG_ABORT_ALL = 13
-cdef enum: MSG_COORD_BYE = 14
-
-# Handle states.
-cdef enum: H_PENDING = 0
-cdef enum: H_DONE = 1
-cdef enum: H_ERROR = 2
-
-# Engine states.
-cdef enum: S_RUNNING = 0
-cdef enum: S_STOPPING = 1
-cdef enum: S_STOPPED = 2
-cdef enum: S_FAILED = 3
-
-cdef enum: ERRLEN = 1024
-cdef extern from *:
-    """
-    #define FUSE_NO_SLOT 0xFFFFFFFFu
-    """
-    const uint32_t NO_SLOT "FUSE_NO_SLOT"
-
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
-AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
-KIND_NAMES = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
-              "join", "add_process_set", "remove_process_set")
-OP_NAMES = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
-DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
-DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_BACKEND_OPS = ("sum", "min", "max", "product")
-
-cdef const char* _kind_name(int kind) noexcept nogil:
-    if kind == K_ALLREDUCE: return "allreduce"
-    if kind == K_ALLGATHER: return "allgather"
-    if kind == K_BROADCAST: return "broadcast"
-    if kind == K_ALLTOALL: return "alltoall"
-    if kind == K_REDUCESCATTER: return "reducescatter"
-    if kind == K_BARRIER: return "barrier"
-    if kind == K_JOIN: return "join"
-    if kind == K_PSET_ADD: return "add_process_set"
-    return "remove_process_set"
-
-cdef const char* _op_name(int op) noexcept nogil:
-    if op == OP_AVERAGE: return "Average"
-    if op == OP_SUM: return "Sum"
-    if op == OP_ADASUM: return "Adasum"
-    if op == OP_MIN: return "Min"
-    if op == OP_MAX: return "Max"
-    return "Product"
-
-
-cdef struct Request:
-    int64_t handle
-    int kind
-    int dtype
-    int op
-    int pset
-    int root            # global rank (broadcast)
-    double prescale
-    double postscale
-    vector[int64_t] shape
-    vector[int64_t] splits   # alltoall splits; ranks for add_process_set; pset id for remove
-    string name
-    string group_key
-    int group_size
-    int rank            # who sent it (filled in by the coordinator)
-    string data         # small allreduce/broadcast: the (prescaled) values ride along
-    # local only: where the data is
-    void* inp
-    void* out
-
-
-cdef struct Response:
-    int kind
-    int dtype
-    int op
-    int pset
-    int root
-    double prescale
-    double postscale
-    vector[string] names
-    vector[vector[int64_t]] shapes
-    vector[uint32_t] slots
-    vector[uint32_t] gens
-    vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
-                                # add_process_set: the new id then the ranks
-    string error
-    int error_kind              # how the error reaches the user (see _make_error)
-    int last_joined
-    cbool inline_data           # the coordinator computed the result: it is in payloads
-    vector[string] payloads
-
-
-cdef struct Pending:
-    vector[Request] reqs       # indexed by position in the process set
-    vector[char] have
-    int count
-    double first_time
-    cbool warned
-    cbool is_ready
-    string error              # set when the coordinator already knows the collective fails
-    int error_kind
-    string acc                # small collectives: the running reduction (or the root's data)
-    cbool all_data            # every contribution so far carried its data
-
-
-cdef struct CacheEntry:
-    cbool used
-    string key
-    Request tmpl
-    uint32_t gen
-    uint64_t last_use
-
-
-cdef struct WorkerCache:
-    uint32_t slot
-    uint32_t gen
-    Request sig
-
-
-cdef struct HandleState:
-    int status
-    string error
-    int64_t value
-    vector[int64_t] aux
-    int error_kind          # 0 internal, 1 mismatch, 2 shutdown, 3 stall, 4 backend
-
-
-cdef struct PSet:
-    vector[int] ranks
-    int index              # this rank's position, -1 if not a member
-    vector[char] joined    # coordinator: per position
-    int joined_count
-    int last_joined
-    fuse_group_ops* native
-    PyObject* pygroup      # borrowed; Engine._groups keeps it alive
-
-
-cdef inline string _key(int pset, const string& name) noexcept nogil:
-    cdef string k = string(b"")
-    put[int](k, pset)
-    k.append(name)
-    return k
-
-
-cdef void _write_request(string& out, const Request& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
-    put[uint32_t](out, <uint32_t>r.shape.size())
-    cdef size_t i
-    for i in range(r.shape.size()):
-        put[int64_t](out, r.shape[i])
-    put[uint32_t](out, <uint32_t>r.splits.size())
-    for i in range(r.splits.size()):
-        put[int64_t](out, r.splits[i])
-    put_str(out, r.name)
-    put_str(out, r.group_key)
-    put[int](out, r.group_size)
-    put_str(out, r.data)
-
-
-cdef Request _read_request(Reader& rd) noexcept nogil:
-    cdef Request r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
-    cdef uint32_t n = get[uint32_t](rd)
-    cdef uint32_t i
-    for i in range(n):
-        if rd.bad:
-            break
-        r.shape.push_back(get[int64_t](rd))
-    n = get[uint32_t](rd)
-    for i in range(n):
-        if rd.bad:
-            break
-        r.splits.push_back(get[int64_t](rd))
-    r.name = get_str(rd)
-    r.group_key = get_str(rd)
-    r.group_size = get[int](rd)
-    r.data = get_str(rd)
-    r.inp = NULL
-    r.out = NULL
-    r.handle = -1
-    return r
-
-
-cdef void _write_response(string& out, const Response& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
-    put[uint32_t](out, <uint32_t>r.names.size())
-    cdef size_t i, j
-    for i in range(r.names.size()):
-        put_str(out, r.names[i])
-        put[uint32_t](out, r.slots[i])
-        put[uint32_t](out, r.gens[i])
-        put[uint32_t](out, <uint32_t>r.shapes[i].size())
-        for j in range(r.shapes[i].size()):
-            put[int64_t](out, r.shapes[i][j])
-    put[uint32_t](out, <uint32_t>r.rank_dims.size())
-    for i in range(r.rank_dims.size()):
-        put[int64_t](out, r.rank_dims[i])
-    put_str(out, r.error)
-    put[int](out, r.error_kind)
-    put[int](out, r.last_joined)
-    put[uint8_t](out, 1 if r.inline_data else 0)
-    if r.inline_data:
-        for i in range(r.payloads.size()):
-            put_str(out, r.payloads[i])
-
-
-cdef Response _read_response(Reader& rd) noexcept nogil:
-    cdef Response r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
-    cdef uint32_t n = get[uint32_t](rd)
-    cdef uint32_t i, j, m
-    cdef vector[int64_t] shape
-    for i in range(n):
-        if rd.bad:
-            break
-        r.names.push_back(get_str(rd))
-        r.slots.push_back(get[uint32_t](rd))
-        r.gens.push_back(get[uint32_t](rd))
-        m = get[uint32_t](rd)
-        shape.clear()
-        for j in range(m):
-            if rd.bad:
-                break
-            shape.push_back(get[int64_t](rd))
-        r.shapes.push_back(shape)
-    n = get[uint32_t](rd)
-    for i in range(n):
-        if rd.bad:
-            break
-        r.rank_dims.push_back(get[int64_t](rd))
-    r.error = get_str(rd)
-    r.error_kind = get[int](rd)
-    r.last_joined = get[int](rd)
-    r.inline_data = get[uint8_t](rd) != 0
-    if r.inline_data:
-        for i in range(r.names.size()):
-            if rd.bad:
-                break
-            r.payloads.push_back(get_str(rd))
-    return r
-
-
-cdef int64_t _numel(const vector[int64_t]& shape) noexcept nogil:
-    cdef int64_t n = 1
-    cdef size_t i
-    for i in range(shape.size()):
-        n *= shape[i]
-    return n
-
-
-cdef int64_t _row_elems(const vector[int64_t]& shape) noexcept nogil:
-    """Elements per row of dim 0 (1 for a scalar or a vector)."""
-    cdef int64_t n = 1
-    cdef size_t i
-    for i in range(1, shape.size()):
-        n *= shape[i]
-    return n
-
-
-cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
-    cdef string s = string(b"[")
-    cdef size_t i
-    for i in range(shape.size()):
-        if i:
-            s.append(b", ")
-        s.append(_i2s(shape[i]))
-    s.append(b"]")
-    return s
-
-
-cdef extern from "<string>" namespace "std" nogil:
-    string to_string(long long)
-    string to_string(double)
-
-cdef inline string _i2s(int64_t v) noexcept nogil:
-    return to_string(<long long>v)
-
-
-cdef inline string _d2s(double v) noexcept nogil:
-    return to_string(v)
-
-
-cdef inline string _cs(const char* s) noexcept nogil:
-    return string(s)
-
-
-cdef cbool _same_signature(const Request& a, const Request& b) noexcept nogil:
-    return (a.kind == b.kind and a.dtype == b.dtype and a.op == b.op and a.pset == b.pset
-            and a.root == b.root and a.prescale == b.prescale and a.postscale == b.postscale
-            and vec_eq(a.shape, b.shape))
-
-
-cdef extern from * nogil:
-    """
-    template <class It> static inline auto& fuse_deref(It& it) { return it->second; }
-    template <class It> static inline void fuse_inc(It& it) { ++it; }
-    template <class It> static inline const std::string& fuse_key(It& it) { return it->first; }
-    """
-    WorkerCache& deref_wc "fuse_deref"(unordered_map[string, WorkerCache].iterator&)
-    Request& deref_req "fuse_deref"(unordered_map[string, Request].iterator&)
-    HandleState& deref_hs "fuse_deref"(unordered_map[int64_t, HandleState].iterator&)
-    Pending& deref_pending "fuse_deref"(unordered_map[string, Pending].iterator&)
-    void inc_hs "fuse_inc"(unordered_map[int64_t, HandleState].iterator&)
-    void inc_pending "fuse_inc"(unordered_map[string, Pending].iterator&)
-    const string& it_key "fuse_key"(unordered_map[string, Pending].iterator&)
-    uint32_t& it_u32 "fuse_deref"(unordered_map[string, uint32_t].iterator&)
-
-
-cdef inline int _key_pset(const string& key) noexcept nogil:
-    cdef int p = 0
-    memcpy(&p, key.data(), sizeof(int))
-    return p
-
-
-
-cdef extern from "<cstring>" nogil:
-    void* memmove(void*, const void*, size_t)
-
-
-cdef inline int _backend_op(int op) noexcept nogil:
-    if op == OP_MIN:
-        return FUSE_OP_MIN
-    if op == OP_MAX:
-        return FUSE_OP_MAX
-    if op == OP_PRODUCT:
-        return FUSE_OP_PRODUCT
-    return FUSE_OP_SUM
-
-
-cdef object _view(void* ptr, size_t nbytes, int dtype):
-    """A numpy array over engine memory, for backends driven through Python."""
-    np_dtype = np.uint16 if dtype == FUSE_BFLOAT16 else np.dtype(DTYPE_NAMES[dtype])
-    if nbytes == 0:
-        return np.empty(0, dtype=np_dtype)
-    return np.frombuffer(PyMemoryView_FromMemory(<char*>ptr, nbytes, PyBUF_WRITE), dtype=np_dtype)
-
-
-cdef int _py_invoke(object fn, tuple args, string& err):
-    """Call a backend's Python method; a raised exception becomes ``err`` and a non-zero code."""
-    try:
-        fn(*args)
-        return 0
-    except BaseException as e:
-        err = _exc_text(e)
-        return 1
-
-
-cdef string _exc_text(object e):
-    return (f"{type(e).__name__}: {e}").encode(errors="replace")
-
-
-cdef extern from "timeline.h" namespace "fuse" nogil:
-    cppclass Timeline:
-        pass
-    enum TlWhat:
-        TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE
-    Timeline* tl_new()
-    void tl_free(Timeline*)
-    cbool tl_on(Timeline*)
-    cbool tl_cycles_on(Timeline*)
-    void tl_start(Timeline*, cbool, const string&)
-    void tl_stop(Timeline*)
-    void tl_span(Timeline*, const string&, char, uint8_t, int, const string&)
-    void tl_span(Timeline*, const string&, char, uint8_t, int)
-    void tl_span_all(Timeline*, const vector[string]&, char, uint8_t, int)
-    void tl_close(Timeline*, const string&, const string&)
-    void tl_tick(Timeline*, const string&, int)
-    int64_t tl_clock(Timeline*)
-    void tl_cycle(Timeline*, int64_t)
-    string tl_drain(Timeline*)
-
 
 cdef inline void _acquire(Lock* lock) noexcept:
     """Take the engine lock from code that holds the GIL, releasing the GIL while waiting: the
@@ -494,34 +73,11 @@ cdef inline void _acquire(Lock* lock) noexcept:
         lock_acquire(lock)
 
 
-cdef class FusionBufferManager:
-    """One host buffer, grown on demand and reused for every fused collective (Horovod keeps one
-    per device and stream; fuse runs host collectives only, so one is enough)."""
-    cdef void* _ptr
-    cdef size_t _size
+cdef class Engine(CoordinatorLink):
+    """The per-process engine.  Built by :func:`fuse.common.basics.init`; not for direct use.
 
-    def __dealloc__(self):
-        free(self._ptr)
-
-    cdef void* get(self, size_t nbytes) noexcept nogil:
-        cdef void* p = NULL
-        if nbytes > self._size:
-            free(self._ptr)
-            self._ptr = NULL
-            self._size = 0
-            if posix_memalign(&p, 64, nbytes if nbytes > 64 else 64) != 0:
-                return NULL
-            self._ptr = p
-            self._size = nbytes
-        return self._ptr
-
-    @property
-    def size(self):
-        return self._size
-
-
-cdef class Engine:
-    """The per-process engine.  Built by :func:`fuse.common.basics.init`; not for direct use."""
+    It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: frames go
+    out over the control channel it owns, and a job-wide failure ends here too."""
 
     cdef int rank, size
     cdef Lock* lock
@@ -540,17 +96,9 @@ cdef class Engine:
     cdef vector[string] worker_inbox
     cdef vector[int] worker_state      # 0 live, 1 said bye, 2 gone
     cdef deque[string] local_frames    # frames from the coordinator to rank 0 itself
-    # knobs
-    cdef size_t fusion_threshold
+    # knobs (the coordinator's are in it)
     cdef size_t inline_threshold
-    cdef size_t zero_copy_bytes
-    cdef double cycle_time_s
-    cdef double stall_warn_s
-    cdef double stall_shutdown_s
-    cdef cbool stall_check
     cdef uint32_t cache_capacity
-    cdef cbool cache_enabled           # coordinator: assign cache slots (autotune may clear it)
-    cdef cbool disable_group_fusion
     # autotune: values set_tuning() left for the engine thread (under the lock)
     cdef cbool tune_pending
     cdef size_t tune_fusion_threshold
@@ -563,28 +111,12 @@ cdef class Engine:
     cdef unordered_map[uint64_t, string] sent_hits
     cdef unordered_map[int, PSet] psets
     cdef unordered_set[int] joined_psets
-    # coordinator (rank 0)
-    cdef unordered_map[string, Pending] table
-    cdef vector[string] ready                  # keys ready everywhere, in the order they became so
-    cdef unordered_map[string, vector[string]] group_ready
-    cdef vector[CacheEntry] cache
-    cdef unordered_map[string, uint32_t] cache_index
-    cdef uint32_t cache_gen
-    cdef uint64_t cache_clock
-    cdef double last_emit
-    cdef double last_stall_check
-    cdef int next_pset_id
-    # counters for diagnostics and benchmarks (engine thread only; read approximately)
-    cdef double st_copy_s
-    cdef double st_backend_s
-    cdef uint64_t st_allreduces
-    cdef uint64_t st_fused
-    cdef uint64_t st_tensors
-    cdef uint64_t st_inline
-    cdef uint64_t st_bytes
-    cdef uint64_t st_cycles
+    # negotiation: every rank has a coordinator, only rank 0's gets requests
+    cdef Coordinator coord
+    # executing responses
+    cdef Executor executor
+    cdef vector[Request*] exec_reqs    # scratch: this rank's request per tensor of a response
     # Python side
-    cdef FusionBufferManager fusion
     cdef object _records        # handle -> [input owner, output owner, allocator, result, aux]
     cdef object _groups         # pset id -> backend Group (keeps it alive)
     cdef object _backend
@@ -616,20 +148,11 @@ cdef class Engine:
         ``worker_fds``: rank 0 only, a socket per rank (index 0 unused: -1)."""
         self.rank = config.rank
         self.size = config.size
-        self.fusion_threshold = config.fusion_threshold
         self.inline_threshold = config.inline_threshold
-        self.zero_copy_bytes = config.zero_copy_threshold
-        self.cycle_time_s = config.cycle_time_ms / 1000.0
-        self.stall_check = not config.stall_check_disable
-        self.stall_warn_s = config.stall_check_time_seconds
-        self.stall_shutdown_s = config.stall_shutdown_time_seconds
-        if self.stall_shutdown_s and self.stall_shutdown_s < self.stall_warn_s:
-            log.warning("FUSE_STALL_SHUTDOWN_TIME_SECONDS (%g) is below the stall warning time "
-                        "(%g); ignoring it", self.stall_shutdown_s, self.stall_warn_s)
-            self.stall_shutdown_s = 0
         self.cache_capacity = config.cache_capacity
-        self.cache_enabled = self.cache_capacity > 0
-        self.disable_group_fusion = config.disable_group_fusion
+        self.coord = Coordinator(self, config, log)
+        self.coord.psets = &self.psets
+        self.coord.tl = self.tl
         self.ctl_fd = ctl_fd
         cdef int live
         for fd in worker_fds:
@@ -642,14 +165,13 @@ cdef class Engine:
         self.wake_fd = wake_fd_new()
         self.state = S_RUNNING
         self.next_handle = 1
-        self.next_pset_id = 1
-        self.fusion = FusionBufferManager()
         self._records = {}
+        self.executor = Executor(self._records)
+        self.executor.tl = self.tl
         self._groups = {}
         self._backend = backend
         self._log = log
         self._create_group = create_group
-        self.cache.resize(self.cache_capacity)
         self._install_group(0, list(range(self.size)), world_group)
 
     # ------------------------------------------------------------------ Python-facing API
@@ -661,6 +183,7 @@ cdef class Engine:
     def _run(self):
         with nogil:
             self._loop()
+        self.coord.link = None      # the coordinator's reference back to us: no cycle left
 
     @property
     def rank(self):
@@ -701,8 +224,6 @@ cdef class Engine:
                 ps.native = native
         _acquire(self.lock)
         self.psets[pset_id] = ps
-        if pset_id >= self.next_pset_id:
-            self.next_pset_id = pset_id + 1
         lock_release(self.lock)
 
     def process_set_ranks(self, int pset_id):
@@ -913,6 +434,8 @@ cdef class Engine:
             put[uint8_t](frame, MSG_BYE)
             with nogil:
                 send_frame(self.ctl_fd, frame)
+        if self._thread is None or not self._thread.is_alive():
+            self.coord.link = None  # (the thread never ran, or has ended: see _run)
         for g in list(self._groups.values()):
             if hasattr(g, "close"):
                 try:
@@ -941,10 +464,11 @@ cdef class Engine:
         rank 0 only), tensors and bytes they carried, tensors the coordinator
         computed inline, and seconds spent copying through the fusion buffer and in the
         backend."""
-        return {"allreduces": self.st_allreduces, "fused": self.st_fused,
-                "cycles": self.st_cycles,
-                "tensors": self.st_tensors, "inline": self.st_inline, "bytes": self.st_bytes,
-                "copy_seconds": self.st_copy_s, "backend_seconds": self.st_backend_s}
+        cdef Executor x = self.executor
+        return {"allreduces": x.st_allreduces, "fused": x.st_fused,
+                "cycles": self.coord.st_cycles,
+                "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
+                "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
         """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
@@ -969,28 +493,22 @@ cdef class Engine:
         cdef cbool cache
         with nogil:
             lock_acquire(self.lock)
-            threshold = self.fusion_threshold
-            cycle_s = self.cycle_time_s
-            cache = self.cache_enabled
+            threshold = self.coord.fusion_threshold
+            cycle_s = self.coord.cycle_time_s
+            cache = self.coord.cache_enabled
             lock_release(self.lock)
         return (threshold, cycle_s * 1000.0, bool(cache))
 
     cdef void _apply_tuning(self) noexcept nogil:
-        """Engine thread: take the values set_tuning() left.  Turning the cache off forgets
-        every slot; a worker's later hit on one is answered as stale and sent in full."""
-        cdef size_t s
+        """Engine thread: hand the values set_tuning() left to the coordinator (under the lock,
+        which tuning() reads them under)."""
         lock_acquire(self.lock)
         if not self.tune_pending:
             lock_release(self.lock)
             return
         self.tune_pending = False
-        self.fusion_threshold = self.tune_fusion_threshold
-        self.cycle_time_s = self.tune_cycle_time_s
-        if self.cache_enabled and not self.tune_cache_enabled:
-            for s in range(self.cache.size()):
-                self.cache[s].used = False
-            self.cache_index.clear()
-        self.cache_enabled = self.tune_cache_enabled
+        self.coord.retune(self.tune_fusion_threshold, self.tune_cycle_time_s,
+                          self.tune_cache_enabled)
         lock_release(self.lock)
 
     def timeline_start(self, bint mark_cycles, str backend):
@@ -1016,7 +534,7 @@ cdef class Engine:
 
     @property
     def fusion_buffer_bytes(self):
-        return self.fusion.size
+        return self.executor.fusion.size
 
     cdef object _failure_text(self):
         if self.failure.size():
@@ -1077,15 +595,9 @@ cdef class Engine:
 
     cdef int _idle_timeout_ms(self) noexcept nogil:
         """How long the thread may sleep: forever when nothing is pending anywhere."""
-        cdef double remaining
         if self.rank != 0:
             return -1
-        if self.ready.size():
-            remaining = self.cycle_time_s - (now_seconds() - self.last_emit)
-            return <int>(remaining * 1000.0) + 1 if remaining > 0 else 0
-        if self.table.size() and self.stall_check:
-            return 1000
-        return -1
+        return self.coord.idle_timeout_ms()
 
     cdef void _wait_for_work(self, int timeout_ms) noexcept nogil:
         cdef vector[pollfd] fds
@@ -1308,18 +820,15 @@ cdef class Engine:
         self.names_in_flight.clear()
         lock_notify_all(self.lock)
 
-    # ------------------------------------------------------------------ coordinator (rank 0)
-
-    # The coordinator half of Engine (rank 0 only), included into the class body of Engine.
-    # It turns requests from every rank into one ordered stream of responses.
+    # ------------------------------------------------------------------ rank 0: the workers' side
 
     cdef bint _coordinator_step(self) noexcept nogil:
-        """Read what the workers sent, check for stalls, emit ready responses."""
+        """Read what the workers sent, then let the coordinator check for stalls and emit ready
+        responses."""
         cdef bint progressed = False
         cdef size_t r
         cdef ssize_t n
         cdef string frame
-        cdef double now
         self._apply_tuning()
         for r in range(1, self.worker_fds.size()):
             if self.worker_fds[r] < 0 or self.worker_state[r] == 2:
@@ -1333,15 +842,7 @@ cdef class Engine:
                 progressed = True
             if self._state() != S_RUNNING:
                 return True
-        now = now_seconds()
-        if self.stall_check and self.table.size() and now - self.last_stall_check >= 1.0:
-            self.last_stall_check = now
-            self._check_stalls(now)
-        if self.ready.size():
-            if (self.table.size() > self.ready.size()
-                    and now - self.last_emit < self.cycle_time_s):
-                return progressed          # others are partly submitted: give them a moment
-            self._emit()
+        if self.coord.step():
             progressed = True
         return progressed
 
@@ -1357,15 +858,15 @@ cdef class Engine:
         self.worker_fds[r] = -1
         if self.worker_state[r] == 1:      # said goodbye first: a clean exit
             self.worker_state[r] = 2
-            self._fail_entries_missing(r)
+            self.coord.rank_left(r)
             return
         self.worker_state[r] = 2
-        self._abort_job(r, _cs("the process exited without calling fuse.shutdown() (it "
-                               "crashed, was killed, or called os._exit); its connection "
-                               "to rank 0 closed"), 0)
+        self.abort_job(r, _cs("the process exited without calling fuse.shutdown() (it "
+                              "crashed, was killed, or called os._exit); its connection "
+                              "to rank 0 closed"), 0)
 
-    cdef void _abort_job(self, int who, const string& msg, int kind) noexcept nogil:
-        """Tell every rank the job failed, then fail here too."""
+    cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
+        """Tell every rank the job failed, then fail here too (CoordinatorLink)."""
         cdef string frame
         cdef size_t i
         put[uint8_t](frame, MSG_ABORT_ALL)
@@ -1378,635 +879,32 @@ cdef class Engine:
         self._fail_from(who, msg, kind)
 
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil:
+        """A message from ``rank`` (rank 0's own requests too)."""
         cdef Reader rd = reader_new(msg)
         cdef uint8_t t = get[uint8_t](rd)
-        cdef uint32_t n, i, slot, gen
-        cdef Request req
-        cdef string frame
-        cdef string data
         if t == MSG_REQUESTS:
-            n = get[uint32_t](rd)
-            for i in range(n):
-                req = _read_request(rd)
-                if rd.bad:
-                    break
-                req.rank = rank
-                self._add_request(req)
-            n = get[uint32_t](rd)
-            for i in range(n):
-                slot = get[uint32_t](rd)
-                gen = get[uint32_t](rd)
-                data = get_str(rd)
-                if rd.bad:
-                    break
-                if slot < self.cache.size() and self.cache[slot].used and self.cache[slot].gen == gen:
-                    req = self.cache[slot].tmpl
-                    req.rank = rank
-                    req.data.swap(data)
-                    self._add_request(req)
-                else:
-                    frame.clear()
-                    put[uint8_t](frame, MSG_STALE)
-                    put[uint32_t](frame, slot)
-                    put[uint32_t](frame, gen)
-                    self._send_to(rank, frame)
-            if rd.bad:
-                self._abort_job(rank, _cs("sent a corrupt request message"), 0)
+            self.coord.ingest_requests(rank, rd)
         elif t == MSG_ABORT:
-            self._abort_job(rank, get_str(rd), 0)
+            self.abort_job(rank, get_str(rd), 0)
         elif t == MSG_BYE:
             self.worker_state[rank] = 1
-            self._fail_entries_missing(rank)
+            self.coord.rank_left(rank)
 
-    cdef void _send_to(self, int rank, const string& frame) noexcept nogil:
+    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
+        """(CoordinatorLink)"""
         if rank == 0:
             self.local_frames.push_back(frame)
         elif self.worker_fds[rank] >= 0 and self.worker_state[rank] == 0:
             send_frame(self.worker_fds[rank], frame)   # a failure shows up as EOF on read
 
-    cdef int _position(self, PSet* ps, int rank) noexcept nogil:
-        cdef size_t i
-        for i in range(ps.ranks.size()):
-            if ps.ranks[i] == rank:
-                return <int>i
-        return -1
-
-    cdef void _add_request(self, Request& req) noexcept nogil:
-        cdef string key = _key(req.pset, req.name)
-        cdef PSet* ps
-        cdef int pos
-        cdef Pending* entry
-        if self.psets.count(req.pset) == 0:
-            self._reject(req, _cs("process set ") + _i2s(req.pset) + _cs(" does not exist"))
-            return
-        ps = &self.psets[req.pset]
-        pos = self._position(ps, req.rank)
-        if pos < 0:
-            self._reject(req, _cs("rank ") + _i2s(req.rank) +
-                         _cs(" is not a member of process set ") + _i2s(req.pset))
-            return
-        if self.table.count(key) == 0:
-            entry = &self.table[key]
-            entry.reqs.resize(ps.ranks.size())
-            entry.have.assign(ps.ranks.size(), 0)
-            entry.count = 0
-            entry.first_time = now_seconds()
-            entry.warned = False
-            entry.is_ready = False
-            entry.all_data = True
-            entry.error_kind = 0
-        entry = &self.table[key]
-        if entry.have[pos]:
-            return
-        self._accumulate(entry, req)
-        req.data.clear()
-        entry.reqs[pos] = req
-        entry.have[pos] = 1
-        entry.count += 1
-        if tl_on(self.tl):
-            if entry.count == 1:
-                tl_span(self.tl, req.name, b'B', TLW_NEGOTIATE, req.kind)
-            tl_tick(self.tl, req.name, req.rank)
-        if req.kind == K_JOIN:
-            if not ps.joined[pos]:
-                ps.joined[pos] = 1
-                ps.joined_count += 1
-            ps.last_joined = req.rank
-            self._recheck_pset(req.pset)
-        self._check_ready(key)
-
-    cdef void _accumulate(self, Pending* entry, Request& req) noexcept nogil:
-        """Fold a small collective's values into the entry as they arrive."""
-        cdef Request* first = self._first(entry)
-        if not entry.all_data:
-            return
-        if req.kind == K_BROADCAST:
-            if req.data.size():
-                entry.acc.swap(req.data)
-            return
-        if req.kind != K_ALLREDUCE or req.data.size() == 0:
-            entry.all_data = False
-            entry.acc.clear()
-            return
-        if first == NULL:
-            entry.acc = req.data
-            return
-        if (first.kind != K_ALLREDUCE or first.dtype != req.dtype or first.op != req.op
-                or req.data.size() != entry.acc.size()):
-            entry.all_data = False      # validation reports the mismatch
-            entry.acc.clear()
-            return
-        reduce_into(<void*>entry.acc.data(), req.data.data(),
-                    req.data.size() // dtype_size(req.dtype), req.dtype, _backend_op(req.op))
-
-    cdef bint _finish_inline(self, Pending* entry, Response* resp) noexcept nogil:
-        """If the coordinator holds the whole result, put it in the response."""
-        cdef Request* a = self._first(entry)
-        cdef PSet* ps = &self.psets[a.pset]
-        cdef size_t nbytes = <size_t>_numel(a.shape) * dtype_size(a.dtype)
-        cdef size_t i
-        cdef string zeros
-        cdef double post
-        if not entry.all_data or entry.acc.size() != nbytes or nbytes == 0:
-            return False
-        if a.kind == K_ALLREDUCE:
-            for i in range(entry.have.size()):      # joined ranks contribute zeros
-                if not entry.have[i] and (a.op == OP_MIN or a.op == OP_MAX or a.op == OP_PRODUCT):
-                    zeros.assign(nbytes, <char>0)
-                    reduce_into(<void*>entry.acc.data(), zeros.data(), nbytes // dtype_size(a.dtype),
-                                a.dtype, _backend_op(a.op))
-            post = a.postscale
-            if a.op == OP_AVERAGE:
-                post = post / <double>ps.ranks.size()
-            scale_buffer(<void*>entry.acc.data(), nbytes // dtype_size(a.dtype), a.dtype, post)
-        elif a.kind != K_BROADCAST:
-            return False
-        resp.inline_data = True
-        resp.payloads.push_back(string(b""))
-        resp.payloads.back().swap(entry.acc)
-        return True
-
-    cdef void _reject(self, Request& req, const string& why) noexcept nogil:
-        """An error response for one request, sent to its rank only."""
-        cdef Response resp
-        cdef string frame
-        resp.kind = req.kind
-        resp.pset = req.pset
-        resp.names.push_back(req.name)
-        resp.shapes.push_back(req.shape)
-        resp.slots.push_back(NO_SLOT)
-        resp.gens.push_back(0)
-        resp.error = why
-        resp.error_kind = 0
-        resp.last_joined = -1
-        put[uint8_t](frame, MSG_RESPONSES)
-        put[uint32_t](frame, 1)
-        _write_response(frame, resp)
-        self._send_to(req.rank, frame)
-
-    cdef void _recheck_pset(self, int pset) noexcept nogil:
-        cdef vector[string] keys
-        cdef unordered_map[string, Pending].iterator it = self.table.begin()
-        cdef string k
-        while it != self.table.end():
-            k = it_key(it)
-            if not deref_pending(it).is_ready and _key_pset(k) == pset:
-                keys.push_back(k)
-            inc_pending(it)
-        for k in keys:
-            self._check_ready(k)
-
-    cdef void _fail_entries_missing(self, int rank) noexcept nogil:
-        """Rank shut down cleanly: whatever still waits for it can never complete."""
-        cdef vector[string] keys
-        cdef string k
-        cdef unordered_map[string, Pending].iterator it = self.table.begin()
-        while it != self.table.end():
-            if not deref_pending(it).is_ready:
-                keys.push_back(it_key(it))
-            inc_pending(it)
-        for k in keys:
-            self._check_ready(k)
-
-    cdef void _check_ready(self, const string& key) noexcept nogil:
-        cdef Pending* entry = &self.table[key]
-        cdef Request* first = NULL
-        cdef PSet* ps
-        cdef size_t i
-        cdef bint complete = True
-        cdef string missing_gone
-        cdef string joined_problem
-        cdef string k
-        if entry.is_ready:
-            return
-        for i in range(entry.have.size()):
-            if entry.have[i]:
-                first = &entry.reqs[i]
-                break
-        if first == NULL:
-            return
-        ps = &self.psets[first.pset]
-        for i in range(entry.have.size()):
-            if entry.have[i]:
-                continue
-            if ps.joined[i] and first.kind != K_JOIN:
-                if first.kind != K_ALLREDUCE:
-                    joined_problem = _cs(_kind_name(first.kind))
-                continue
-            complete = False
-            if ps.ranks[i] != 0 and self.worker_state[ps.ranks[i]] != 0:
-                missing_gone = _cs("rank ") + _i2s(ps.ranks[i])
-        if joined_problem.size():
-            self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
-                              "(only allreduce is): a rank called join() while tensor '") +
-                              first.name + _cs("' was outstanding"), 0)
-            return
-        if not complete:
-            if missing_gone.size():
-                self._error_ready(key, missing_gone + _cs(" has already shut down (called "
-                                  "fuse.shutdown() or exited), so collective '") + first.name +
-                                  _cs("' can never complete"), 2)
-            return
-        entry.is_ready = True
-        if tl_on(self.tl):
-            self._tl_ready(first)
-        if first.group_key.size() and first.group_size > 1:
-            self.group_ready[first.group_key].push_back(key)
-            if <int>self.group_ready[first.group_key].size() >= first.group_size:
-                for k in self.group_ready[first.group_key]:
-                    self.ready.push_back(k)
-                self.group_ready.erase(first.group_key)
-        else:
-            self.ready.push_back(key)
-
-    cdef void _error_ready(self, const string& key, const string& why, int kind) noexcept nogil:
-        cdef Pending* entry = &self.table[key]
-        entry.is_ready = True
-        if tl_on(self.tl) and self._first(entry) != NULL:
-            self._tl_ready(self._first(entry))
-        entry.error = why
-        entry.error_kind = kind
-        self.ready.push_back(key)
-
-    cdef string _validate(self, Pending* entry) noexcept nogil:
-        """Empty if the ranks agree; otherwise the message every rank raises."""
-        cdef Request* a = NULL
-        cdef Request* b
-        cdef PSet* ps
-        cdef size_t i, j
-        cdef int ra = -1
-        cdef int64_t total
-        cdef string what
-        cdef pair[int, PSet] p
-        for i in range(entry.have.size()):
-            if entry.have[i]:
-                a = &entry.reqs[i]
-                ra = a.rank
-                break
-        ps = &self.psets[a.pset]
-        what = _cs(" for tensor '") + a.name + _cs("'")
-        if (a.kind == K_ALLGATHER or a.kind == K_ALLTOALL) and a.shape.size() == 0:
-            return _cs(_kind_name(a.kind)) + _cs(" needs at least one dimension") + what + \
-                _cs(": rank ") + _i2s(ra) + _cs(" sent a scalar")
-        if a.kind == K_BROADCAST and self._position(ps, a.root) < 0:
-            return _cs("broadcast root rank ") + _i2s(a.root) + _cs(" is not a member of process set ") + \
-                _i2s(a.pset) + what
-        for i in range(entry.have.size()):
-            if not entry.have[i] or &entry.reqs[i] == a:
-                continue
-            b = &entry.reqs[i]
-            if b.kind != a.kind:
-                return _cs("Mismatched operations") + what + _cs(": rank ") + _i2s(ra) + _cs(" did ") + \
-                    _cs(_kind_name(a.kind)) + _cs(", rank ") + _i2s(b.rank) + _cs(" did ") + _cs(_kind_name(b.kind))
-            if b.dtype != a.dtype:
-                return _cs("Mismatched data types") + what + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                    _cs(dtype_name(a.dtype)) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + _cs(dtype_name(b.dtype))
-            if (a.kind == K_ALLREDUCE or a.kind == K_REDUCESCATTER) and b.op != a.op:
-                return _cs("Mismatched reduction ops") + what + _cs(": rank ") + _i2s(ra) + _cs(" used ") + \
-                    _cs(_op_name(a.op)) + _cs(", rank ") + _i2s(b.rank) + _cs(" used ") + _cs(_op_name(b.op))
-            if b.prescale != a.prescale or b.postscale != a.postscale:
-                return _cs("Mismatched prescale/postscale factors") + what + _cs(": rank ") + _i2s(ra) + \
-                    _cs(" used ") + _d2s(a.prescale) + _cs("/") + _d2s(a.postscale) + _cs(", rank ") + \
-                    _i2s(b.rank) + _cs(" used ") + _d2s(b.prescale) + _cs("/") + _d2s(b.postscale)
-            if a.kind == K_BROADCAST and b.root != a.root:
-                return _cs("Mismatched broadcast root ranks") + what + _cs(": rank ") + _i2s(ra) + \
-                    _cs(" gave root ") + _i2s(a.root) + _cs(", rank ") + _i2s(b.rank) + _cs(" gave root ") + _i2s(b.root)
-            if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST or a.kind == K_REDUCESCATTER:
-                if not vec_eq(b.shape, a.shape):
-                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
-                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
-                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape)
-            if a.kind == K_ALLGATHER or a.kind == K_ALLTOALL:
-                if b.shape.size() != a.shape.size():
-                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor ranks") + what + \
-                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
-                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape) + _cs("; only the first dimension may differ")
-                for j in range(1, a.shape.size()):
-                    if a.shape[j] != b.shape[j]:
-                        return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
-                            _cs(" in dimension ") + _i2s(j) + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                            _shape_str(a.shape) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + \
-                            _shape_str(b.shape) + _cs("; only the first dimension may differ")
-            if a.kind == K_PSET_ADD and not vec_eq(b.splits, a.splits):
-                return _cs("Mismatched add_process_set calls: rank ") + _i2s(ra) + _cs(" asked for ranks ") + \
-                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" for ") + _shape_str(b.splits)
-            if a.kind == K_PSET_REMOVE and not vec_eq(b.splits, a.splits):
-                return _cs("Mismatched remove_process_set calls: rank ") + _i2s(ra) + _cs(" removed set ") + \
-                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" removed ") + _shape_str(b.splits)
-        if a.kind == K_ALLTOALL:
-            for i in range(entry.have.size()):
-                b = &entry.reqs[i]
-                if b.splits.size() and b.splits.size() != ps.ranks.size():
-                    return _cs("alltoall splits") + what + _cs(" on rank ") + _i2s(b.rank) + _cs(" has ") + \
-                        _i2s(b.splits.size()) + _cs(" entries; the process set has ") + \
-                        _i2s(ps.ranks.size()) + _cs(" ranks")
-                if b.splits.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
-                    return _cs("alltoall without splits") + what + _cs(" needs the first dimension to be "
-                        "divisible by the number of ranks: rank ") + _i2s(b.rank) + _cs(" sent ") + \
-                        _shape_str(b.shape) + _cs(" to ") + _i2s(ps.ranks.size()) + _cs(" ranks")
-        if a.kind == K_PSET_ADD:
-            if a.splits.size() == 0:
-                return _cs("add_process_set needs at least one rank")
-            for i in range(a.splits.size()):
-                if a.splits[i] < 0 or a.splits[i] >= self.size or (i and a.splits[i] <= a.splits[i - 1]):
-                    return _cs("add_process_set: ranks ") + _shape_str(a.splits) + \
-                        _cs(" must be distinct, sorted and below ") + _i2s(self.size)
-            for p in self.psets:
-                if p.second.ranks.size() == a.splits.size():
-                    total = 1
-                    for i in range(a.splits.size()):
-                        if p.second.ranks[i] != a.splits[i]:
-                            total = 0
-                    if total:
-                        return _cs("add_process_set: a process set with ranks ") + _shape_str(a.splits) + \
-                            _cs(" already exists (id ") + _i2s(p.first) + _cs(")")
-        if a.kind == K_PSET_REMOVE:
-            if a.splits.size() != 1 or a.splits[0] == 0 or self.psets.count(<int>a.splits[0]) == 0:
-                return _cs("remove_process_set: no such process set ") + _shape_str(a.splits) + \
-                    _cs(" (the global set cannot be removed)")
-        return string(b"")
-
-    cdef size_t _entry_bytes(self, Pending* entry) noexcept nogil:
-        cdef size_t i
-        for i in range(entry.have.size()):
-            if entry.have[i]:
-                return <size_t>_numel(entry.reqs[i].shape) * dtype_size(entry.reqs[i].dtype)
-        return 0
-
-    cdef Request* _first(self, Pending* entry) noexcept nogil:
-        cdef size_t i
-        for i in range(entry.have.size()):
-            if entry.have[i]:
-                return &entry.reqs[i]
-        return NULL
-
-    cdef Response _make_response(self, Pending* entry) noexcept nogil:
-        cdef Response resp
-        cdef Request* a = self._first(entry)
-        cdef PSet* ps = &self.psets[a.pset]
-        cdef size_t i, j
-        cdef int64_t n
-        resp.kind = a.kind
-        resp.dtype = a.dtype
-        resp.op = a.op
-        resp.pset = a.pset
-        resp.root = a.root
-        resp.prescale = a.prescale
-        resp.postscale = a.postscale
-        resp.last_joined = -1
-        resp.names.push_back(a.name)
-        resp.shapes.push_back(a.shape)
-        resp.slots.push_back(NO_SLOT)
-        resp.gens.push_back(0)
-        resp.inline_data = False
-        resp.error = entry.error
-        resp.error_kind = entry.error_kind
-        if resp.error.size() == 0:
-            resp.error = self._validate(entry)
-            resp.error_kind = 1
-        if resp.error.size():
-            return resp
-        if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST:
-            self._finish_inline(entry, &resp)
-        if a.kind == K_ALLGATHER:
-            for i in range(entry.reqs.size()):
-                resp.rank_dims.push_back(entry.reqs[i].shape[0])
-        elif a.kind == K_ALLTOALL:
-            for i in range(entry.reqs.size()):
-                if entry.reqs[i].splits.size():
-                    for j in range(entry.reqs[i].splits.size()):
-                        resp.rank_dims.push_back(entry.reqs[i].splits[j])
-                else:
-                    n = entry.reqs[i].shape[0] // <int64_t>ps.ranks.size()
-                    for j in range(ps.ranks.size()):
-                        resp.rank_dims.push_back(n)
-        elif a.kind == K_JOIN:
-            resp.last_joined = ps.last_joined
-            ps.joined.assign(ps.ranks.size(), 0)
-            ps.joined_count = 0
-            ps.last_joined = -1
-        elif a.kind == K_PSET_ADD:
-            resp.rank_dims.push_back(self.next_pset_id)
-            self.next_pset_id += 1
-            for i in range(a.splits.size()):
-                resp.rank_dims.push_back(a.splits[i])
-        elif a.kind == K_PSET_REMOVE:
-            resp.rank_dims.push_back(a.splits[0])
-        return resp
-
-    cdef bint _fusable(self, Response* r, Pending* entry) noexcept nogil:
-        cdef Request* b = self._first(entry)
-        if entry.error.size() or b.kind != K_ALLREDUCE:
-            return False
-        if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset:
-            return False
-        if b.prescale != r.prescale or b.postscale != r.postscale:
-            return False
-        if r.inline_data != (entry.all_data and entry.acc.size() ==
-                             <size_t>_numel(b.shape) * dtype_size(b.dtype)):
-            return False
-        if self._validate(entry).size():
-            return False
-        return True
-
-    cdef void _assign_cache(self, Response* resp, size_t idx, Pending* entry, const string& key) noexcept nogil:
-        """Give a negotiated allreduce a cache slot so later submissions travel as 8 bytes."""
-        cdef uint32_t slot = NO_SLOT
-        cdef uint32_t s
-        cdef uint64_t oldest = 0xFFFFFFFFFFFFFFFF
-        cdef unordered_map[string, uint32_t].iterator it
-        if self.cache_capacity == 0 or not self.cache_enabled:
-            return
-        self.cache_clock += 1
-        it = self.cache_index.find(key)
-        if it != self.cache_index.end():
-            slot = it_u32(it)
-            if _same_signature(self.cache[slot].tmpl, self._first(entry)[0]):
-                self.cache[slot].last_use = self.cache_clock
-                resp.slots[idx] = slot
-                resp.gens[idx] = self.cache[slot].gen
-                return
-        else:
-            for s in range(self.cache_capacity):
-                if not self.cache[s].used:
-                    slot = s
-                    break
-            if slot == NO_SLOT:      # evict the least recently used slot nobody is waiting on
-                for s in range(self.cache_capacity):
-                    if self.cache[s].last_use < oldest and self.table.count(self.cache[s].key) == 0:
-                        oldest = self.cache[s].last_use
-                        slot = s
-            if slot == NO_SLOT:
-                return
-            if self.cache[slot].used:
-                self.cache_index.erase(self.cache[slot].key)
-        self.cache_gen += 1
-        self.cache[slot].used = True
-        self.cache[slot].key = key
-        self.cache[slot].tmpl = self._first(entry)[0]
-        self.cache[slot].tmpl.inp = NULL
-        self.cache[slot].tmpl.out = NULL
-        self.cache[slot].gen = self.cache_gen
-        self.cache[slot].last_use = self.cache_clock
-        self.cache_index[key] = slot
-        resp.slots[idx] = slot
-        resp.gens[idx] = self.cache_gen
-
-    cdef void _emit(self) noexcept nogil:
-        """Turn the ready list into responses (fusing allreduces) and send them, in one order,
-        to every member of each response's process set."""
-        cdef vector[string] keys
-        cdef vector[cbool] taken
-        cdef vector[Response] out
-        cdef vector[vector[string]] out_keys
-        cdef vector[string] bodies
-        cdef vector[uint32_t] counts
-        cdef Response resp
-        cdef Pending* entry
-        cdef Pending* other
-        cdef size_t i, j, k, total
-        cdef PSet* ps
-        cdef string frame
-        keys.swap(self.ready)
-        self.st_cycles += 1
-        taken.assign(keys.size(), False)
-        for i in range(keys.size()):
-            if taken[i]:
-                continue
-            taken[i] = True
-            entry = &self.table[keys[i]]
-            resp = self._make_response(entry)
-            out_keys.push_back(vector[string]())
-            out_keys.back().push_back(keys[i])
-            if resp.kind == K_ALLREDUCE and resp.error.size() == 0:
-                self._assign_cache(&resp, 0, entry, keys[i])
-                total = self._entry_bytes(entry)
-                for j in range(i + 1, keys.size()):
-                    # A tensor above the zero-copy size is reduced where it lies: copying it
-                    # into and out of the fusion buffer costs more than the extra call.
-                    if (self.fusion_threshold == 0
-                            or self._entry_bytes(entry) > self.zero_copy_bytes):
-                        break           # no fusion, or the first tensor is reduced in place
-                    if taken[j]:
-                        continue
-                    other = &self.table[keys[j]]
-                    if self._entry_bytes(other) > self.zero_copy_bytes:
-                        continue
-                    if not self._fusable(&resp, other):
-                        continue
-                    if (self.disable_group_fusion and
-                            self._first(other).group_key != self._first(entry).group_key):
-                        continue
-                    if total + self._entry_bytes(other) > self.fusion_threshold:
-                        continue
-                    if resp.inline_data and not self._finish_inline(other, &resp):
-                        continue
-                    total += self._entry_bytes(other)
-                    taken[j] = True
-                    resp.names.push_back(self._first(other).name)
-                    resp.shapes.push_back(self._first(other).shape)
-                    resp.slots.push_back(NO_SLOT)
-                    resp.gens.push_back(0)
-                    self._assign_cache(&resp, resp.names.size() - 1, other, keys[j])
-                    out_keys.back().push_back(keys[j])
-            out.push_back(resp)
-        bodies.assign(self.size, string(b""))
-        counts.assign(self.size, 0)
-        for i in range(out.size()):
-            ps = &self.psets[out[i].pset]
-            frame.clear()
-            _write_response(frame, out[i])
-            for j in range(ps.ranks.size()):
-                k = <size_t>ps.ranks[j]
-                bodies[k].append(frame)
-                counts[k] += 1
-            for j in range(out_keys[i].size()):
-                self.table.erase(out_keys[i][j])
-        for k in range(<size_t>self.size):
-            if counts[k] == 0:
-                continue
-            frame.clear()
-            put[uint8_t](frame, MSG_RESPONSES)
-            put[uint32_t](frame, counts[k])
-            frame.append(bodies[k])
-            self._send_to(<int>k, frame)
-        self.last_emit = now_seconds()
-
-    cdef void _check_stalls(self, double now) noexcept nogil:
-        """Horovod's stall inspector: name the ranks that keep others waiting."""
-        cdef unordered_map[string, Pending].iterator it = self.table.begin()
-        cdef Pending* e
-        cdef Request* a
-        cdef PSet* ps
-        cdef size_t i
-        cdef string report
-        cdef string fatal
-        cdef vector[string] per_rank
-        cdef vector[int] per_rank_n
-        cdef bint any_new = False
-        cdef double age
-        per_rank.assign(self.size, string(b""))
-        per_rank_n.assign(self.size, 0)
-        while it != self.table.end():
-            e = &deref_pending(it)
-            inc_pending(it)
-            if e.is_ready:
-                continue
-            a = self._first(e)
-            if a == NULL or a.kind == K_JOIN:
-                continue
-            age = now - e.first_time
-            if age < self.stall_warn_s:
-                continue
-            if not e.warned:
-                any_new = True
-                e.warned = True
-            ps = &self.psets[a.pset]
-            for i in range(e.have.size()):
-                if e.have[i] or ps.joined[i]:
-                    continue
-                per_rank_n[ps.ranks[i]] += 1
-                if per_rank_n[ps.ranks[i]] <= 6:
-                    if per_rank[ps.ranks[i]].size():
-                        per_rank[ps.ranks[i]].append(b", ")
-                    per_rank[ps.ranks[i]].append(a.name)
-                elif per_rank_n[ps.ranks[i]] == 7:
-                    per_rank[ps.ranks[i]].append(b" ...")
-            if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s:
-                fatal = a.name
-        for i in range(<size_t>self.size):
-            if per_rank_n[i]:
-                report.append(b"\n  rank ")
-                report.append(_i2s(i))
-                report.append(b": [")
-                report.append(per_rank[i])
-                report.append(b"]")
-        if fatal.size():
-            self._abort_job(-1, _cs("stall: some ranks did not submit collectives the others have "
-                                    "waited on for more than ") + _i2s(<int64_t>self.stall_shutdown_s) +
-                            _cs(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
-                                "and their tensors:") + report, 3)
-            return
-        if any_new and report.size():
-            with gil:
-                self._log.warning(
-                    "One or more tensors were submitted to be reduced, gathered or broadcast by "
-                    "some ranks and have waited for the remaining ranks for more than %g seconds. "
-                    "This may indicate that different ranks are trying to submit different "
-                    "tensors, or that only a subset of ranks is submitting tensors, which will "
-                    "cause a deadlock.\nMissing ranks:%s", self.stall_warn_s,
-                    report.decode(errors="replace"))
+    cdef bint rank_gone(self, int rank) noexcept nogil:
+        """(CoordinatorLink)"""
+        return self.worker_state[rank] != 0
 
     # ------------------------------------------------------------------ execution
 
-    # Executing responses (every rank), included into the class body of Engine.
-    # Responses arrive in the coordinator's order; each turns into at most one backend collective.
-
-    cdef void _tl_ready(self, Request* first) noexcept nogil:
-        """Timeline: negotiation is over, the tensor waits in the response queue."""
-        tl_span(self.tl, first.name, b'E', TLW_NEGOTIATE, first.kind)
-        tl_span(self.tl, first.name, b'B', TLW_TOP, first.kind)
-        tl_span(self.tl, first.name, b'B', TLW_QUEUE, first.kind)
+    # Responses arrive in the coordinator's order; each turns into at most one backend collective
+    # (run by the executor).  Here: the bookkeeping around it, for this rank's requests.
 
     cdef void _tl_all(self, Response& resp, char ph, uint8_t what) noexcept nogil:
         """Timeline: the same span boundary for every tensor of a (fused) response."""
@@ -2052,14 +950,8 @@ cdef class Engine:
         self._learn_cache(resp)
         if resp.kind == K_ALLREDUCE:
             self._exec_allreduce(resp, ps)
-        elif resp.kind == K_BROADCAST:
-            self._exec_broadcast(resp, ps)
-        elif resp.kind == K_ALLGATHER:
-            self._exec_allgather(resp, ps)
-        elif resp.kind == K_ALLTOALL:
-            self._exec_alltoall(resp, ps)
-        elif resp.kind == K_REDUCESCATTER:
-            self._exec_reducescatter(resp, ps)
+        elif resp.kind <= K_REDUCESCATTER:
+            self._exec_single(resp, ps)
         elif resp.kind == K_BARRIER:
             self._finish_ok(_key(resp.pset, resp.names[0]), 0)
         elif resp.kind == K_JOIN:
@@ -2173,350 +1065,54 @@ cdef class Engine:
                 return
             c_poll(fds.data(), fds.size(), 50)
 
-    # ---- backend calls: the native table without the GIL, else the Python methods
-
-    cdef int _b_allreduce(self, PSet* ps, void* buf, size_t count, int dtype, int op,
-                          string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        if count == 0:
-            return 0
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.allreduce(ps.native.self, buf, count, dtype, op, errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).allreduce, (_view(buf, count * dtype_size(dtype), dtype), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
-
-    cdef int _b_broadcast(self, PSet* ps, void* buf, size_t nbytes, int root,
-                          string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        if nbytes == 0:
-            return 0
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.broadcast(ps.native.self, buf, nbytes, root, errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).broadcast, (_view(buf, nbytes, FUSE_UINT8), root), err)
-
-    cdef int _b_allgatherv(self, PSet* ps, const void* send, size_t sendbytes, void* recv,
-                           vector[size_t]& recvbytes, string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        cdef size_t total = 0
-        cdef size_t n
-        for n in recvbytes:
-            total += n
-        if total == 0:
-            return 0
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.allgatherv(ps.native.self, send, sendbytes, recv, recvbytes.data(),
-                                      errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).allgatherv, (_view(<void*>send, sendbytes, FUSE_UINT8), _view(recv, total, FUSE_UINT8), list(recvbytes)), err)
-
-    cdef int _b_alltoallv(self, PSet* ps, const void* send, vector[size_t]& sendbytes,
-                          void* recv, vector[size_t]& recvbytes, string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        cdef size_t stotal = 0
-        cdef size_t rtotal = 0
-        cdef size_t n
-        for n in sendbytes:
-            stotal += n
-        for n in recvbytes:
-            rtotal += n
-        if ps.native != NULL:
-            errbuf[0] = 0
-            rc = ps.native.alltoallv(ps.native.self, send, sendbytes.data(), recv,
-                                     recvbytes.data(), errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).alltoallv, (_view(<void*>send, stotal, FUSE_UINT8), list(sendbytes), _view(recv, rtotal, FUSE_UINT8), list(recvbytes)), err)
-
-    cdef int _b_reducescatter(self, PSet* ps, void* buf, vector[size_t]& counts, int dtype,
-                              int op, string& err) noexcept nogil:
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        cdef size_t total = 0
-        cdef size_t start = 0
-        cdef int i
-        cdef size_t n
-        for n in counts:
-            total += n
-        if ps.native != NULL:
-            if ps.native.reducescatter != NULL:
-                errbuf[0] = 0
-                rc = ps.native.reducescatter(ps.native.self, buf, counts.data(), dtype, op,
-                                             errbuf, ERRLEN)
-                if rc:
-                    err = _cs(errbuf)
-                return rc
-            rc = self._b_allreduce(ps, buf, total, dtype, op, err)
-            if rc == 0:
-                for i in range(ps.index):
-                    start += counts[i]
-                if start:
-                    memmove(buf, <char*>buf + start * dtype_size(dtype),
-                            counts[ps.index] * dtype_size(dtype))
-            return rc
-        with gil:
-            return _py_invoke((<object>ps.pygroup).reducescatter, (_view(buf, total * dtype_size(dtype), dtype), list(counts), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
-
-    # ---- the collectives
+    # ---- the collectives: the executor moves the data, the engine completes the handles
 
     cdef void _exec_allreduce(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef size_t i, n = resp.names.size()
-        cdef size_t dsize = dtype_size(resp.dtype)
-        cdef vector[size_t] offsets
-        cdef vector[Request*] reqs
-        cdef size_t total = 0
+        cdef size_t i
         cdef unordered_map[string, Request].iterator it
-        cdef char* buf
         cdef string err
-        cdef int bop = _backend_op(resp.op)
-        cdef double post = resp.postscale
-        if resp.op == OP_AVERAGE:
-            post = post / <double>ps.ranks.size()
-        cdef Request* found
-        cdef bint tl = tl_on(self.tl)
-        if resp.inline_data:
-            self.st_inline += n
-            if tl:
-                self._tl_all(resp, b'B', TLW_INLINE)
-            for i in range(n):
-                it = self.inflight.find(_key(resp.pset, resp.names[i]))
-                if it != self.inflight.end() and resp.payloads[i].size():
-                    memcpy(deref_req(it).out, resp.payloads[i].data(), resp.payloads[i].size())
-            if tl:
-                self._tl_all(resp, b'E', TLW_INLINE)
-            self._finish_all(resp, H_DONE, string(b""), 0)
-            return
-        for i in range(n):
+        cdef int rc
+        self.exec_reqs.clear()
+        for i in range(resp.names.size()):
             it = self.inflight.find(_key(resp.pset, resp.names[i]))
-            found = &deref_req(it) if it != self.inflight.end() else NULL
-            reqs.push_back(found)
-            offsets.push_back(total)
-            total += <size_t>_numel(resp.shapes[i]) * dsize
-        offsets.push_back(total)            # tensor i spans offsets[i] .. offsets[i + 1]
-        cdef bint fused = not (n == 1 and reqs[0] != NULL)
-        cdef double t0 = now_seconds()
-        cdef double t1, t2
-        self.st_allreduces += 1
-        self.st_tensors += n
-        self.st_bytes += total
-        if not fused:                       # reduced where it lies
-            buf = <char*>reqs[0].out
-            if reqs[0].inp != reqs[0].out:
-                memcpy(buf, reqs[0].inp, total)
+            self.exec_reqs.push_back(&deref_req(it) if it != self.inflight.end() else NULL)
+        rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
+        if rc == EX_BACKEND:
+            self._backend_failed(resp, err)
+        elif rc == EX_LOCAL:
+            self._finish_all(resp, H_ERROR, err, 0)
         else:
-            self.st_fused += 1
-            if tl:
-                self._tl_all(resp, b'B', TLW_MEMCPY_IN)
-            buf = <char*>self.fusion.get(total)
-            if buf == NULL and total:
-                self._finish_all(resp, H_ERROR, _cs("out of memory for the fusion buffer (") +
-                                 _i2s(total) + _cs(" bytes)"), 0)
-                return
-            for i in range(n):
-                if reqs[i] != NULL:
-                    memcpy(buf + offsets[i], reqs[i].inp, offsets[i + 1] - offsets[i])
-                else:                           # a joined rank contributes zeros
-                    memset(buf + offsets[i], 0, offsets[i + 1] - offsets[i])
-        scale_buffer(buf, total // dsize if dsize else 0, resp.dtype, resp.prescale)
-        if tl:
-            if fused:
-                self._tl_all(resp, b'E', TLW_MEMCPY_IN)
-            self._tl_all(resp, b'B', TLW_BACKEND)
-        t1 = now_seconds()
-        if self._b_allreduce(ps, buf, total // dsize, resp.dtype, bop, err) != 0:
-            self._backend_failed(resp, err)
-            return
-        t2 = now_seconds()
-        scale_buffer(buf, total // dsize, resp.dtype, post)
-        if tl:
-            self._tl_all(resp, b'E', TLW_BACKEND)
-        if fused:
-            if tl:
-                self._tl_all(resp, b'B', TLW_MEMCPY_OUT)
-            for i in range(n):
-                if reqs[i] != NULL:
-                    memcpy(reqs[i].out, buf + offsets[i], offsets[i + 1] - offsets[i])
-            if tl:
-                self._tl_all(resp, b'E', TLW_MEMCPY_OUT)
-        self.st_backend_s += t2 - t1
-        self.st_copy_s += (t1 - t0) + (now_seconds() - t2)
-        self._finish_all(resp, H_DONE, string(b""), 0)
+            self._finish_all(resp, H_DONE, string(b""), 0)
 
-    cdef void _exec_broadcast(self, Response& resp, PSet* ps) noexcept nogil:
+    cdef void _exec_single(self, Response& resp, PSet* ps) noexcept nogil:
+        """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
         cdef string key = _key(resp.pset, resp.names[0])
         cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
         cdef Request* r
-        cdef size_t nbytes
         cdef string err
+        cdef vector[int64_t] recv_splits
+        cdef int rc
         if it == self.inflight.end():
             return
         r = &deref_req(it)
-        nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
-        if resp.inline_data:
-            memcpy(r.out, resp.payloads[0].data(), nbytes)
-            self._finish_request(key, H_DONE, string(b""), 0)
-            return
-        if r.inp != r.out and r.inp != NULL:
-            memcpy(r.out, r.inp, nbytes)
-        if self._b_broadcast(ps, r.out, nbytes, self._position(ps, resp.root), err) != 0:
-            self._backend_failed(resp, err)
-            return
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_allgather(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef size_t row, i
-        cdef vector[size_t] recvbytes
-        cdef vector[int64_t] out_shape
-        cdef int64_t rows = 0
-        cdef void* out
-        cdef string err
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
-        for i in range(resp.rank_dims.size()):
-            recvbytes.push_back(<size_t>resp.rank_dims[i] * row)
-            rows += resp.rank_dims[i]
-        out_shape = r.shape
-        out_shape[0] = rows
-        out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
-        if out == NULL and rows * row:
-            self._finish_request(key, H_ERROR, err, 0)
-            return
-        if self._b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
-            self._backend_failed(resp, err)
-            return
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_alltoall(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef size_t row, j, n = ps.ranks.size(), me = <size_t>ps.index
-        cdef vector[size_t] sendbytes
-        cdef vector[size_t] recvbytes
-        cdef vector[int64_t] out_shape
-        cdef int64_t rows = 0
-        cdef void* out
-        cdef string err
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
-        lock_acquire(self.lock)
-        if self.handles.count(r.handle):
-            self.handles[r.handle].aux.clear()
-        lock_release(self.lock)
-        for j in range(n):
-            sendbytes.push_back(<size_t>resp.rank_dims[me * n + j] * row)
-            recvbytes.push_back(<size_t>resp.rank_dims[j * n + me] * row)
-            rows += resp.rank_dims[j * n + me]
-            lock_acquire(self.lock)
+        if resp.kind == K_BROADCAST:
+            rc = self.executor.broadcast(resp, ps, r, err)
+        elif resp.kind == K_ALLGATHER:
+            rc = self.executor.allgather(resp, ps, r, err)
+        elif resp.kind == K_ALLTOALL:
+            rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
+            lock_acquire(self.lock)         # wait() returns the received splits
             if self.handles.count(r.handle):
-                self.handles[r.handle].aux.push_back(resp.rank_dims[j * n + me])
+                self.handles[r.handle].aux.swap(recv_splits)
             lock_release(self.lock)
-        out_shape = r.shape
-        out_shape[0] = rows
-        out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
-        if out == NULL and rows * row:
-            self._finish_request(key, H_ERROR, err, 0)
-            return
-        if self._b_alltoallv(ps, r.inp, sendbytes, out, recvbytes, err) != 0:
+        else:
+            rc = self.executor.reducescatter(resp, ps, r, err)
+        if rc == EX_BACKEND:
             self._backend_failed(resp, err)
-            return
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_reducescatter(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef size_t dsize = dtype_size(resp.dtype)
-        cdef size_t n = ps.ranks.size(), i
-        cdef int64_t dim0, rowel, my_rows = 0
-        cdef vector[size_t] counts
-        cdef vector[int64_t] out_shape
-        cdef size_t total
-        cdef char* buf
-        cdef void* out
-        cdef string err
-        cdef double post = resp.postscale
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        dim0 = r.shape[0] if r.shape.size() else 1
-        rowel = _row_elems(r.shape)
-        cdef size_t rows_i
-        for i in range(n):     # rows spread evenly, the remainder to the first ranks
-            rows_i = <size_t>(dim0 // <int64_t>n)
-            if <int64_t>i < dim0 % <int64_t>n:
-                rows_i += 1
-            counts.push_back(rows_i * <size_t>rowel)
-        my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
-        total = <size_t>_numel(r.shape) * dsize
-        buf = <char*>self.fusion.get(total if total else 1)
-        memcpy(buf, r.inp, total)
-        scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
-        if self._b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
-            self._backend_failed(resp, err)
-            return
-        if resp.op == OP_AVERAGE:
-            post = post / <double>n
-        scale_buffer(buf, counts[ps.index], resp.dtype, post)
-        out_shape = r.shape
-        if out_shape.size():
-            out_shape[0] = my_rows
-        out = self._allocate(r.handle, out_shape, counts[ps.index] * dsize, err)
-        if out == NULL and counts[ps.index]:
+        elif rc == EX_LOCAL:
             self._finish_request(key, H_ERROR, err, 0)
-            return
-        if counts[ps.index]:
-            memcpy(out, buf, counts[ps.index] * dsize)
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
-                         string& err) noexcept with gil:
-        """Ask the caller's allocator for an output whose size only negotiation could tell."""
-        cdef Py_buffer view
-        cdef void* ptr = NULL
-        try:
-            record = self._records.get(handle)
-            if record is None:
-                raise RuntimeError(f"no record for handle {handle}")
-            result, buf = record[2](tuple(shape))
-            record[3] = result
-            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            try:
-                if <size_t>view.len != nbytes:
-                    raise ValueError(f"allocator returned {view.len} bytes, need {nbytes}")
-                ptr = view.buf
-            finally:
-                PyBuffer_Release(&view)
-            record[4] = buf
-        except BaseException as e:
-            err = _cs("could not allocate the output: ") + _exc_text(e)
-            return NULL
-        return ptr
+        else:
+            self._finish_request(key, H_DONE, string(b""), 0)
 
     cdef void _exec_pset_add(self, Response& resp) noexcept nogil:
         cdef string key = _key(resp.pset, resp.names[0])
@@ -2566,37 +1162,3 @@ def _make_error(int kind, str message):
     cls = {1: ex.MismatchError, 2: ex.ShutdownError, 3: ex.StallError,
            4: ex.BackendError}.get(kind, ex.FuseInternalError)
     return cls(message)
-
-
-def reduce_arrays(dst, src, str dtype, str op):
-    """``dst = dst <op> src`` elementwise for any wire dtype (bfloat16 as uint16 views): the
-    reference reduction, for backends written in Python."""
-    cdef Py_buffer d, s
-    cdef int code = DTYPE_CODES[dtype]
-    cdef int opc = _BACKEND_OPS.index(op)
-    cdef size_t count
-    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)
-        try:
-            if d.len != s.len:
-                raise ValueError("reduce_arrays: buffers differ in size")
-            count = <size_t>d.len // dtype_size(code)
-            with nogil:
-                reduce_into(d.buf, s.buf, count, code, opc)
-        finally:
-            PyBuffer_Release(&s)
-    finally:
-        PyBuffer_Release(&d)
-
-
-def scale_array(buf, str dtype, double factor):
-    """Multiply a buffer of wire dtype ``dtype`` in place (the engine's own scaling)."""
-    cdef Py_buffer d
-    cdef int code = DTYPE_CODES[dtype]
-    PyObject_GetBuffer(buf, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        with nogil:
-            scale_buffer(d.buf, <size_t>d.len // dtype_size(code), code, factor)
-    finally:
-        PyBuffer_Release(&d)

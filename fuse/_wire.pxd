@@ -1,7 +1,9 @@
 # Declarations shared by the engine's Cython modules: the C++ helpers in csrc/core_support.h and
-# the backend ops table from backends/fuse_backend.h.
+# the backend ops table from backends/fuse_backend.h, and the timeline's event buffer in
+# csrc/timeline.h.
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libcpp.string cimport string
+from libcpp.vector cimport vector
 from libcpp cimport bool as cbool
 
 cdef extern from "fuse_backend.h" nogil:
@@ -50,3 +52,23 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     T get[T](Reader&)
     string get_str(Reader&)
     cbool reader_done(const Reader&)
+
+cdef extern from "timeline.h" namespace "fuse" nogil:
+    cppclass Timeline:
+        pass
+    enum TlWhat:
+        TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE
+    Timeline* tl_new()
+    void tl_free(Timeline*)
+    cbool tl_on(Timeline*)
+    cbool tl_cycles_on(Timeline*)
+    void tl_start(Timeline*, cbool, const string&)
+    void tl_stop(Timeline*)
+    void tl_span(Timeline*, const string&, char, uint8_t, int, const string&)
+    void tl_span(Timeline*, const string&, char, uint8_t, int)
+    void tl_span_all(Timeline*, const vector[string]&, char, uint8_t, int)
+    void tl_close(Timeline*, const string&, const string&)
+    void tl_tick(Timeline*, const string&, int)
+    int64_t tl_clock(Timeline*)
+    void tl_cycle(Timeline*, int64_t)
+    string tl_drain(Timeline*)

@@ -1,7 +1,7 @@
-// Small C++ helpers for fuse/_core.pyx: a lock with a condition variable, a monotonic clock,
-// framing on blocking sockets, and the arithmetic the engine does on buffers (scaling, and the
-// reference reductions offered to pure-Python backends).  No Python API here: everything is
-// callable without the GIL.
+// Small C++ helpers for the engine modules (fuse/_core.pyx and the modules it cimports): a lock
+// with a condition variable, a monotonic clock, framing on blocking sockets, and the arithmetic
+// the engine does on buffers (scaling, and the reference reductions offered to pure-Python
+// backends).  No Python API here: everything is callable without the GIL.
 #pragma once
 
 #include <cerrno>

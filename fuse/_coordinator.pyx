@@ -1,0 +1,715 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The coordinator (rank 0): turns the requests of every rank into one ordered stream of
+responses.
+
+It keeps the table of tensors some rank has submitted, counts per tensor which members of the
+process set are ready, checks that they agree (the mismatch messages users see come from
+here), computes small allreduces and broadcasts itself when every contribution carried its
+data, assigns response-cache slots so that later submissions travel as 8 bytes, fuses ready
+allreduces into one response up to the fusion threshold, handles join and process-set
+add/remove, and names the ranks that keep others waiting (the stall inspector).
+
+It does no I/O of its own: the engine (_core) reads the workers' sockets and hands it request
+messages, and it answers through the small :class:`CoordinatorLink` interface the engine
+implements (send a frame to a rank, fail the whole job, is a rank gone).  That is the whole
+seam between the two, so the negotiation logic reads without the transport around it.  Every
+rank builds one (its knobs answer ``Engine.tuning()``); only rank 0's receives requests.
+Everything runs on the engine thread without the GIL, except the stall warning's log call.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libcpp cimport bool as cbool
+from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
+from libcpp.utility cimport pair
+from libcpp.vector cimport vector
+
+from fuse._wire cimport *
+from fuse._protocol cimport *
+
+
+cdef class CoordinatorLink:
+    """What the coordinator needs from the engine it runs in; :class:`fuse._core.Engine`
+    implements it.  (These bodies are never called.)"""
+
+    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
+        pass
+
+    cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
+        pass
+
+    cdef bint rank_gone(self, int rank) noexcept nogil:
+        return False
+
+
+cdef class Coordinator:
+
+    def __init__(self, CoordinatorLink link, config, log):
+        self.link = link
+        self.log = log
+        self.size = config.size
+        self.fusion_threshold = config.fusion_threshold
+        self.zero_copy_bytes = config.zero_copy_threshold
+        self.cycle_time_s = config.cycle_time_ms / 1000.0
+        self.stall_check = not config.stall_check_disable
+        self.stall_warn_s = config.stall_check_time_seconds
+        self.stall_shutdown_s = config.stall_shutdown_time_seconds
+        if self.stall_shutdown_s and self.stall_shutdown_s < self.stall_warn_s:
+            log.warning("FUSE_STALL_SHUTDOWN_TIME_SECONDS (%g) is below the stall warning time "
+                        "(%g); ignoring it", self.stall_shutdown_s, self.stall_warn_s)
+            self.stall_shutdown_s = 0
+        self.cache_capacity = config.cache_capacity
+        self.cache_enabled = self.cache_capacity > 0
+        self.disable_group_fusion = config.disable_group_fusion
+        self.next_pset_id = 1
+        self.cache.resize(self.cache_capacity)
+
+    # ---- what the engine calls
+
+    cdef void ingest_requests(self, int rank, Reader& rd) noexcept nogil:
+        """A MSG_REQUESTS message from ``rank`` (``rd`` is past the type byte): full requests,
+        then cache hits; a hit on a slot that was reused since is answered MSG_STALE and the
+        rank sends the full request."""
+        cdef uint32_t n, i, slot, gen
+        cdef Request req
+        cdef string frame
+        cdef string data
+        n = get[uint32_t](rd)
+        for i in range(n):
+            req = _read_request(rd)
+            if rd.bad:
+                break
+            req.rank = rank
+            self._add_request(req)
+        n = get[uint32_t](rd)
+        for i in range(n):
+            slot = get[uint32_t](rd)
+            gen = get[uint32_t](rd)
+            data = get_str(rd)
+            if rd.bad:
+                break
+            if slot < self.cache.size() and self.cache[slot].used and self.cache[slot].gen == gen:
+                req = self.cache[slot].tmpl
+                req.rank = rank
+                req.data.swap(data)
+                self._add_request(req)
+            else:
+                frame.clear()
+                put[uint8_t](frame, MSG_STALE)
+                put[uint32_t](frame, slot)
+                put[uint32_t](frame, gen)
+                self.link.send_to(rank, frame)
+        if rd.bad:
+            self.link.abort_job(rank, _cs("sent a corrupt request message"), 0)
+
+    cdef bint step(self) noexcept nogil:
+        """Check for stalls, emit ready responses; True if it emitted."""
+        cdef double now = now_seconds()
+        if self.stall_check and self.table.size() and now - self.last_stall_check >= 1.0:
+            self.last_stall_check = now
+            self._check_stalls(now)
+        if self.ready.size():
+            if (self.table.size() > self.ready.size()
+                    and now - self.last_emit < self.cycle_time_s):
+                return False               # others are partly submitted: give them a moment
+            self._emit()
+            return True
+        return False
+
+    cdef void rank_left(self, int rank) noexcept nogil:
+        """Rank shut down cleanly: whatever still waits for it can never complete."""
+        cdef vector[string] keys
+        cdef string k
+        cdef unordered_map[string, Pending].iterator it = self.table.begin()
+        while it != self.table.end():
+            if not deref_pending(it).is_ready:
+                keys.push_back(it_key(it))
+            inc_pending(it)
+        for k in keys:
+            self._check_ready(k)
+
+    cdef int idle_timeout_ms(self) noexcept nogil:
+        """How long the engine thread may sleep: forever when nothing is pending anywhere."""
+        cdef double remaining
+        if self.ready.size():
+            remaining = self.cycle_time_s - (now_seconds() - self.last_emit)
+            return <int>(remaining * 1000.0) + 1 if remaining > 0 else 0
+        if self.table.size() and self.stall_check:
+            return 1000
+        return -1
+
+    cdef void retune(self, size_t fusion_threshold, double cycle_time_s,
+                     cbool cache_enabled) noexcept nogil:
+        """Autotune's new values (the engine calls this under its lock).  Turning the cache off
+        forgets every slot; a worker's later hit on one is answered as stale and sent in full."""
+        cdef size_t s
+        self.fusion_threshold = fusion_threshold
+        self.cycle_time_s = cycle_time_s
+        if self.cache_enabled and not cache_enabled:
+            for s in range(self.cache.size()):
+                self.cache[s].used = False
+            self.cache_index.clear()
+        self.cache_enabled = cache_enabled
+
+    # ---- negotiation
+
+    cdef void _add_request(self, Request& req) noexcept nogil:
+        cdef string key = _key(req.pset, req.name)
+        cdef PSet* ps
+        cdef int pos
+        cdef Pending* entry
+        if self.psets.count(req.pset) == 0:
+            self._reject(req, _cs("process set ") + _i2s(req.pset) + _cs(" does not exist"))
+            return
+        ps = &self.psets[0][req.pset]
+        pos = _position(ps, req.rank)
+        if pos < 0:
+            self._reject(req, _cs("rank ") + _i2s(req.rank) +
+                         _cs(" is not a member of process set ") + _i2s(req.pset))
+            return
+        if self.table.count(key) == 0:
+            entry = &self.table[key]
+            entry.reqs.resize(ps.ranks.size())
+            entry.have.assign(ps.ranks.size(), 0)
+            entry.count = 0
+            entry.first_time = now_seconds()
+            entry.warned = False
+            entry.is_ready = False
+            entry.all_data = True
+            entry.error_kind = 0
+        entry = &self.table[key]
+        if entry.have[pos]:
+            return
+        self._accumulate(entry, req)
+        req.data.clear()
+        entry.reqs[pos] = req
+        entry.have[pos] = 1
+        entry.count += 1
+        if tl_on(self.tl):
+            if entry.count == 1:
+                tl_span(self.tl, req.name, b'B', TLW_NEGOTIATE, req.kind)
+            tl_tick(self.tl, req.name, req.rank)
+        if req.kind == K_JOIN:
+            if not ps.joined[pos]:
+                ps.joined[pos] = 1
+                ps.joined_count += 1
+            ps.last_joined = req.rank
+            self._recheck_pset(req.pset)
+        self._check_ready(key)
+
+    cdef void _accumulate(self, Pending* entry, Request& req) noexcept nogil:
+        """Fold a small collective's values into the entry as they arrive."""
+        cdef Request* first = self._first(entry)
+        if not entry.all_data:
+            return
+        if req.kind == K_BROADCAST:
+            if req.data.size():
+                entry.acc.swap(req.data)
+            return
+        if req.kind != K_ALLREDUCE or req.data.size() == 0:
+            entry.all_data = False
+            entry.acc.clear()
+            return
+        if first == NULL:
+            entry.acc = req.data
+            return
+        if (first.kind != K_ALLREDUCE or first.dtype != req.dtype or first.op != req.op
+                or req.data.size() != entry.acc.size()):
+            entry.all_data = False      # validation reports the mismatch
+            entry.acc.clear()
+            return
+        reduce_into(<void*>entry.acc.data(), req.data.data(),
+                    req.data.size() // dtype_size(req.dtype), req.dtype, _backend_op(req.op))
+
+    cdef bint _finish_inline(self, Pending* entry, Response* resp) noexcept nogil:
+        """If the coordinator holds the whole result, put it in the response."""
+        cdef Request* a = self._first(entry)
+        cdef PSet* ps = &self.psets[0][a.pset]
+        cdef size_t nbytes = <size_t>_numel(a.shape) * dtype_size(a.dtype)
+        cdef size_t i
+        cdef string zeros
+        cdef double post
+        if not entry.all_data or entry.acc.size() != nbytes or nbytes == 0:
+            return False
+        if a.kind == K_ALLREDUCE:
+            for i in range(entry.have.size()):      # joined ranks contribute zeros
+                if not entry.have[i] and (a.op == OP_MIN or a.op == OP_MAX or a.op == OP_PRODUCT):
+                    zeros.assign(nbytes, <char>0)
+                    reduce_into(<void*>entry.acc.data(), zeros.data(), nbytes // dtype_size(a.dtype),
+                                a.dtype, _backend_op(a.op))
+            post = a.postscale
+            if a.op == OP_AVERAGE:
+                post = post / <double>ps.ranks.size()
+            scale_buffer(<void*>entry.acc.data(), nbytes // dtype_size(a.dtype), a.dtype, post)
+        elif a.kind != K_BROADCAST:
+            return False
+        resp.inline_data = True
+        resp.payloads.push_back(string(b""))
+        resp.payloads.back().swap(entry.acc)
+        return True
+
+    cdef void _reject(self, Request& req, const string& why) noexcept nogil:
+        """An error response for one request, sent to its rank only."""
+        cdef Response resp
+        cdef string frame
+        resp.kind = req.kind
+        resp.pset = req.pset
+        resp.names.push_back(req.name)
+        resp.shapes.push_back(req.shape)
+        resp.slots.push_back(NO_SLOT)
+        resp.gens.push_back(0)
+        resp.error = why
+        resp.error_kind = 0
+        resp.last_joined = -1
+        put[uint8_t](frame, MSG_RESPONSES)
+        put[uint32_t](frame, 1)
+        _write_response(frame, resp)
+        self.link.send_to(req.rank, frame)
+
+    cdef void _recheck_pset(self, int pset) noexcept nogil:
+        cdef vector[string] keys
+        cdef unordered_map[string, Pending].iterator it = self.table.begin()
+        cdef string k
+        while it != self.table.end():
+            k = it_key(it)
+            if not deref_pending(it).is_ready and _key_pset(k) == pset:
+                keys.push_back(k)
+            inc_pending(it)
+        for k in keys:
+            self._check_ready(k)
+
+    cdef void _check_ready(self, const string& key) noexcept nogil:
+        cdef Pending* entry = &self.table[key]
+        cdef Request* first = NULL
+        cdef PSet* ps
+        cdef size_t i
+        cdef bint complete = True
+        cdef string missing_gone
+        cdef string joined_problem
+        cdef string k
+        if entry.is_ready:
+            return
+        for i in range(entry.have.size()):
+            if entry.have[i]:
+                first = &entry.reqs[i]
+                break
+        if first == NULL:
+            return
+        ps = &self.psets[0][first.pset]
+        for i in range(entry.have.size()):
+            if entry.have[i]:
+                continue
+            if ps.joined[i] and first.kind != K_JOIN:
+                if first.kind != K_ALLREDUCE:
+                    joined_problem = _cs(_kind_name(first.kind))
+                continue
+            complete = False
+            if ps.ranks[i] != 0 and self.link.rank_gone(ps.ranks[i]):
+                missing_gone = _cs("rank ") + _i2s(ps.ranks[i])
+        if joined_problem.size():
+            self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
+                              "(only allreduce is): a rank called join() while tensor '") +
+                              first.name + _cs("' was outstanding"), 0)
+            return
+        if not complete:
+            if missing_gone.size():
+                self._error_ready(key, missing_gone + _cs(" has already shut down (called "
+                                  "fuse.shutdown() or exited), so collective '") + first.name +
+                                  _cs("' can never complete"), 2)
+            return
+        entry.is_ready = True
+        if tl_on(self.tl):
+            self._tl_ready(first)
+        if first.group_key.size() and first.group_size > 1:
+            self.group_ready[first.group_key].push_back(key)
+            if <int>self.group_ready[first.group_key].size() >= first.group_size:
+                for k in self.group_ready[first.group_key]:
+                    self.ready.push_back(k)
+                self.group_ready.erase(first.group_key)
+        else:
+            self.ready.push_back(key)
+
+    cdef void _error_ready(self, const string& key, const string& why, int kind) noexcept nogil:
+        cdef Pending* entry = &self.table[key]
+        entry.is_ready = True
+        if tl_on(self.tl) and self._first(entry) != NULL:
+            self._tl_ready(self._first(entry))
+        entry.error = why
+        entry.error_kind = kind
+        self.ready.push_back(key)
+
+    cdef string _validate(self, Pending* entry) noexcept nogil:
+        """Empty if the ranks agree; otherwise the message every rank raises."""
+        cdef Request* a = NULL
+        cdef Request* b
+        cdef PSet* ps
+        cdef size_t i, j
+        cdef int ra = -1
+        cdef int64_t total
+        cdef string what
+        cdef pair[int, PSet] p
+        for i in range(entry.have.size()):
+            if entry.have[i]:
+                a = &entry.reqs[i]
+                ra = a.rank
+                break
+        ps = &self.psets[0][a.pset]
+        what = _cs(" for tensor '") + a.name + _cs("'")
+        if (a.kind == K_ALLGATHER or a.kind == K_ALLTOALL) and a.shape.size() == 0:
+            return _cs(_kind_name(a.kind)) + _cs(" needs at least one dimension") + what + \
+                _cs(": rank ") + _i2s(ra) + _cs(" sent a scalar")
+        if a.kind == K_BROADCAST and _position(ps, a.root) < 0:
+            return _cs("broadcast root rank ") + _i2s(a.root) + _cs(" is not a member of process set ") + \
+                _i2s(a.pset) + what
+        for i in range(entry.have.size()):
+            if not entry.have[i] or &entry.reqs[i] == a:
+                continue
+            b = &entry.reqs[i]
+            if b.kind != a.kind:
+                return _cs("Mismatched operations") + what + _cs(": rank ") + _i2s(ra) + _cs(" did ") + \
+                    _cs(_kind_name(a.kind)) + _cs(", rank ") + _i2s(b.rank) + _cs(" did ") + _cs(_kind_name(b.kind))
+            if b.dtype != a.dtype:
+                return _cs("Mismatched data types") + what + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
+                    _cs(dtype_name(a.dtype)) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + _cs(dtype_name(b.dtype))
+            if (a.kind == K_ALLREDUCE or a.kind == K_REDUCESCATTER) and b.op != a.op:
+                return _cs("Mismatched reduction ops") + what + _cs(": rank ") + _i2s(ra) + _cs(" used ") + \
+                    _cs(_op_name(a.op)) + _cs(", rank ") + _i2s(b.rank) + _cs(" used ") + _cs(_op_name(b.op))
+            if b.prescale != a.prescale or b.postscale != a.postscale:
+                return _cs("Mismatched prescale/postscale factors") + what + _cs(": rank ") + _i2s(ra) + \
+                    _cs(" used ") + _d2s(a.prescale) + _cs("/") + _d2s(a.postscale) + _cs(", rank ") + \
+                    _i2s(b.rank) + _cs(" used ") + _d2s(b.prescale) + _cs("/") + _d2s(b.postscale)
+            if a.kind == K_BROADCAST and b.root != a.root:
+                return _cs("Mismatched broadcast root ranks") + what + _cs(": rank ") + _i2s(ra) + \
+                    _cs(" gave root ") + _i2s(a.root) + _cs(", rank ") + _i2s(b.rank) + _cs(" gave root ") + _i2s(b.root)
+            if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST or a.kind == K_REDUCESCATTER:
+                if not vec_eq(b.shape, a.shape):
+                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
+                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
+                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape)
+            if a.kind == K_ALLGATHER or a.kind == K_ALLTOALL:
+                if b.shape.size() != a.shape.size():
+                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor ranks") + what + \
+                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
+                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape) + _cs("; only the first dimension may differ")
+                for j in range(1, a.shape.size()):
+                    if a.shape[j] != b.shape[j]:
+                        return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
+                            _cs(" in dimension ") + _i2s(j) + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
+                            _shape_str(a.shape) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + \
+                            _shape_str(b.shape) + _cs("; only the first dimension may differ")
+            if a.kind == K_PSET_ADD and not vec_eq(b.splits, a.splits):
+                return _cs("Mismatched add_process_set calls: rank ") + _i2s(ra) + _cs(" asked for ranks ") + \
+                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" for ") + _shape_str(b.splits)
+            if a.kind == K_PSET_REMOVE and not vec_eq(b.splits, a.splits):
+                return _cs("Mismatched remove_process_set calls: rank ") + _i2s(ra) + _cs(" removed set ") + \
+                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" removed ") + _shape_str(b.splits)
+        if a.kind == K_ALLTOALL:
+            for i in range(entry.have.size()):
+                b = &entry.reqs[i]
+                if b.splits.size() and b.splits.size() != ps.ranks.size():
+                    return _cs("alltoall splits") + what + _cs(" on rank ") + _i2s(b.rank) + _cs(" has ") + \
+                        _i2s(b.splits.size()) + _cs(" entries; the process set has ") + \
+                        _i2s(ps.ranks.size()) + _cs(" ranks")
+                if b.splits.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
+                    return _cs("alltoall without splits") + what + _cs(" needs the first dimension to be "
+                        "divisible by the number of ranks: rank ") + _i2s(b.rank) + _cs(" sent ") + \
+                        _shape_str(b.shape) + _cs(" to ") + _i2s(ps.ranks.size()) + _cs(" ranks")
+        if a.kind == K_PSET_ADD:
+            if a.splits.size() == 0:
+                return _cs("add_process_set needs at least one rank")
+            for i in range(a.splits.size()):
+                if a.splits[i] < 0 or a.splits[i] >= self.size or (i and a.splits[i] <= a.splits[i - 1]):
+                    return _cs("add_process_set: ranks ") + _shape_str(a.splits) + \
+                        _cs(" must be distinct, sorted and below ") + _i2s(self.size)
+            for p in self.psets[0]:
+                if p.second.ranks.size() == a.splits.size():
+                    total = 1
+                    for i in range(a.splits.size()):
+                        if p.second.ranks[i] != a.splits[i]:
+                            total = 0
+                    if total:
+                        return _cs("add_process_set: a process set with ranks ") + _shape_str(a.splits) + \
+                            _cs(" already exists (id ") + _i2s(p.first) + _cs(")")
+        if a.kind == K_PSET_REMOVE:
+            if a.splits.size() != 1 or a.splits[0] == 0 or self.psets.count(<int>a.splits[0]) == 0:
+                return _cs("remove_process_set: no such process set ") + _shape_str(a.splits) + \
+                    _cs(" (the global set cannot be removed)")
+        return string(b"")
+
+    cdef size_t _entry_bytes(self, Pending* entry) noexcept nogil:
+        cdef size_t i
+        for i in range(entry.have.size()):
+            if entry.have[i]:
+                return <size_t>_numel(entry.reqs[i].shape) * dtype_size(entry.reqs[i].dtype)
+        return 0
+
+    cdef Request* _first(self, Pending* entry) noexcept nogil:
+        cdef size_t i
+        for i in range(entry.have.size()):
+            if entry.have[i]:
+                return &entry.reqs[i]
+        return NULL
+
+    cdef Response _make_response(self, Pending* entry) noexcept nogil:
+        cdef Response resp
+        cdef Request* a = self._first(entry)
+        cdef PSet* ps = &self.psets[0][a.pset]
+        cdef size_t i, j
+        cdef int64_t n
+        resp.kind = a.kind
+        resp.dtype = a.dtype
+        resp.op = a.op
+        resp.pset = a.pset
+        resp.root = a.root
+        resp.prescale = a.prescale
+        resp.postscale = a.postscale
+        resp.last_joined = -1
+        resp.names.push_back(a.name)
+        resp.shapes.push_back(a.shape)
+        resp.slots.push_back(NO_SLOT)
+        resp.gens.push_back(0)
+        resp.inline_data = False
+        resp.error = entry.error
+        resp.error_kind = entry.error_kind
+        if resp.error.size() == 0:
+            resp.error = self._validate(entry)
+            resp.error_kind = 1
+        if resp.error.size():
+            return resp
+        if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST:
+            self._finish_inline(entry, &resp)
+        if a.kind == K_ALLGATHER:
+            for i in range(entry.reqs.size()):
+                resp.rank_dims.push_back(entry.reqs[i].shape[0])
+        elif a.kind == K_ALLTOALL:
+            for i in range(entry.reqs.size()):
+                if entry.reqs[i].splits.size():
+                    for j in range(entry.reqs[i].splits.size()):
+                        resp.rank_dims.push_back(entry.reqs[i].splits[j])
+                else:
+                    n = entry.reqs[i].shape[0] // <int64_t>ps.ranks.size()
+                    for j in range(ps.ranks.size()):
+                        resp.rank_dims.push_back(n)
+        elif a.kind == K_JOIN:
+            resp.last_joined = ps.last_joined
+            ps.joined.assign(ps.ranks.size(), 0)
+            ps.joined_count = 0
+            ps.last_joined = -1
+        elif a.kind == K_PSET_ADD:
+            resp.rank_dims.push_back(self.next_pset_id)
+            self.next_pset_id += 1
+            for i in range(a.splits.size()):
+                resp.rank_dims.push_back(a.splits[i])
+        elif a.kind == K_PSET_REMOVE:
+            resp.rank_dims.push_back(a.splits[0])
+        return resp
+
+    cdef bint _fusable(self, Response* r, Pending* entry) noexcept nogil:
+        cdef Request* b = self._first(entry)
+        if entry.error.size() or b.kind != K_ALLREDUCE:
+            return False
+        if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset:
+            return False
+        if b.prescale != r.prescale or b.postscale != r.postscale:
+            return False
+        if r.inline_data != (entry.all_data and entry.acc.size() ==
+                             <size_t>_numel(b.shape) * dtype_size(b.dtype)):
+            return False
+        if self._validate(entry).size():
+            return False
+        return True
+
+    cdef void _assign_cache(self, Response* resp, size_t idx, Pending* entry, const string& key) noexcept nogil:
+        """Give a negotiated allreduce a cache slot so later submissions travel as 8 bytes."""
+        cdef uint32_t slot = NO_SLOT
+        cdef uint32_t s
+        cdef uint64_t oldest = 0xFFFFFFFFFFFFFFFF
+        cdef unordered_map[string, uint32_t].iterator it
+        if self.cache_capacity == 0 or not self.cache_enabled:
+            return
+        self.cache_clock += 1
+        it = self.cache_index.find(key)
+        if it != self.cache_index.end():
+            slot = it_u32(it)
+            if _same_signature(self.cache[slot].tmpl, self._first(entry)[0]):
+                self.cache[slot].last_use = self.cache_clock
+                resp.slots[idx] = slot
+                resp.gens[idx] = self.cache[slot].gen
+                return
+        else:
+            for s in range(self.cache_capacity):
+                if not self.cache[s].used:
+                    slot = s
+                    break
+            if slot == NO_SLOT:      # evict the least recently used slot nobody is waiting on
+                for s in range(self.cache_capacity):
+                    if self.cache[s].last_use < oldest and self.table.count(self.cache[s].key) == 0:
+                        oldest = self.cache[s].last_use
+                        slot = s
+            if slot == NO_SLOT:
+                return
+            if self.cache[slot].used:
+                self.cache_index.erase(self.cache[slot].key)
+        self.cache_gen += 1
+        self.cache[slot].used = True
+        self.cache[slot].key = key
+        self.cache[slot].tmpl = self._first(entry)[0]
+        self.cache[slot].tmpl.inp = NULL
+        self.cache[slot].tmpl.out = NULL
+        self.cache[slot].gen = self.cache_gen
+        self.cache[slot].last_use = self.cache_clock
+        self.cache_index[key] = slot
+        resp.slots[idx] = slot
+        resp.gens[idx] = self.cache_gen
+
+    cdef void _emit(self) noexcept nogil:
+        """Turn the ready list into responses (fusing allreduces) and send them, in one order,
+        to every member of each response's process set."""
+        cdef vector[string] keys
+        cdef vector[cbool] taken
+        cdef vector[Response] out
+        cdef vector[vector[string]] out_keys
+        cdef vector[string] bodies
+        cdef vector[uint32_t] counts
+        cdef Response resp
+        cdef Pending* entry
+        cdef Pending* other
+        cdef size_t i, j, k, total
+        cdef PSet* ps
+        cdef string frame
+        keys.swap(self.ready)
+        self.st_cycles += 1
+        taken.assign(keys.size(), False)
+        for i in range(keys.size()):
+            if taken[i]:
+                continue
+            taken[i] = True
+            entry = &self.table[keys[i]]
+            resp = self._make_response(entry)
+            out_keys.push_back(vector[string]())
+            out_keys.back().push_back(keys[i])
+            if resp.kind == K_ALLREDUCE and resp.error.size() == 0:
+                self._assign_cache(&resp, 0, entry, keys[i])
+                total = self._entry_bytes(entry)
+                for j in range(i + 1, keys.size()):
+                    # A tensor above the zero-copy size is reduced where it lies: copying it
+                    # into and out of the fusion buffer costs more than the extra call.
+                    if (self.fusion_threshold == 0
+                            or self._entry_bytes(entry) > self.zero_copy_bytes):
+                        break           # no fusion, or the first tensor is reduced in place
+                    if taken[j]:
+                        continue
+                    other = &self.table[keys[j]]
+                    if self._entry_bytes(other) > self.zero_copy_bytes:
+                        continue
+                    if not self._fusable(&resp, other):
+                        continue
+                    if (self.disable_group_fusion and
+                            self._first(other).group_key != self._first(entry).group_key):
+                        continue
+                    if total + self._entry_bytes(other) > self.fusion_threshold:
+                        continue
+                    if resp.inline_data and not self._finish_inline(other, &resp):
+                        continue
+                    total += self._entry_bytes(other)
+                    taken[j] = True
+                    resp.names.push_back(self._first(other).name)
+                    resp.shapes.push_back(self._first(other).shape)
+                    resp.slots.push_back(NO_SLOT)
+                    resp.gens.push_back(0)
+                    self._assign_cache(&resp, resp.names.size() - 1, other, keys[j])
+                    out_keys.back().push_back(keys[j])
+            out.push_back(resp)
+        bodies.assign(self.size, string(b""))
+        counts.assign(self.size, 0)
+        for i in range(out.size()):
+            ps = &self.psets[0][out[i].pset]
+            frame.clear()
+            _write_response(frame, out[i])
+            for j in range(ps.ranks.size()):
+                k = <size_t>ps.ranks[j]
+                bodies[k].append(frame)
+                counts[k] += 1
+            for j in range(out_keys[i].size()):
+                self.table.erase(out_keys[i][j])
+        for k in range(<size_t>self.size):
+            if counts[k] == 0:
+                continue
+            frame.clear()
+            put[uint8_t](frame, MSG_RESPONSES)
+            put[uint32_t](frame, counts[k])
+            frame.append(bodies[k])
+            self.link.send_to(<int>k, frame)
+        self.last_emit = now_seconds()
+
+    cdef void _check_stalls(self, double now) noexcept nogil:
+        """Horovod's stall inspector: name the ranks that keep others waiting."""
+        cdef unordered_map[string, Pending].iterator it = self.table.begin()
+        cdef Pending* e
+        cdef Request* a
+        cdef PSet* ps
+        cdef size_t i
+        cdef string report
+        cdef string fatal
+        cdef vector[string] per_rank
+        cdef vector[int] per_rank_n
+        cdef bint any_new = False
+        cdef double age
+        per_rank.assign(self.size, string(b""))
+        per_rank_n.assign(self.size, 0)
+        while it != self.table.end():
+            e = &deref_pending(it)
+            inc_pending(it)
+            if e.is_ready:
+                continue
+            a = self._first(e)
+            if a == NULL or a.kind == K_JOIN:
+                continue
+            age = now - e.first_time
+            if age < self.stall_warn_s:
+                continue
+            if not e.warned:
+                any_new = True
+                e.warned = True
+            ps = &self.psets[0][a.pset]
+            for i in range(e.have.size()):
+                if e.have[i] or ps.joined[i]:
+                    continue
+                per_rank_n[ps.ranks[i]] += 1
+                if per_rank_n[ps.ranks[i]] <= 6:
+                    if per_rank[ps.ranks[i]].size():
+                        per_rank[ps.ranks[i]].append(b", ")
+                    per_rank[ps.ranks[i]].append(a.name)
+                elif per_rank_n[ps.ranks[i]] == 7:
+                    per_rank[ps.ranks[i]].append(b" ...")
+            if self.stall_shutdown_s > 0 and age >= self.stall_shutdown_s:
+                fatal = a.name
+        for i in range(<size_t>self.size):
+            if per_rank_n[i]:
+                report.append(b"\n  rank ")
+                report.append(_i2s(i))
+                report.append(b": [")
+                report.append(per_rank[i])
+                report.append(b"]")
+        if fatal.size():
+            self.link.abort_job(-1, _cs("stall: some ranks did not submit collectives the others have "
+                                    "waited on for more than ") + _i2s(<int64_t>self.stall_shutdown_s) +
+                            _cs(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
+                                "and their tensors:") + report, 3)
+            return
+        if any_new and report.size():
+            with gil:
+                self.log.warning(
+                    "One or more tensors were submitted to be reduced, gathered or broadcast by "
+                    "some ranks and have waited for the remaining ranks for more than %g seconds. "
+                    "This may indicate that different ranks are trying to submit different "
+                    "tensors, or that only a subset of ranks is submitting tensors, which will "
+                    "cause a deadlock.\nMissing ranks:%s", self.stall_warn_s,
+                    report.decode(errors="replace"))
+
+    cdef void _tl_ready(self, Request* first) noexcept nogil:
+        """Timeline: negotiation is over, the tensor waits in the response queue."""
+        tl_span(self.tl, first.name, b'E', TLW_NEGOTIATE, first.kind)
+        tl_span(self.tl, first.name, b'B', TLW_TOP, first.kind)
+        tl_span(self.tl, first.name, b'B', TLW_QUEUE, first.kind)

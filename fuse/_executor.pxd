@@ -1,0 +1,43 @@
+# The executor (see _executor.pyx): runs a response's data movement on this rank.
+from libc.stdint cimport int64_t, uint64_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from fuse._wire cimport *
+from fuse._protocol cimport Request, Response, PSet
+
+# What Executor's collectives return; the engine completes the handles accordingly.
+cdef enum:
+    EX_OK = 0           # done: complete the handles
+    EX_BACKEND = 1      # the backend collective failed (err): the job fails
+    EX_LOCAL = 2        # this rank could not take part in the result (err): only its handles fail
+
+
+cdef class FusionBufferManager:
+    cdef void* _ptr
+    cdef size_t _size
+    cdef void* get(self, size_t nbytes) noexcept nogil
+
+
+cdef class Executor:
+    cdef FusionBufferManager fusion
+    cdef Timeline* tl           # the engine's; spans around copies and the backend call
+    cdef object records         # the engine's handle -> record dict (the caller's allocator)
+    # counters for diagnostics and benchmarks (engine thread only; read approximately)
+    cdef double st_copy_s
+    cdef double st_backend_s
+    cdef uint64_t st_allreduces
+    cdef uint64_t st_fused
+    cdef uint64_t st_tensors
+    cdef uint64_t st_inline
+    cdef uint64_t st_bytes
+
+    cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
+                       string& err) noexcept nogil
+    cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
+    cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
+    cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
+                      string& err) noexcept nogil
+    cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
+    cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
+                         string& err) noexcept with gil

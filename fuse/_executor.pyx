@@ -1,0 +1,419 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The executor: runs one response's collective on this rank.
+
+Responses arrive in the coordinator's order and each turns into at most one backend collective:
+pack the ready allreduces into the fusion buffer (or reduce a large tensor where it lies, or
+copy in the result the coordinator computed inline), one backend call, unpack, scale.  The
+engine (_core) looks up this rank's requests for the response and completes their handles from
+the code an Executor method returns; the executor only moves data, so it knows nothing of
+handles, sockets or the coordinator.  Everything here runs on the engine thread without the GIL,
+except calls into a backend written in Python and the caller's output allocator.
+"""
+
+from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
+from cpython.buffer cimport PyBUF_WRITE
+from cpython.memoryview cimport PyMemoryView_FromMemory
+from libc.stdint cimport int64_t, uint8_t
+from libc.stdlib cimport free
+from libc.string cimport memcpy, memset
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from fuse._wire cimport *
+from fuse._protocol cimport *
+
+import numpy as np
+
+from fuse._protocol import DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS
+
+cdef extern from "<stdlib.h>" nogil:
+    int posix_memalign(void**, size_t, size_t)
+
+cdef extern from "<cstring>" nogil:
+    void* memmove(void*, const void*, size_t)
+
+
+cdef class FusionBufferManager:
+    """One host buffer, grown on demand and reused for every fused collective (Horovod keeps one
+    per device and stream; fuse runs host collectives only, so one is enough)."""
+
+    def __dealloc__(self):
+        free(self._ptr)
+
+    cdef void* get(self, size_t nbytes) noexcept nogil:
+        cdef void* p = NULL
+        if nbytes > self._size:
+            free(self._ptr)
+            self._ptr = NULL
+            self._size = 0
+            if posix_memalign(&p, 64, nbytes if nbytes > 64 else 64) != 0:
+                return NULL
+            self._ptr = p
+            self._size = nbytes
+        return self._ptr
+
+    @property
+    def size(self):
+        return self._size
+
+
+cdef object _view(void* ptr, size_t nbytes, int dtype):
+    """A numpy array over engine memory, for backends driven through Python."""
+    np_dtype = np.uint16 if dtype == FUSE_BFLOAT16 else np.dtype(DTYPE_NAMES[dtype])
+    if nbytes == 0:
+        return np.empty(0, dtype=np_dtype)
+    return np.frombuffer(PyMemoryView_FromMemory(<char*>ptr, nbytes, PyBUF_WRITE), dtype=np_dtype)
+
+
+cdef int _py_invoke(object fn, tuple args, string& err):
+    """Call a backend's Python method; a raised exception becomes ``err`` and a non-zero code."""
+    try:
+        fn(*args)
+        return 0
+    except BaseException as e:
+        err = _exc_text(e)
+        return 1
+
+
+# ---- backend calls: the native table without the GIL, else the Python methods
+
+
+cdef int _b_allreduce(PSet* ps, void* buf, size_t count, int dtype, int op,
+                      string& err) noexcept nogil:
+    cdef char errbuf[ERRLEN]
+    cdef int rc
+    if count == 0:
+        return 0
+    if ps.native != NULL:
+        errbuf[0] = 0
+        rc = ps.native.allreduce(ps.native.self, buf, count, dtype, op, errbuf, ERRLEN)
+        if rc:
+            err = _cs(errbuf)
+        return rc
+    with gil:
+        return _py_invoke((<object>ps.pygroup).allreduce, (_view(buf, count * dtype_size(dtype), dtype), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
+
+
+cdef int _b_broadcast(PSet* ps, void* buf, size_t nbytes, int root,
+                      string& err) noexcept nogil:
+    cdef char errbuf[ERRLEN]
+    cdef int rc
+    if nbytes == 0:
+        return 0
+    if ps.native != NULL:
+        errbuf[0] = 0
+        rc = ps.native.broadcast(ps.native.self, buf, nbytes, root, errbuf, ERRLEN)
+        if rc:
+            err = _cs(errbuf)
+        return rc
+    with gil:
+        return _py_invoke((<object>ps.pygroup).broadcast, (_view(buf, nbytes, FUSE_UINT8), root), err)
+
+
+cdef int _b_allgatherv(PSet* ps, const void* send, size_t sendbytes, void* recv,
+                       vector[size_t]& recvbytes, string& err) noexcept nogil:
+    cdef char errbuf[ERRLEN]
+    cdef int rc
+    cdef size_t total = 0
+    cdef size_t n
+    for n in recvbytes:
+        total += n
+    if total == 0:
+        return 0
+    if ps.native != NULL:
+        errbuf[0] = 0
+        rc = ps.native.allgatherv(ps.native.self, send, sendbytes, recv, recvbytes.data(),
+                                  errbuf, ERRLEN)
+        if rc:
+            err = _cs(errbuf)
+        return rc
+    with gil:
+        return _py_invoke((<object>ps.pygroup).allgatherv, (_view(<void*>send, sendbytes, FUSE_UINT8), _view(recv, total, FUSE_UINT8), list(recvbytes)), err)
+
+
+cdef int _b_alltoallv(PSet* ps, const void* send, vector[size_t]& sendbytes,
+                      void* recv, vector[size_t]& recvbytes, string& err) noexcept nogil:
+    cdef char errbuf[ERRLEN]
+    cdef int rc
+    cdef size_t stotal = 0
+    cdef size_t rtotal = 0
+    cdef size_t n
+    for n in sendbytes:
+        stotal += n
+    for n in recvbytes:
+        rtotal += n
+    if ps.native != NULL:
+        errbuf[0] = 0
+        rc = ps.native.alltoallv(ps.native.self, send, sendbytes.data(), recv,
+                                 recvbytes.data(), errbuf, ERRLEN)
+        if rc:
+            err = _cs(errbuf)
+        return rc
+    with gil:
+        return _py_invoke((<object>ps.pygroup).alltoallv, (_view(<void*>send, stotal, FUSE_UINT8), list(sendbytes), _view(recv, rtotal, FUSE_UINT8), list(recvbytes)), err)
+
+
+cdef int _b_reducescatter(PSet* ps, void* buf, vector[size_t]& counts, int dtype,
+                          int op, string& err) noexcept nogil:
+    cdef char errbuf[ERRLEN]
+    cdef int rc
+    cdef size_t total = 0
+    cdef size_t start = 0
+    cdef int i
+    cdef size_t n
+    for n in counts:
+        total += n
+    if ps.native != NULL:
+        if ps.native.reducescatter != NULL:
+            errbuf[0] = 0
+            rc = ps.native.reducescatter(ps.native.self, buf, counts.data(), dtype, op,
+                                         errbuf, ERRLEN)
+            if rc:
+                err = _cs(errbuf)
+            return rc
+        rc = _b_allreduce(ps, buf, total, dtype, op, err)
+        if rc == 0:
+            for i in range(ps.index):
+                start += counts[i]
+            if start:
+                memmove(buf, <char*>buf + start * dtype_size(dtype),
+                        counts[ps.index] * dtype_size(dtype))
+        return rc
+    with gil:
+        return _py_invoke((<object>ps.pygroup).reducescatter, (_view(buf, total * dtype_size(dtype), dtype), list(counts), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
+
+
+cdef class Executor:
+    """Runs the collectives of responses on this rank; owns the fusion buffer and the
+    counters of :meth:`fuse._core.Engine.stats` that concern execution."""
+
+    def __cinit__(self, records):
+        self.fusion = FusionBufferManager()
+        self.records = records
+
+    cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
+                       string& err) noexcept nogil:
+        """``reqs``: this rank's request per tensor of the response (NULL: this rank joined and
+        contributes zeros)."""
+        cdef size_t i, n = resp.names.size()
+        cdef size_t dsize = dtype_size(resp.dtype)
+        cdef vector[size_t] offsets
+        cdef size_t total = 0
+        cdef char* buf
+        cdef int bop = _backend_op(resp.op)
+        cdef double post = resp.postscale
+        if resp.op == OP_AVERAGE:
+            post = post / <double>ps.ranks.size()
+        cdef bint tl = tl_on(self.tl)
+        if resp.inline_data:
+            self.st_inline += n
+            if tl:
+                tl_span_all(self.tl, resp.names, b'B', TLW_INLINE, resp.kind)
+            for i in range(n):
+                if reqs[i] != NULL and resp.payloads[i].size():
+                    memcpy(reqs[i].out, resp.payloads[i].data(), resp.payloads[i].size())
+            if tl:
+                tl_span_all(self.tl, resp.names, b'E', TLW_INLINE, resp.kind)
+            return EX_OK
+        for i in range(n):
+            offsets.push_back(total)
+            total += <size_t>_numel(resp.shapes[i]) * dsize
+        offsets.push_back(total)            # tensor i spans offsets[i] .. offsets[i + 1]
+        cdef bint fused = not (n == 1 and reqs[0] != NULL)
+        cdef double t0 = now_seconds()
+        cdef double t1, t2
+        self.st_allreduces += 1
+        self.st_tensors += n
+        self.st_bytes += total
+        if not fused:                       # reduced where it lies
+            buf = <char*>reqs[0].out
+            if reqs[0].inp != reqs[0].out:
+                memcpy(buf, reqs[0].inp, total)
+        else:
+            self.st_fused += 1
+            if tl:
+                tl_span_all(self.tl, resp.names, b'B', TLW_MEMCPY_IN, resp.kind)
+            buf = <char*>self.fusion.get(total)
+            if buf == NULL and total:
+                err = _cs("out of memory for the fusion buffer (") + _i2s(total) + _cs(" bytes)")
+                return EX_LOCAL
+            for i in range(n):
+                if reqs[i] != NULL:
+                    memcpy(buf + offsets[i], reqs[i].inp, offsets[i + 1] - offsets[i])
+                else:                           # a joined rank contributes zeros
+                    memset(buf + offsets[i], 0, offsets[i + 1] - offsets[i])
+        scale_buffer(buf, total // dsize if dsize else 0, resp.dtype, resp.prescale)
+        if tl:
+            if fused:
+                tl_span_all(self.tl, resp.names, b'E', TLW_MEMCPY_IN, resp.kind)
+            tl_span_all(self.tl, resp.names, b'B', TLW_BACKEND, resp.kind)
+        t1 = now_seconds()
+        if _b_allreduce(ps, buf, total // dsize, resp.dtype, bop, err) != 0:
+            return EX_BACKEND
+        t2 = now_seconds()
+        scale_buffer(buf, total // dsize, resp.dtype, post)
+        if tl:
+            tl_span_all(self.tl, resp.names, b'E', TLW_BACKEND, resp.kind)
+        if fused:
+            if tl:
+                tl_span_all(self.tl, resp.names, b'B', TLW_MEMCPY_OUT, resp.kind)
+            for i in range(n):
+                if reqs[i] != NULL:
+                    memcpy(reqs[i].out, buf + offsets[i], offsets[i + 1] - offsets[i])
+            if tl:
+                tl_span_all(self.tl, resp.names, b'E', TLW_MEMCPY_OUT, resp.kind)
+        self.st_backend_s += t2 - t1
+        self.st_copy_s += (t1 - t0) + (now_seconds() - t2)
+        return EX_OK
+
+    cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
+        cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        if resp.inline_data:
+            memcpy(r.out, resp.payloads[0].data(), nbytes)
+            return EX_OK
+        if r.inp != r.out and r.inp != NULL:
+            memcpy(r.out, r.inp, nbytes)
+        if _b_broadcast(ps, r.out, nbytes, _position(ps, resp.root), err) != 0:
+            return EX_BACKEND
+        return EX_OK
+
+    cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
+        cdef size_t row, i
+        cdef vector[size_t] recvbytes
+        cdef vector[int64_t] out_shape
+        cdef int64_t rows = 0
+        cdef void* out
+        row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
+        for i in range(resp.rank_dims.size()):
+            recvbytes.push_back(<size_t>resp.rank_dims[i] * row)
+            rows += resp.rank_dims[i]
+        out_shape = r.shape
+        out_shape[0] = rows
+        out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
+        if out == NULL and rows * row:
+            return EX_LOCAL
+        if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
+            return EX_BACKEND
+        return EX_OK
+
+    cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
+                      string& err) noexcept nogil:
+        """``recv_splits``: filled with the rows received from each member."""
+        cdef size_t row, j, n = ps.ranks.size(), me = <size_t>ps.index
+        cdef vector[size_t] sendbytes
+        cdef vector[size_t] recvbytes
+        cdef vector[int64_t] out_shape
+        cdef int64_t rows = 0
+        cdef void* out
+        row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
+        recv_splits.clear()
+        for j in range(n):
+            sendbytes.push_back(<size_t>resp.rank_dims[me * n + j] * row)
+            recvbytes.push_back(<size_t>resp.rank_dims[j * n + me] * row)
+            rows += resp.rank_dims[j * n + me]
+            recv_splits.push_back(resp.rank_dims[j * n + me])
+        out_shape = r.shape
+        out_shape[0] = rows
+        out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
+        if out == NULL and rows * row:
+            return EX_LOCAL
+        if _b_alltoallv(ps, r.inp, sendbytes, out, recvbytes, err) != 0:
+            return EX_BACKEND
+        return EX_OK
+
+    cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
+        cdef size_t dsize = dtype_size(resp.dtype)
+        cdef size_t n = ps.ranks.size(), i
+        cdef int64_t dim0, rowel, my_rows = 0
+        cdef vector[size_t] counts
+        cdef vector[int64_t] out_shape
+        cdef size_t total
+        cdef char* buf
+        cdef void* out
+        cdef double post = resp.postscale
+        dim0 = r.shape[0] if r.shape.size() else 1
+        rowel = _row_elems(r.shape)
+        cdef size_t rows_i
+        for i in range(n):     # rows spread evenly, the remainder to the first ranks
+            rows_i = <size_t>(dim0 // <int64_t>n)
+            if <int64_t>i < dim0 % <int64_t>n:
+                rows_i += 1
+            counts.push_back(rows_i * <size_t>rowel)
+        my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
+        total = <size_t>_numel(r.shape) * dsize
+        buf = <char*>self.fusion.get(total if total else 1)
+        memcpy(buf, r.inp, total)
+        scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
+        if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
+            return EX_BACKEND
+        if resp.op == OP_AVERAGE:
+            post = post / <double>n
+        scale_buffer(buf, counts[ps.index], resp.dtype, post)
+        out_shape = r.shape
+        if out_shape.size():
+            out_shape[0] = my_rows
+        out = self._allocate(r.handle, out_shape, counts[ps.index] * dsize, err)
+        if out == NULL and counts[ps.index]:
+            return EX_LOCAL
+        if counts[ps.index]:
+            memcpy(out, buf, counts[ps.index] * dsize)
+        return EX_OK
+
+    cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
+                         string& err) noexcept with gil:
+        """Ask the caller's allocator for an output whose size only negotiation could tell."""
+        cdef Py_buffer view
+        cdef void* ptr = NULL
+        try:
+            record = self.records.get(handle)
+            if record is None:
+                raise RuntimeError(f"no record for handle {handle}")
+            result, buf = record[2](tuple(shape))
+            record[3] = result
+            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+            try:
+                if <size_t>view.len != nbytes:
+                    raise ValueError(f"allocator returned {view.len} bytes, need {nbytes}")
+                ptr = view.buf
+            finally:
+                PyBuffer_Release(&view)
+            record[4] = buf
+        except BaseException as e:
+            err = _cs("could not allocate the output: ") + _exc_text(e)
+            return NULL
+        return ptr
+
+
+def reduce_arrays(dst, src, str dtype, str op):
+    """``dst = dst <op> src`` elementwise for any wire dtype (bfloat16 as uint16 views): the
+    reference reduction, for backends written in Python."""
+    cdef Py_buffer d, s
+    cdef int code = DTYPE_CODES[dtype]
+    cdef int opc = _BACKEND_OPS.index(op)
+    cdef size_t count
+    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)
+        try:
+            if d.len != s.len:
+                raise ValueError("reduce_arrays: buffers differ in size")
+            count = <size_t>d.len // dtype_size(code)
+            with nogil:
+                reduce_into(d.buf, s.buf, count, code, opc)
+        finally:
+            PyBuffer_Release(&s)
+    finally:
+        PyBuffer_Release(&d)
+
+
+def scale_array(buf, str dtype, double factor):
+    """Multiply a buffer of wire dtype ``dtype`` in place (the engine's own scaling)."""
+    cdef Py_buffer d
+    cdef int code = DTYPE_CODES[dtype]
+    PyObject_GetBuffer(buf, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+    try:
+        with nogil:
+            scale_buffer(d.buf, <size_t>d.len // dtype_size(code), code, factor)
+    finally:
+        PyBuffer_Release(&d)

@@ -1,0 +1,257 @@
+# The engine's shared vocabulary, cimported by every engine module: the wire constants, the
+# structs that travel between ranks (Request, Response) or between the engine's parts (Pending,
+# CacheEntry, WorkerCache, HandleState, PSet), and the small helpers all of them use.  Inline
+# helpers are defined here so that each module compiles them in; the (de)serialization and
+# message formatting live in _protocol.pyx.
+from cpython.ref cimport PyObject
+from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.string cimport memcpy
+from libcpp cimport bool as cbool
+from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
+
+from fuse._wire cimport *
+
+cdef extern from * nogil:
+    """
+    #include <vector>
+    template <class T> static inline bool fuse_vec_eq(const std::vector<T>& a,
+                                                      const std::vector<T>& b) { return a == b; }
+    """
+    cbool vec_eq "fuse_vec_eq"(const vector[int64_t]&, const vector[int64_t]&)
+
+# ---- constants (the Python-level names are in _protocol.pyx) ----
+# Collective kinds (values follow Horovod's request types where they exist).
+cdef enum: K_ALLREDUCE = 0
+cdef enum: K_ALLGATHER = 1
+cdef enum: K_BROADCAST = 2
+cdef enum: K_ALLTOALL = 3
+cdef enum: K_REDUCESCATTER = 4
+cdef enum: K_BARRIER = 5
+cdef enum: K_JOIN = 6
+cdef enum: K_PSET_ADD = 7
+cdef enum: K_PSET_REMOVE = 8
+
+# User-facing reduce ops, Horovod's wire values.
+cdef enum: OP_AVERAGE = 0
+cdef enum: OP_SUM = 1
+cdef enum: OP_ADASUM = 2
+cdef enum: OP_MIN = 3
+cdef enum: OP_MAX = 4
+cdef enum: OP_PRODUCT = 5
+
+# Control messages.
+cdef enum: MSG_REQUESTS = 1
+cdef enum: MSG_ABORT = 2
+cdef enum: MSG_BYE = 3
+cdef enum: MSG_RESPONSES = 11
+cdef enum: MSG_STALE = 12
+cdef enum: MSG_ABORT_ALL = 13
+cdef enum: MSG_COORD_BYE = 14
+
+# Handle states.
+cdef enum: H_PENDING = 0
+cdef enum: H_DONE = 1
+cdef enum: H_ERROR = 2
+
+# Engine states.
+cdef enum: S_RUNNING = 0
+cdef enum: S_STOPPING = 1
+cdef enum: S_STOPPED = 2
+cdef enum: S_FAILED = 3
+
+cdef enum: ERRLEN = 1024
+cdef extern from *:
+    """
+    #define FUSE_NO_SLOT 0xFFFFFFFFu
+    """
+    const uint32_t NO_SLOT "FUSE_NO_SLOT"
+
+
+cdef struct Request:
+    int64_t handle
+    int kind
+    int dtype
+    int op
+    int pset
+    int root            # global rank (broadcast)
+    double prescale
+    double postscale
+    vector[int64_t] shape
+    vector[int64_t] splits   # alltoall splits; ranks for add_process_set; pset id for remove
+    string name
+    string group_key
+    int group_size
+    int rank            # who sent it (filled in by the coordinator)
+    string data         # small allreduce/broadcast: the (prescaled) values ride along
+    # local only: where the data is
+    void* inp
+    void* out
+
+
+cdef struct Response:
+    int kind
+    int dtype
+    int op
+    int pset
+    int root
+    double prescale
+    double postscale
+    vector[string] names
+    vector[vector[int64_t]] shapes
+    vector[uint32_t] slots
+    vector[uint32_t] gens
+    vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
+                                # add_process_set: the new id then the ranks
+    string error
+    int error_kind              # how the error reaches the user (see _make_error)
+    int last_joined
+    cbool inline_data           # the coordinator computed the result: it is in payloads
+    vector[string] payloads
+
+
+cdef struct Pending:
+    vector[Request] reqs       # indexed by position in the process set
+    vector[char] have
+    int count
+    double first_time
+    cbool warned
+    cbool is_ready
+    string error              # set when the coordinator already knows the collective fails
+    int error_kind
+    string acc                # small collectives: the running reduction (or the root's data)
+    cbool all_data            # every contribution so far carried its data
+
+
+cdef struct CacheEntry:
+    cbool used
+    string key
+    Request tmpl
+    uint32_t gen
+    uint64_t last_use
+
+
+cdef struct WorkerCache:
+    uint32_t slot
+    uint32_t gen
+    Request sig
+
+
+cdef struct HandleState:
+    int status
+    string error
+    int64_t value
+    vector[int64_t] aux
+    int error_kind          # 0 internal, 1 mismatch, 2 shutdown, 3 stall, 4 backend
+
+
+cdef struct PSet:
+    vector[int] ranks
+    int index              # this rank's position, -1 if not a member
+    vector[char] joined    # coordinator: per position
+    int joined_count
+    int last_joined
+    fuse_group_ops* native
+    PyObject* pygroup      # borrowed; Engine._groups keeps it alive
+
+
+cdef extern from * nogil:
+    """
+    template <class It> static inline auto& fuse_deref(It& it) { return it->second; }
+    template <class It> static inline void fuse_inc(It& it) { ++it; }
+    template <class It> static inline const std::string& fuse_key(It& it) { return it->first; }
+    """
+    WorkerCache& deref_wc "fuse_deref"(unordered_map[string, WorkerCache].iterator&)
+    Request& deref_req "fuse_deref"(unordered_map[string, Request].iterator&)
+    HandleState& deref_hs "fuse_deref"(unordered_map[int64_t, HandleState].iterator&)
+    Pending& deref_pending "fuse_deref"(unordered_map[string, Pending].iterator&)
+    void inc_hs "fuse_inc"(unordered_map[int64_t, HandleState].iterator&)
+    void inc_pending "fuse_inc"(unordered_map[string, Pending].iterator&)
+    const string& it_key "fuse_key"(unordered_map[string, Pending].iterator&)
+    uint32_t& it_u32 "fuse_deref"(unordered_map[string, uint32_t].iterator&)
+
+cdef extern from "<string>" namespace "std" nogil:
+    string to_string(long long)
+    string to_string(double)
+
+
+# ---- wire format and messages (_protocol.pyx)
+cdef void _write_request(string& out, const Request& r) noexcept nogil
+cdef Request _read_request(Reader& rd) noexcept nogil
+cdef void _write_response(string& out, const Response& r) noexcept nogil
+cdef Response _read_response(Reader& rd) noexcept nogil
+cdef const char* _kind_name(int kind) noexcept nogil
+cdef const char* _op_name(int op) noexcept nogil
+cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil
+cdef string _exc_text(object e)
+
+
+# ---- inline helpers
+
+cdef inline string _key(int pset, const string& name) noexcept nogil:
+    """The table key of a tensor: its process set, then its name."""
+    cdef string k = string(b"")
+    put[int](k, pset)
+    k.append(name)
+    return k
+
+
+cdef inline int _key_pset(const string& key) noexcept nogil:
+    cdef int p = 0
+    memcpy(&p, key.data(), sizeof(int))
+    return p
+
+
+cdef inline int64_t _numel(const vector[int64_t]& shape) noexcept nogil:
+    cdef int64_t n = 1
+    cdef size_t i
+    for i in range(shape.size()):
+        n *= shape[i]
+    return n
+
+
+cdef inline int64_t _row_elems(const vector[int64_t]& shape) noexcept nogil:
+    """Elements per row of dim 0 (1 for a scalar or a vector)."""
+    cdef int64_t n = 1
+    cdef size_t i
+    for i in range(1, shape.size()):
+        n *= shape[i]
+    return n
+
+
+cdef inline string _i2s(int64_t v) noexcept nogil:
+    return to_string(<long long>v)
+
+
+cdef inline string _d2s(double v) noexcept nogil:
+    return to_string(v)
+
+
+cdef inline string _cs(const char* s) noexcept nogil:
+    return string(s)
+
+
+cdef inline cbool _same_signature(const Request& a, const Request& b) noexcept nogil:
+    return (a.kind == b.kind and a.dtype == b.dtype and a.op == b.op and a.pset == b.pset
+            and a.root == b.root and a.prescale == b.prescale and a.postscale == b.postscale
+            and vec_eq(a.shape, b.shape))
+
+
+cdef inline int _backend_op(int op) noexcept nogil:
+    if op == OP_MIN:
+        return FUSE_OP_MIN
+    if op == OP_MAX:
+        return FUSE_OP_MAX
+    if op == OP_PRODUCT:
+        return FUSE_OP_PRODUCT
+    return FUSE_OP_SUM
+
+
+cdef inline int _position(PSet* ps, int rank) noexcept nogil:
+    """A global rank's index in the process set, -1 if it is not a member."""
+    cdef size_t i
+    for i in range(ps.ranks.size()):
+        if ps.ranks[i] == rank:
+            return <int>i
+    return -1
