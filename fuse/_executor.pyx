@@ -343,6 +343,9 @@ cdef class Executor:
         my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
         total = <size_t>_numel(r.shape) * dsize
         buf = <char*>self.fusion.get(total if total else 1)
+        if buf == NULL:
+            err = _cs("out of memory for the fusion buffer (") + _i2s(total) + _cs(" bytes)")
+            return EX_LOCAL
         memcpy(buf, r.inp, total)
         scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
         if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
