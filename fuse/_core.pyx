@@ -167,6 +167,7 @@ cdef class Engine(CoordinatorLink):
         self.next_handle = 1
         self._records = {}
         self.executor = Executor(self._records)
+        self.executor.split_bytes = config.split_threshold
         self.executor.tl = self.tl
         self._groups = {}
         self._backend = backend
@@ -208,6 +209,7 @@ cdef class Engine(CoordinatorLink):
         ps.last_joined = -1
         ps.pygroup = NULL
         ps.native = NULL
+        ps.twin = NULL
         if group is not None:
             self._groups[pset_id] = group
             ps.pygroup = <PyObject*>group
@@ -225,6 +227,25 @@ cdef class Engine(CoordinatorLink):
         _acquire(self.lock)
         self.psets[pset_id] = ps
         lock_release(self.lock)
+
+    def _install_twin(self, int pset_id, group):
+        """Give a process set a second connection to its ranks (a backend Group with native
+        ops, built by every member), over which large allreduces send half their data
+        concurrently (FUSE_SPLIT_THRESHOLD).  Groups without native ops are ignored."""
+        capsule = group.native_ops()
+        if capsule is None or not PyCapsule_IsValid(capsule, b"fuse.group_ops.v1"):
+            return False
+        cdef fuse_group_ops* native = <fuse_group_ops*>PyCapsule_GetPointer(
+            capsule, b"fuse.group_ops.v1")
+        if native.api_version != FUSE_BACKEND_API_VERSION:
+            return False
+        self._groups[(pset_id, "twin")] = group
+        self._groups[(pset_id, "twin capsule")] = capsule
+        _acquire(self.lock)
+        if self.psets.count(pset_id):
+            self.psets[pset_id].twin = native
+        lock_release(self.lock)
+        return True
 
     def process_set_ranks(self, int pset_id):
         cdef unordered_map[int, PSet].iterator it
@@ -460,15 +481,29 @@ cdef class Engine(CoordinatorLink):
 
     def stats(self):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
-        them were fused (``fused``), coordinator cycles that emitted responses (``cycles``,
+        them were fused (``fused``) and how many fused ones needed no copy because their
+        tensors lay back to back (``adjacent``), how many went as two concurrent halves
+        (``split``), coordinator cycles that emitted responses (``cycles``,
         rank 0 only), tensors and bytes they carried, tensors the coordinator
         computed inline, and seconds spent copying through the fusion buffer and in the
         backend."""
         cdef Executor x = self.executor
-        return {"allreduces": x.st_allreduces, "fused": x.st_fused,
+        return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
+                "split": x.st_split,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
                 "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}
+
+    def goes_through_fusion_buffer(self, size_t nbytes, int pset_id):
+        """Whether an allreduce of ``nbytes`` in process set ``pset_id`` is fused through the
+        fusion buffer: not sent inline with the negotiation (small), not reduced where it lies
+        (above the zero-copy threshold), and fusion is on.  Callers that lay such tensors out
+        back to back in response order spare the engine both copies (see Executor)."""
+        # (every rank reads the same knobs; autotune moves only the fusion threshold, whose
+        # being non-zero is all that matters here)
+        cdef size_t members = len(self.process_set_ranks(pset_id))
+        return (not self._inlines(nbytes, members) and self.coord.fusion_threshold > 0
+                and nbytes <= self.coord.zero_copy_bytes)
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
         """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
@@ -657,6 +692,9 @@ cdef class Engine(CoordinatorLink):
                 self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
                                "requests: rank 0 exited or crashed"), 2)
 
+    cdef bint _inlines(self, size_t nbytes, size_t members) noexcept nogil:
+        return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold
+
     cdef void _attach_inline(self, Request& r) noexcept nogil:
         """Small allreduces (and a small broadcast's root) send their values with the request:
         the coordinator then computes the result itself and no backend collective runs.  One
@@ -669,7 +707,7 @@ cdef class Engine(CoordinatorLink):
             return
         members = self.psets[r.pset].ranks.size()
         nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
-        if nbytes == 0 or nbytes * members > self.inline_threshold:
+        if not self._inlines(nbytes, members):
             return
         r.data.assign(<const char*>r.inp, nbytes)
         if r.kind == K_ALLREDUCE:

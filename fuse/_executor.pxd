@@ -21,6 +21,8 @@ cdef class FusionBufferManager:
 
 cdef class Executor:
     cdef FusionBufferManager fusion
+    cdef size_t split_bytes     # allreduces of at least this size run as two concurrent halves
+    cdef Lane* lane             # runs the second half (created on first use)
     cdef Timeline* tl           # the engine's; spans around copies and the backend call
     cdef object records         # the engine's handle -> record dict (the caller's allocator)
     # counters for diagnostics and benchmarks (engine thread only; read approximately)
@@ -28,12 +30,16 @@ cdef class Executor:
     cdef double st_backend_s
     cdef uint64_t st_allreduces
     cdef uint64_t st_fused
+    cdef uint64_t st_adjacent     # fused responses whose tensors already lay back to back
+    cdef uint64_t st_split        # allreduces reduced as two concurrent halves
     cdef uint64_t st_tensors
     cdef uint64_t st_inline
     cdef uint64_t st_bytes
 
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil
+    cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
+                     string& err) noexcept nogil
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
     cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,

@@ -184,6 +184,44 @@ cdef int _b_reducescatter(PSet* ps, void* buf, vector[size_t]& counts, int dtype
         return _py_invoke((<object>ps.pygroup).reducescatter, (_view(buf, total * dtype_size(dtype), dtype), list(counts), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
 
 
+cdef bint _back_to_back(vector[Request*]& reqs, vector[size_t]& offsets) noexcept nogil:
+    """True when every tensor is reduced in place and tensor i starts ``offsets[i]`` bytes
+    after tensor 0, so that the fused response is one contiguous span of memory."""
+    cdef size_t i
+    cdef char* base
+    if reqs.size() < 2 or reqs[0] == NULL:
+        return False
+    base = <char*>reqs[0].out
+    for i in range(reqs.size()):
+        if reqs[i] == NULL or reqs[i].inp != reqs[i].out:
+            return False
+        if <char*>reqs[i].out != base + offsets[i]:
+            return False
+    return True
+
+
+cdef struct HalfJob:
+    fuse_group_ops* ops
+    char* buf
+    size_t count
+    int dtype
+    int op
+    double post
+    char err[ERRLEN]
+
+
+cdef int _run_half(void* arg) noexcept nogil:
+    """The lane's share of a split allreduce: its half over the twin connection, then the
+    postscale of that half."""
+    cdef HalfJob* job = <HalfJob*>arg
+    cdef int rc
+    job.err[0] = 0
+    rc = job.ops.allreduce(job.ops.self, job.buf, job.count, job.dtype, job.op, job.err, ERRLEN)
+    if rc == 0:
+        scale_buffer(job.buf, job.count, job.dtype, job.post)
+    return rc
+
+
 cdef class Executor:
     """Runs the collectives of responses on this rank; owns the fusion buffer and the
     counters of :meth:`fuse._core.Engine.stats` that concern execution."""
@@ -191,6 +229,45 @@ cdef class Executor:
     def __cinit__(self, records):
         self.fusion = FusionBufferManager()
         self.records = records
+        self.lane = NULL
+
+    def __dealloc__(self):
+        if self.lane != NULL:
+            lane_free(self.lane)
+
+    cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
+                     string& err) noexcept nogil:
+        """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  Large
+        buffers go as two halves at once, the second over the set's twin connection on the
+        lane thread: every rank splits the same way, so the halves meet."""
+        cdef size_t dsize = dtype_size(dtype)
+        cdef size_t half
+        cdef HalfJob job
+        cdef int rc, rc_lane
+        if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
+            rc = _b_allreduce(ps, buf, count, dtype, op, err)
+            if rc == 0:
+                scale_buffer(buf, count, dtype, post)
+            return rc
+        if self.lane == NULL:
+            self.lane = lane_new()
+        half = count // 2
+        job.ops = ps.twin
+        job.buf = buf + half * dsize
+        job.count = count - half
+        job.dtype = dtype
+        job.op = op
+        job.post = post
+        self.lane.start(_run_half, &job)
+        rc = _b_allreduce(ps, buf, half, dtype, op, err)
+        if rc == 0:
+            scale_buffer(buf, half, dtype, post)
+        rc_lane = self.lane.wait()      # always: the job lives on this stack
+        self.st_split += 1
+        if rc == 0 and rc_lane != 0:
+            err = _cs(job.err)
+            rc = rc_lane
+        return rc
 
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil:
@@ -226,6 +303,12 @@ cdef class Executor:
         self.st_allreduces += 1
         self.st_tensors += n
         self.st_bytes += total
+        if fused and _back_to_back(reqs, offsets):
+            # The caller laid these tensors out in one allocation in response order (the torch
+            # DistributedOptimizer does so for gradients): reduce the span where it lies.  This
+            # is a local choice; every rank still makes the same single backend call.
+            fused = False
+            self.st_adjacent += 1
         if not fused:                       # reduced where it lies
             buf = <char*>reqs[0].out
             if reqs[0].inp != reqs[0].out:
@@ -249,10 +332,9 @@ cdef class Executor:
                 tl_span_all(self.tl, resp.names, b'E', TLW_MEMCPY_IN, resp.kind)
             tl_span_all(self.tl, resp.names, b'B', TLW_BACKEND, resp.kind)
         t1 = now_seconds()
-        if _b_allreduce(ps, buf, total // dsize, resp.dtype, bop, err) != 0:
+        if self._reduce(ps, buf, total // dsize if dsize else 0, resp.dtype, bop, post, err) != 0:
             return EX_BACKEND
         t2 = now_seconds()
-        scale_buffer(buf, total // dsize, resp.dtype, post)
         if tl:
             tl_span_all(self.tl, resp.names, b'E', TLW_BACKEND, resp.kind)
         if fused:

@@ -153,6 +153,7 @@ cdef struct PSet:
     int joined_count
     int last_joined
     fuse_group_ops* native
+    fuse_group_ops* twin   # a second native connection to the same ranks, or NULL (Executor)
     PyObject* pygroup      # borrowed; Engine._groups keeps it alive
 
 

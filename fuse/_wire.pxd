@@ -53,6 +53,13 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     string get_str(Reader&)
     cbool reader_done(const Reader&)
 
+cdef extern from "lane.h" namespace "fuse" nogil:
+    cppclass Lane:
+        void start(int (*job)(void*) noexcept nogil, void* arg)
+        int wait()
+    Lane* lane_new()
+    void lane_free(Lane*)
+
 cdef extern from "timeline.h" namespace "fuse" nogil:
     cppclass Timeline:
         pass

@@ -69,6 +69,10 @@ class Config:
     zero_copy_threshold: int = _knob(4 * 1024 * 1024, "ZERO_COPY_THRESHOLD",
                                      doc="allreduces larger than this many bytes are reduced in "
                                          "place, not copied through the fusion buffer")
+    split_threshold: int = _knob(4 * 1024 * 1024, "SPLIT_THRESHOLD",
+                                 doc="allreduces of at least this many bytes are reduced as two "
+                                     "halves at once, over two connections (native backends "
+                                     "such as Gloo); 0 turns this off")
     inline_threshold: int = _knob(64 * 1024, "INLINE_THRESHOLD",
                                   doc="allreduces (and broadcasts) whose size times the set size "
                                       "is at most this many bytes travel with the negotiation "

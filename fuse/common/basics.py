@@ -46,6 +46,11 @@ def _require():
     return engine
 
 
+# The backend group id of the world's twin connection (see Engine._install_twin): far above
+# the ids dynamic process sets take.
+TWIN_GROUP_ID = 1 << 30
+
+
 def init(comm=None, process_sets=None, **overrides) -> None:
     """Start fuse on this process.
 
@@ -97,6 +102,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             return backend.create_group(ranks, group_id)
 
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        if config.split_threshold > 0 and config.size > 1 and world.native_ops() is not None:
+            engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
         if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
             # before the engine runs, so that the first negotiation is on it
             try:

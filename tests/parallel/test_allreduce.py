@@ -24,6 +24,8 @@ CONFIGS = {
     "nocache": {"FUSE_CACHE_CAPACITY": 0},
     "tinycache": {"FUSE_CACHE_CAPACITY": 2},
     "noinline": {"FUSE_INLINE_THRESHOLD": 0},
+    # every allreduce from 1 KiB up as two concurrent halves over two connections
+    "split": {"FUSE_SPLIT_THRESHOLD": 1024},
     "noinline-nofusion-nocache": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_FUSION_THRESHOLD": 0,
                                   "FUSE_CACHE_CAPACITY": 0},
     "noinline-smallfusion-tinycache": {"FUSE_INLINE_THRESHOLD": 0,
@@ -219,7 +221,7 @@ def allreduce_suite(steps: int, burst: int) -> int:
     (2, "default"), (3, "default"), (2, "nofusion"), (3, "nofusion"), (3, "nocache"),
     (2, "tinycache"), (3, "tinycache"), (2, "noinline"), (3, "noinline"),
     (3, "noinline-nofusion-nocache"), (2, "noinline-smallfusion-tinycache"),
-    (3, "noinline-smallfusion-tinycache"),
+    (3, "noinline-smallfusion-tinycache"), (2, "split"), (3, "split"),
 ])
 def test_allreduce_all_dtypes_ops_and_paths(np_, config):
     results = run_job(allreduce_suite, np_, CONFIGS[config], kwargs={"steps": 8, "burst": 200})
@@ -247,6 +249,32 @@ def zero_dim() -> int:
 
 def test_zero_dim_arrays_keep_their_shape():
     assert_counts(run_job(zero_dim, 2))
+
+
+def split_halves() -> dict:
+    """A 4 MiB+ allreduce runs as two halves at once (FUSE_SPLIT_THRESHOLD, default 4 MiB),
+    odd element count so the halves differ; the result is the same either way."""
+    import fuse
+    from fuse.common import basics
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    for dt in ("float32", "float64", "int32"):
+        shape = ((4 << 20) // np.dtype(dt).itemsize + 1,)
+        ins = [rank_array(dt, shape, k, "split." + dt) for k in range(n)]
+        for op in ("sum", "average", "max") if dt != "int32" else ("sum", "min"):
+            x = ins[r].copy()
+            fuse.allreduce_(x, name=f"split.{dt}.{op}", op=op_value(op))
+            c.array(x, reduce_ref(ins, op), f"split allreduce {dt} {op}")
+    c.finish()
+    return basics.engine().stats()["split"]
+
+
+@pytest.mark.parametrize("threshold,expect_split", [(None, True), (0, False)])
+def test_large_allreduce_splits_in_two_halves(threshold, expect_split):
+    env = {} if threshold is None else {"FUSE_SPLIT_THRESHOLD": threshold}
+    splits = run_job(split_halves, 2, env)
+    assert splits == ([8, 8] if expect_split else [0, 0])   # 3 + 3 + 2 allreduces
 
 
 def test_bfloat16_available():
