@@ -17,6 +17,23 @@ def test_numerical_equivalence_with_one_process():
         assert res["bpps2"] < 2e-5, res
 
 
+def test_gradient_layout_spares_the_fusion_buffer():
+    import workers_optimizer as w
+    results = run_job(w.gradient_layout)
+    assert len(results) == 2
+    for res in (r[label] for r in results for label in ("hooks", "one group")):
+        assert res["diff"] < 2e-5, res
+        # the two hidden weights (64 KiB, 256 KiB) fuse; the rest is small and travels inline
+        assert res["fusable"] == [True, False, True, False, False, False], res
+        assert res["slot_bytes"] == (64 * 256 + 256 * 256) * 4, res
+        assert res["storages"] == 1, res           # their gradients share one buffer
+        assert sum(res["copied"][1:]) == 0, res      # after the first step nothing is copied
+    grouped = [r["one group"] for r in results]
+    for res in grouped:
+        assert res["copied"][0] == 1, res            # the first step learns the order...
+        assert all(a == 1 for a in res["adjacent"][1:]), res   # ...then reduces in place
+
+
 def test_optimizer_options_and_errors():
     import workers_optimizer as w
     assert run_job(w.options) == [{"ok": True}, {"ok": True}]

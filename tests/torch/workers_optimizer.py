@@ -86,6 +86,67 @@ def equivalence():
     return out
 
 
+class WideNet(torch.nn.Module):
+    """Weights big enough to go through the engine's fusion buffer (above the inline size,
+    below the zero-copy size), and small biases that travel inline."""
+
+    def __init__(self):
+        super().__init__()
+        self.l1 = torch.nn.Linear(64, 256)
+        self.l2 = torch.nn.Linear(256, 256)
+        self.l3 = torch.nn.Linear(256, 3)
+
+    def forward(self, x):
+        return self.l3(torch.relu(self.l2(torch.relu(self.l1(x)))))
+
+
+def gradient_layout():
+    """After the first step DistributedOptimizer keeps the fused gradients back to back in
+    backward order, so the engine reduces them without its fusion buffer; training still
+    equals 1 process with batch 2B, with zero_grad(set_to_none=True) (the hook copies each
+    new gradient into its slot) and set_to_none=False (autograd accumulates into the slot).
+    Per-parameter hooks fuse whatever is ready together (timing decides); ``groups=1``
+    submits everything as one group, which always fuses the two weights."""
+    from fuse.common import basics
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    B = 4
+    loss_fn = torch.nn.functional.cross_entropy
+    engine = basics.engine()
+    out = {}
+    for label, groups in (("hooks", None), ("one group", 1)):
+        torch.manual_seed(0)
+        model = WideNet()
+        ref = copy.deepcopy(model)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05,
+                                                       momentum=0.9),
+                                       named_parameters=model.named_parameters(), groups=groups)
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+        copied, adjacent = [], []
+        for step in range(20):
+            g = torch.Generator().manual_seed(step)
+            x = torch.randn(n * B, 64, generator=g)
+            y = torch.randint(0, 3, (n * B,), generator=g)
+            before = engine.stats()
+            opt.zero_grad(set_to_none=step < 10)
+            loss_fn(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+            opt.step()
+            after = engine.stats()
+            copied.append(after["fused"] - before["fused"])
+            adjacent.append(after["adjacent"] - before["adjacent"])
+            ref_opt.zero_grad()
+            loss_fn(ref(x), y).backward()
+            ref_opt.step()
+        weights = [model.l1.weight, model.l2.weight]
+        out[label] = {
+            "diff": _max_diff(model, ref), "copied": copied, "adjacent": adjacent,
+            "storages": len({p.grad.untyped_storage().data_ptr() for p in weights}),
+            "fusable": [engine.goes_through_fusion_buffer(p.numel() * 4, 0)
+                        for p in model.parameters()],
+            "slot_bytes": opt._layout.nbytes}
+    return out
+
+
 def _one_step(opt, model, r, scale=1.0):
     opt.zero_grad()
     (model(torch.ones(2, 1, 8, 8) * (r + 1)).sum() * scale).backward()

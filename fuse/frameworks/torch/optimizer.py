@@ -12,6 +12,8 @@ How it works:
 * ``step()`` first calls :meth:`synchronize`, which submits whatever the hooks did not (unused
   parameters are reduced as zeros, so no rank waits for a gradient another rank never makes),
   waits for every handle and writes decompressed results back into ``p.grad``.
+* Without compression, after the first step the gradients the engine would fuse live back to
+  back in one buffer, in backward order (:mod:`.grad_layout`), so it reduces them in place.
 
 The wrapper is a composition: it holds the user's optimizer and forwards everything it does
 not define to it; no class is built at run time.  ``isinstance(opt, torch.optim.SGD)`` still
@@ -31,6 +33,7 @@ from fuse.common.grad_sync import PassCounter, assign_groups, check_names, scali
 from fuse.common.ops import Average
 from fuse.common.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
+from fuse.frameworks.torch.grad_layout import GradientLayout
 from fuse.frameworks.torch.tensors import Compression
 
 ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but before "
@@ -87,6 +90,9 @@ class DistributedOptimizer:
         d["_handles"] = {}          # group index -> [(param index, handle, wire, ctx)]
         d["_hook_handles"] = []
         d["_active"] = process_set.included() and len(process_set.ranks) > 1
+        # compressed gradients travel as new tensors, so only uncompressed ones get slots
+        d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
+                        else None)
         if self._active:
             for p in params:
                 if p.requires_grad:
@@ -155,7 +161,12 @@ class DistributedOptimizer:
             if self._group_ready[g] == len(self._groups[g]):
                 self._submit(g)
 
-    def _grad_for_wire(self, p):
+    def _grad_for_wire(self, i, p):
+        if self._layout is not None:
+            if self._layout.built:
+                self._layout.place(i, p)
+            else:
+                self._layout.record(i)
         if p.grad is None:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         if p.grad.is_sparse and self._sparse_as_dense:
@@ -166,7 +177,7 @@ class DistributedOptimizer:
         members = self._groups[g]
         entries, wires = [], []
         for i in members:
-            grad = self._grad_for_wire(self._params[i])
+            grad = self._grad_for_wire(i, self._params[i])
             if grad.is_sparse:
                 wait = mpi_ops.sparse_allreduce_async(grad, self._wire_names[i], self._op,
                                                       self._process_set)
@@ -223,6 +234,10 @@ class DistributedOptimizer:
             except Exception as err:   # wait for every handle before raising
                 first_error = first_error or err
         self._handles.clear()
+        if self._layout is not None and not self._layout.built:
+            engine, pset = basics.engine(), self._process_set.process_set_id
+            self._layout.build(self._params,
+                               lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset))
         self._counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True

@@ -1,0 +1,85 @@
+"""Gradients laid out back to back, so the engine fuses them without copying.
+
+The engine fuses the gradients that become ready together into one allreduce by copying them
+into its fusion buffer and back out afterwards: two passes over every fused byte, on the engine
+thread, between the backend calls.  When the tensors of a fused response already lie back to
+back in response order, the engine reduces that span where it lies instead (``Executor``'s
+adjacency check; DDP's ``gradient_as_bucket_view`` plays the same trick with its buckets).
+
+The response order is the order in which the gradients became ready on every rank, which is
+the order of the backward pass: the same on every rank and from step to step.  So the layout
+learns it during the first step (:meth:`record`), then (:meth:`build`) allocates one flat buffer
+per dtype holding, in that order, the gradients the engine would put through its fusion buffer
+(:meth:`fuse._core.Engine.goes_through_fusion_buffer`: the small ones travel inline with the
+negotiation and the large ones are reduced where they lie anyway, so they would only leave gaps).
+
+From then on :meth:`place` copies each new gradient into its slot and makes ``p.grad`` that
+slot: one copy, on the backward thread while earlier gradients are on the wire, instead of two
+on the engine thread.  If ``zero_grad(set_to_none=False)`` keeps the slot in ``p.grad``, autograd
+accumulates into it directly and nothing is copied.  A backward pass in another order only
+costs the copies again (the engine falls back to its fusion buffer); results never depend on it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+class GradientLayout:
+    def __init__(self):
+        self._order: list[int] = []     # parameter indices in first-step submission order
+        self._seen: set[int] = set()
+        self._slots: dict[int, torch.Tensor] = {}
+        self._flats: list[torch.Tensor] = []
+        self.built = False
+
+    def record(self, i: int) -> None:
+        """Parameter ``i``'s gradient was submitted (learning step only)."""
+        if not self.built and i not in self._seen:
+            self._seen.add(i)
+            self._order.append(i)
+
+    def build(self, params, fuses) -> None:
+        """Allocate the slots.  ``fuses(nbytes)``: whether the engine would fuse an allreduce
+        of that size through its fusion buffer."""
+        by_dtype: dict[torch.dtype, list[int]] = {}
+        for i in self._order:
+            p = params[i]
+            if p.device.type != "cpu" or p.layout != torch.strided or p.numel() == 0:
+                continue
+            if not fuses(p.numel() * p.element_size()):
+                continue
+            by_dtype.setdefault(p.dtype, []).append(i)
+        for dtype, members in by_dtype.items():
+            if len(members) < 2:
+                continue                # a lone tensor gains nothing from a slot
+            flat = torch.zeros(sum(params[i].numel() for i in members), dtype=dtype)
+            offset = 0
+            for i in members:
+                n = params[i].numel()
+                self._slots[i] = flat[offset:offset + n].view(params[i].shape)
+                offset += n
+            self._flats.append(flat)
+        self._order.clear()
+        self._seen.clear()
+        self.built = True
+
+    def place(self, i: int, p: torch.Tensor) -> None:
+        """Make ``p.grad`` parameter ``i``'s slot, copying the gradient in if it is elsewhere."""
+        slot = self._slots.get(i)
+        if slot is None:
+            return
+        grad = p.grad
+        if grad is None:                # unused this step: it is reduced as zeros
+            slot.zero_()
+        elif grad.is_sparse or grad.dtype != slot.dtype:
+            return
+        elif grad.data_ptr() == slot.data_ptr():
+            return
+        else:
+            slot.copy_(grad)
+        p.grad = slot
+
+    @property
+    def nbytes(self) -> int:
+        return sum(f.numel() * f.element_size() for f in self._flats)
