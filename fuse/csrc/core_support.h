@@ -105,43 +105,7 @@ inline void wake_fd_drain(int fd) {
   (void)r;
 }
 
-// ---- arithmetic on buffers (conversions and kernels live in fuse_dtypes.h) ----
-template <typename T>
-inline void scale_typed(T* p, size_t n, double f) {
-  for (size_t i = 0; i < n; ++i) p[i] = (T)(p[i] * f);
-}
-
-// Multiply every element by `factor` (integers: computed in double, truncated, as Horovod does).
-inline void scale_buffer(void* buf, size_t count, int dtype, double factor) {
-  if (factor == 1.0) return;
-  switch (dtype) {
-    case FUSE_UINT8: scale_typed((uint8_t*)buf, count, factor); break;
-    case FUSE_INT8: scale_typed((int8_t*)buf, count, factor); break;
-    case FUSE_UINT16: scale_typed((uint16_t*)buf, count, factor); break;
-    case FUSE_INT16: scale_typed((int16_t*)buf, count, factor); break;
-    case FUSE_INT32: scale_typed((int32_t*)buf, count, factor); break;
-    case FUSE_INT64: scale_typed((int64_t*)buf, count, factor); break;
-    case FUSE_FLOAT32: {
-      float* p = (float*)buf;
-      float f = (float)factor;
-      for (size_t i = 0; i < count; ++i) p[i] *= f;
-      break;
-    }
-    case FUSE_FLOAT64: scale_typed((double*)buf, count, factor); break;
-    case FUSE_FLOAT16: scale_half((uint16_t*)buf, count, (float)factor); break;
-    case FUSE_BFLOAT16: {
-      uint16_t* p = (uint16_t*)buf;
-      float f = (float)factor;
-      for (size_t i = 0; i < count; ++i) p[i] = float_to_bf16(bf16_to_float(p[i]) * f);
-      break;
-    }
-    case FUSE_BOOL: {  // a bool stays a bool: scaling by 0 clears it, anything else keeps it
-      if (factor == 0.0) std::memset(buf, 0, count);
-      break;
-    }
-  }
-}
-
+// ---- arithmetic on buffers (conversions, kernels and scale_buffer live in fuse_dtypes.h) ----
 // dst = dst (op) src, elementwise.  Returns 0, or -1 for an unknown dtype or op.
 inline int reduce_into(void* dst, const void* src, size_t count, int dtype, int op) {
   ReduceFn fn = reduce_kernel(dtype, op);
