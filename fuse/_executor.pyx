@@ -245,6 +245,12 @@ cdef class Executor:
         cdef HalfJob job
         cdef int rc, rc_lane
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
+            if ps.native == NULL and post != 1.0 and count != 0:
+                with gil:
+                    scaled = getattr(<object>ps.pygroup, "allreduce_scaled", None)
+                    if scaled is not None:      # the backend scales inside its reduction
+                        return _py_invoke(scaled, (_view(buf, count * dsize, dtype),
+                                                   DTYPE_NAMES[dtype], _BACKEND_OPS[op], post), err)
             rc = _b_allreduce(ps, buf, count, dtype, op, err)
             if rc == 0:
                 scale_buffer(buf, count, dtype, post)

@@ -38,6 +38,12 @@ class Group(abc.ABC):
     def allreduce(self, buf: np.ndarray, dtype: str, op: str) -> None:
         """Reduce ``buf`` in place across the group."""
 
+    # Optional: ``allreduce_scaled(buf, dtype, op, factor)`` reduces ``buf`` in place and then
+    # multiplies it by ``factor`` (a float; integers truncate).  A backend that can apply the
+    # factor inside its own reduction pass, while the data is in cache, defines it; the engine
+    # then leaves its postscale (the 1/size of Average, postscale_factor) to the backend instead
+    # of making another pass over the buffer.  (The MPI backend's shared-memory path does.)
+
     @abc.abstractmethod
     def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray,
                    recvbytes: Sequence[int]) -> None:
