@@ -23,7 +23,8 @@ CONFIGS = {
     "nofusion": {"FUSE_FUSION_THRESHOLD": 0},
     "nocache": {"FUSE_CACHE_CAPACITY": 0},
     "tinycache": {"FUSE_CACHE_CAPACITY": 2},
-    "noinline": {"FUSE_INLINE_THRESHOLD": 0},
+    # (on MPI, every backend allreduce also through the shared-memory path; Gloo ignores that)
+    "noinline": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_SHM_THRESHOLD": 1},
     # every allreduce from 1 KiB up as two concurrent halves over two connections
     "split": {"FUSE_SPLIT_THRESHOLD": 1024},
     "noinline-nofusion-nocache": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_FUSION_THRESHOLD": 0,
