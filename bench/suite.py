@@ -49,7 +49,8 @@ WORKLOADS = ("allreduce", "many_small", "training", "overhead")
 class Job:
     name: str
     argv: list[str]              # the benchmark script and its arguments (no interpreter)
-    launcher: str = "fuserun"    # "fuserun" (2 workers) or "self" (the script starts mpiexec)
+    launcher: str = "fuserun"    # "fuserun" or "mpiexec" (2 workers), or "self" (the script
+                                 # starts mpiexec itself)
     env: dict = dataclasses.field(default_factory=dict)
     needs: tuple[str, ...] = ("torch",)
 
@@ -69,7 +70,9 @@ def jobs_for(workload: str, quick: bool) -> list[Job]:
                 Job("torch_step_nofusion_none", ["torch_step.py", *rounds],
                     env={"FUSE_FUSION_THRESHOLD": "0"}),
                 Job("torch_step_fusion_fp16", ["torch_step.py", "--compression", "fp16", *rounds]),
-                Job("torch_step_fusion_bf16", ["torch_step.py", "--compression", "bf16", *rounds])]
+                Job("torch_step_fusion_bf16", ["torch_step.py", "--compression", "bf16", *rounds]),
+                Job("torch_step_mpi_fusion_none", ["torch_step.py", *rounds], launcher="mpiexec",
+                    env={"FUSE_BACKEND": "mpi"}, needs=("torch", "mpi4py", "mpiexec"))]
     if workload == "training":
         rounds = (["--rounds", "2", "--micro-steps", "8"] if quick
                   else ["--rounds", "7", "--micro-steps", "24"])
@@ -98,6 +101,8 @@ def command(job: Job, json_path: str) -> list[str]:
         fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
         fuserun = fuserun if os.path.exists(fuserun) else (shutil.which("fuserun") or "fuserun")
         return [fuserun, "-np", "2", *script]
+    if job.launcher == "mpiexec":
+        return [shutil.which("mpiexec") or shutil.which("mpirun") or "mpiexec", "-n", "2", *script]
     return script
 
 

@@ -1,6 +1,7 @@
 """Gradient synchronisation of a ResNet-50-shaped parameter set: fuse vs torch DDP (gloo).
 
 Run with 2 workers:  fuserun -np 2 python bench/torch_step.py [--compression fp16] [--json f]
+(fuse on MPI, DDP still on gloo:  FUSE_BACKEND=mpi mpiexec -n 2 python bench/torch_step.py)
 
 The model (``models.ShapedModel``) holds ResNet-50's 161 parameter tensors (25.6 M float32
 values) and nothing else, so the step is dominated by gradient synchronisation.
@@ -32,6 +33,7 @@ import machine  # noqa: E402
 from models import ShapedModel  # noqa: E402
 
 import fuse.torch as hvd  # noqa: E402
+from fuse.common import basics  # noqa: E402
 
 
 def init_torch_distributed():
@@ -139,7 +141,10 @@ def main():
     diff = max((a - b).abs().max().item()
                for a, b in zip(fuse_model.parameters(), ddp_model.module.parameters()))
     fusion = os.environ.get("FUSE_FUSION_THRESHOLD", "default")
+    backend = basics.backend_name()
     label = f"fusion {'off' if fusion == '0' else 'on'}, compression {args.compression}"
+    if backend != "gloo":
+        label = f"fuse on {backend.upper()}, {label}"
     rows = [common.comparison(f"step, {label}", steps, unit="s", fusion_threshold=fusion,
                               compression=args.compression),
             common.comparison(f"backward with hooks, {label}", backward, unit="s",
@@ -157,8 +162,10 @@ def main():
               f"DDP backward (includes its allreduce wait) {bmed['DDP'] * 1e3:8.1f} ms")
         print(f"max |fuse - DDP| parameter difference after the run: {diff:.2e}")
         common.write_json(args.json, common.job_record(
-            f"torch_step_{'nofusion' if fusion == '0' else 'fusion'}_{args.compression}", rows,
+            f"torch_step_{'' if backend == 'gloo' else backend + '_'}"
+            f"{'nofusion' if fusion == '0' else 'fusion'}_{args.compression}", rows,
             machine.describe(), vars(args) | {"workers": size, "fusion_threshold": fusion,
+                                              "backend": backend,
                                               "tensors": len(list(fuse_model.parameters())),
                                               "values": n_values},
             max_parameter_difference=diff))

@@ -136,9 +136,13 @@ def test_suite_jobs_and_unknown_workload():
     names = [job.name for w in suite.WORKLOADS for job in suite.jobs_for(w, quick=True)]
     assert names == ["allreduce_gloo", "allreduce_mpi", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
-                     "torch_step_fusion_bf16", "train_cnn", "overhead"]
+                     "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
+                     "overhead"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]
     assert nofusion.env == {"FUSE_FUSION_THRESHOLD": "0"}
+    on_mpi = suite.jobs_for("many_small", quick=False)[4]
+    assert on_mpi.env == {"FUSE_BACKEND": "mpi"}
+    assert suite.command(on_mpi, "x.json")[1:3] == ["-n", "2"]
     with pytest.raises(ValueError):
         suite.jobs_for("nope", quick=True)
     assert suite.missing(("surely_not_a_module_xyz",)) == ["surely_not_a_module_xyz"]
