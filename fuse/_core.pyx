@@ -46,7 +46,7 @@ from posix.unistd cimport close as c_close
 
 from fuse._wire cimport *
 from fuse._protocol cimport *
-from fuse._executor cimport Executor, EX_OK, EX_BACKEND, EX_LOCAL
+from fuse._executor cimport Executor, SharedSegments, EX_OK, EX_BACKEND, EX_LOCAL
 from fuse._coordinator cimport Coordinator, CoordinatorLink
 
 import threading
@@ -168,6 +168,7 @@ cdef class Engine(CoordinatorLink):
         self._records = {}
         self.executor = Executor(self._records)
         self.executor.split_bytes = config.split_threshold
+        self.executor.shm_bytes = config.shm_threshold
         self.executor.tl = self.tl
         self._groups = {}
         self._backend = backend
@@ -210,6 +211,7 @@ cdef class Engine(CoordinatorLink):
         ps.pygroup = NULL
         ps.native = NULL
         ps.twin = NULL
+        ps.shm = NULL
         if group is not None:
             self._groups[pset_id] = group
             ps.pygroup = <PyObject*>group
@@ -246,6 +248,16 @@ cdef class Engine(CoordinatorLink):
             self.psets[pset_id].twin = native
         lock_release(self.lock)
         return True
+
+    def _install_shm(self, int pset_id, SharedSegments segments):
+        """Let a process set whose members share this host reduce its large allreduces
+        (FUSE_SHM_THRESHOLD) through their shared-memory segments instead of the backend.
+        Every member installs its own view of the same segments before the engine starts."""
+        self._groups[(pset_id, "shm")] = segments
+        _acquire(self.lock)
+        if self.psets.count(pset_id):
+            self.psets[pset_id].shm = segments.impl
+        lock_release(self.lock)
 
     def process_set_ranks(self, int pset_id):
         cdef unordered_map[int, PSet].iterator it
@@ -483,13 +495,13 @@ cdef class Engine(CoordinatorLink):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
-        (``split``), coordinator cycles that emitted responses (``cycles``,
+        (``split``) and how many through shared memory (``shm``), coordinator cycles that emitted responses (``cycles``,
         rank 0 only), tensors and bytes they carried, tensors the coordinator
         computed inline, and seconds spent copying through the fusion buffer and in the
         backend."""
         cdef Executor x = self.executor
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
-                "split": x.st_split,
+                "split": x.st_split, "shm": x.st_shm,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
                 "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}

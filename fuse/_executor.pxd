@@ -19,8 +19,14 @@ cdef class FusionBufferManager:
     cdef void* get(self, size_t nbytes) noexcept nogil
 
 
+cdef class SharedSegments:
+    cdef ShmAllreduce* impl
+    cdef list _segments
+
+
 cdef class Executor:
     cdef FusionBufferManager fusion
+    cdef size_t shm_bytes       # allreduces of at least this size go through shared memory
     cdef size_t split_bytes     # allreduces of at least this size run as two concurrent halves
     cdef Lane* lane             # runs the second half (created on first use)
     cdef Timeline* tl           # the engine's; spans around copies and the backend call
@@ -32,6 +38,7 @@ cdef class Executor:
     cdef uint64_t st_fused
     cdef uint64_t st_adjacent     # fused responses whose tensors already lay back to back
     cdef uint64_t st_split        # allreduces reduced as two concurrent halves
+    cdef uint64_t st_shm          # allreduces reduced through shared memory
     cdef uint64_t st_tensors
     cdef uint64_t st_inline
     cdef uint64_t st_bytes

@@ -222,6 +222,52 @@ cdef int _run_half(void* arg) noexcept nogil:
     return rc
 
 
+cdef class SharedSegments:
+    """Every member's mapped shared-memory segment (objects exporting the buffer protocol, such
+    as ``mmap.mmap``, kept alive here) and the C++ reducer over them (csrc/shm_allreduce.h).
+    Built by fuse.common.shm; the engine hands ``impl`` to the executor."""
+
+    def __cinit__(self, list segments, int rank, size_t chunk):
+        cdef vector[char*] bases
+        cdef Py_buffer view
+        self.impl = NULL
+        self._segments = []
+        for seg in segments:
+            PyObject_GetBuffer(seg, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+            if <size_t>view.len < kShmHeaderBytes + 2 * chunk:
+                PyBuffer_Release(&view)
+                raise ValueError("shared-memory segment smaller than its header and 2 chunks")
+            bases.push_back(<char*>view.buf)
+            PyBuffer_Release(&view)     # the objects in _segments keep the memory mapped
+            self._segments.append(seg)
+        self.impl = new ShmAllreduce(bases, rank, chunk)
+
+    def __dealloc__(self):
+        del self.impl
+
+    def allreduce(self, buf, str dtype, str op, double factor=1.0):
+        """Reduce ``buf`` (contiguous, writable, of wire dtype ``dtype``) in place across the
+        members and multiply it by ``factor`` (for tests; the engine calls ``impl``)."""
+        cdef int dcode = DTYPE_CODES[dtype]
+        cdef int ocode = _BACKEND_OPS.index(op)
+        cdef Py_buffer view
+        cdef char err[ERRLEN]
+        cdef int rc
+        PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+        try:
+            err[0] = 0
+            with nogil:
+                rc = self.impl.allreduce(view.buf, <size_t>view.len // dtype_size(dcode), dcode,
+                                         ocode, factor, err, ERRLEN)
+        finally:
+            PyBuffer_Release(&view)
+        if rc != 0:
+            raise RuntimeError(err.decode("utf-8", "replace"))
+
+
+SHM_HEADER_BYTES = kShmHeaderBytes
+
+
 cdef class Executor:
     """Runs the collectives of responses on this rank; owns the fusion buffer and the
     counters of :meth:`fuse._core.Engine.stats` that concern execution."""
@@ -237,20 +283,25 @@ cdef class Executor:
 
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil:
-        """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  Large
+        """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  When
+        the set's members share a host, large buffers go through shared memory; otherwise large
         buffers go as two halves at once, the second over the set's twin connection on the
-        lane thread: every rank splits the same way, so the halves meet."""
+        lane thread.  Every rank decides the same way from the same sizes, so they meet."""
         cdef size_t dsize = dtype_size(dtype)
         cdef size_t half
         cdef HalfJob job
         cdef int rc, rc_lane
+        cdef char errbuf[ERRLEN]
+        if ps.shm != NULL and self.shm_bytes != 0 and count * dsize >= self.shm_bytes:
+            # every member is on this host: no backend at all (the postscale is applied by
+            # each part's owner while the part is in cache)
+            errbuf[0] = 0
+            rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
+            if rc:
+                err = _cs(errbuf)
+            self.st_shm += 1
+            return rc
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
-            if ps.native == NULL and post != 1.0 and count != 0:
-                with gil:
-                    scaled = getattr(<object>ps.pygroup, "allreduce_scaled", None)
-                    if scaled is not None:      # the backend scales inside its reduction
-                        return _py_invoke(scaled, (_view(buf, count * dsize, dtype),
-                                                   DTYPE_NAMES[dtype], _BACKEND_OPS[op], post), err)
             rc = _b_allreduce(ps, buf, count, dtype, op, err)
             if rc == 0:
                 scale_buffer(buf, count, dtype, post)

@@ -154,6 +154,7 @@ cdef struct PSet:
     int last_joined
     fuse_group_ops* native
     fuse_group_ops* twin   # a second native connection to the same ranks, or NULL (Executor)
+    ShmAllreduce* shm      # the members' shared-memory segments when they share a host, or NULL
     PyObject* pygroup      # borrowed; Engine._groups keeps it alive
 
 

@@ -53,6 +53,13 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     string get_str(Reader&)
     cbool reader_done(const Reader&)
 
+cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
+    size_t kShmHeaderBytes
+    cppclass ShmAllreduce:
+        ShmAllreduce(vector[char*] bases, int rank, size_t chunk)
+        int allreduce(void* buf, size_t count, int dtype, int op, double post, char* err,
+                      size_t errlen)
+
 cdef extern from "lane.h" namespace "fuse" nogil:
     cppclass Lane:
         void start(int (*job)(void*) noexcept nogil, void* arg)

@@ -74,9 +74,10 @@ class Config:
                                      "halves at once, over two connections (native backends "
                                      "such as Gloo); 0 turns this off")
     shm_threshold: int = _knob(256 * 1024, "SHM_THRESHOLD",
-                               doc="MPI backend: allreduces of at least this many bytes among "
-                                   "ranks on one host are reduced through shared memory "
-                                   "instead of MPI_Allreduce; 0 turns this off")
+                               doc="when every rank is on one host, allreduces of at least "
+                                   "this many bytes are reduced through shared memory instead "
+                                   "of the backend (any backend; the world's process set); "
+                                   "0 turns this off")
     inline_threshold: int = _knob(64 * 1024, "INLINE_THRESHOLD",
                                   doc="allreduces (and broadcasts) whose size times the set size "
                                       "is at most this many bytes travel with the negotiation "

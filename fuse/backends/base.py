@@ -38,12 +38,6 @@ class Group(abc.ABC):
     def allreduce(self, buf: np.ndarray, dtype: str, op: str) -> None:
         """Reduce ``buf`` in place across the group."""
 
-    # Optional: ``allreduce_scaled(buf, dtype, op, factor)`` reduces ``buf`` in place and then
-    # multiplies it by ``factor`` (a float; integers truncate).  A backend that can apply the
-    # factor inside its own reduction pass, while the data is in cache, defines it; the engine
-    # then leaves its postscale (the 1/size of Average, postscale_factor) to the backend instead
-    # of making another pass over the buffer.  (The MPI backend's shared-memory path does.)
-
     @abc.abstractmethod
     def allgatherv(self, sendbuf: np.ndarray, recvbuf: np.ndarray,
                    recvbytes: Sequence[int]) -> None:
@@ -95,7 +89,7 @@ class Backend(abc.ABC):
 
     @abc.abstractmethod
     def exchange(self, data: bytes) -> list[bytes]:
-        """Allgather a small bytes object over all ranks (used once, at start-up)."""
+        """Allgather a small bytes object over all ranks (used at start-up only)."""
 
     @abc.abstractmethod
     def create_group(self, ranks: Sequence[int], group_id: int) -> Group:

@@ -101,7 +101,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         def create_group(ranks, group_id):
             return backend.create_group(ranks, group_id)
 
+        from fuse.common import shm
+        segments = shm.connect(config, backend.exchange)    # None unless one host
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        if segments is not None:
+            engine._install_shm(0, segments)
         if config.split_threshold > 0 and config.size > 1 and world.native_ops() is not None:
             engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
         if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:

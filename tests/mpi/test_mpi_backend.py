@@ -147,66 +147,6 @@ def test_mpi_errors_carry_the_mpi_error_string():
         assert info["is_backend_error"] and info["code"], info
 
 
-def shared_memory_average(count: int) -> dict:
-    """An Average large enough for the shared-memory path: odd length (uneven parts, two
-    chunks), scaled by the backend inside its reduction."""
-    import fuse
-    from fuse.common import basics
-
-    fuse.init()
-    try:
-        r, n = fuse.rank(), fuse.size()
-        base = np.arange(count, dtype=np.float32)
-        out = fuse.allreduce(base * (r + 1), name="big", op=fuse.Average)
-        expected = base * (n * (n + 1) / 2) / n
-        ints = fuse.allreduce(np.arange(count, dtype=np.int64) * (r + 1), name="ints",
-                              op=fuse.Sum)
-        # back-to-back calls of changing sizes: a rank that starts the next call must not
-        # overwrite what a slower peer still reads from the previous one
-        burst = True
-        for i in range(40):
-            m = 70001 + (i % 3) * 50000
-            got = fuse.allreduce(np.full(m, r + i, np.int32), name=f"burst{i}", op=fuse.Sum)
-            burst &= bool((got == n * i + n * (n - 1) // 2).all())
-        return {"average": bool(np.allclose(out, expected, rtol=1e-6)),
-                "sum": bool(np.array_equal(ints, np.arange(count) * (n * (n + 1) // 2))),
-                "burst": burst, "shm": basics._state.backend.world.shm_allreduces}
-    finally:
-        fuse.shutdown()
-
-
-@pytest.mark.parametrize("np_,threshold,used", [(2, None, 42), (3, None, 42), (2, "0", 0)])
-def test_shared_memory_allreduce_on_one_host(np_, threshold, used):
-    env = {} if threshold is None else {"FUSE_SHM_THRESHOLD": threshold}
-    out = mpi_run_job(shared_memory_average, np_, env, args=(300001,))
-    assert out == [{"average": True, "sum": True, "burst": True, "shm": used}] * np_, out
-
-
-def test_shared_memory_allreduce_notices_a_dead_peer(tmp_path):
-    """A rank waiting in the shared-memory barrier for a peer that died raises, naming it,
-    instead of spinning forever.  Two segments, no MPI: "rank 1" is a process that exited."""
-    import mmap
-    import struct
-
-    from fuse.backends.mpi._shm import HEADER_BYTES, SharedSegments
-    from fuse.backends.mpi.shm import CHUNK_BYTES
-
-    gone = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
-                          capture_output=True, text=True, check=True)
-    size = HEADER_BYTES + 2 * CHUNK_BYTES
-    maps = []
-    for k, pid in enumerate((os.getpid(), int(gone.stdout))):
-        path = tmp_path / f"seg{k}"
-        path.write_bytes(bytes(8) + struct.pack("<q", pid) + bytes(size - 16))
-        with open(path, "r+b") as f:
-            maps.append(mmap.mmap(f.fileno(), size))
-    segments = SharedSegments(maps, 0, CHUNK_BYTES)
-    t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"rank 1 \(pid \d+\) exited while rank 0 waited"):
-        segments.allreduce(np.ones(1000, np.float32), "float32", "sum")
-    assert time.monotonic() - t0 < 10
-
-
 SCRIPT = """
 import os, sys, time, signal
 import numpy as np

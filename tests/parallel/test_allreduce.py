@@ -23,10 +23,10 @@ CONFIGS = {
     "nofusion": {"FUSE_FUSION_THRESHOLD": 0},
     "nocache": {"FUSE_CACHE_CAPACITY": 0},
     "tinycache": {"FUSE_CACHE_CAPACITY": 2},
-    # (on MPI, every backend allreduce also through the shared-memory path; Gloo ignores that)
+    # every allreduce the coordinator does not compute goes through shared memory
     "noinline": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_SHM_THRESHOLD": 1},
     # every allreduce from 1 KiB up as two concurrent halves over two connections
-    "split": {"FUSE_SPLIT_THRESHOLD": 1024},
+    "split": {"FUSE_SPLIT_THRESHOLD": 1024, "FUSE_SHM_THRESHOLD": 0},
     "noinline-nofusion-nocache": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_FUSION_THRESHOLD": 0,
                                   "FUSE_CACHE_CAPACITY": 0},
     "noinline-smallfusion-tinycache": {"FUSE_INLINE_THRESHOLD": 0,
@@ -273,9 +273,45 @@ def split_halves() -> dict:
 
 @pytest.mark.parametrize("threshold,expect_split", [(None, True), (0, False)])
 def test_large_allreduce_splits_in_two_halves(threshold, expect_split):
-    env = {} if threshold is None else {"FUSE_SPLIT_THRESHOLD": threshold}
+    env = {"FUSE_SHM_THRESHOLD": 0}     # (same-host shared memory would take them first)
+    if threshold is not None:
+        env["FUSE_SPLIT_THRESHOLD"] = threshold
     splits = run_job(split_halves, 2, env)
     assert splits == ([8, 8] if expect_split else [0, 0])   # 3 + 3 + 2 allreduces
+
+
+def shared_memory_average(count: int) -> dict:
+    """Allreduces large enough for the same-host shared-memory path (FUSE_SHM_THRESHOLD,
+    256 KiB): an Average of odd length (uneven parts, two chunks), scaled inside the
+    reduction, an int64 Sum, and a burst of back-to-back calls of changing sizes (a rank that
+    starts the next call must not overwrite what a slower peer still reads from the last)."""
+    import fuse
+    from fuse.common import basics
+
+    fuse.init()
+    try:
+        r, n = fuse.rank(), fuse.size()
+        base = np.arange(count, dtype=np.float32)
+        out = fuse.allreduce(base * (r + 1), name="big", op=fuse.Average)
+        ints = fuse.allreduce(np.arange(count, dtype=np.int64) * (r + 1), name="ints",
+                              op=fuse.Sum)
+        burst = True
+        for i in range(40):
+            m = 70001 + (i % 3) * 50000
+            got = fuse.allreduce(np.full(m, r + i, np.int32), name=f"burst{i}", op=fuse.Sum)
+            burst &= bool((got == n * i + n * (n - 1) // 2).all())
+        return {"average": bool(np.allclose(out, base * (n + 1) / 2, rtol=1e-6)),
+                "sum": bool(np.array_equal(ints, np.arange(count) * (n * (n + 1) // 2))),
+                "burst": burst, "shm": basics.engine().stats()["shm"]}
+    finally:
+        fuse.shutdown()
+
+
+@pytest.mark.parametrize("np_,threshold,used", [(2, None, 42), (3, None, 42), (2, "0", 0)])
+def test_shared_memory_allreduce_on_one_host(np_, threshold, used):
+    env = {} if threshold is None else {"FUSE_SHM_THRESHOLD": threshold}
+    out = run_job(shared_memory_average, np_, env, args=(300001,))
+    assert out == [{"average": True, "sum": True, "burst": True, "shm": used}] * np_, out
 
 
 def test_bfloat16_available():

@@ -104,11 +104,13 @@ def test_uncaught_exception_message_reaches_every_rank(uncaught):
     _check_survivors(reports, 1, must_mention=(token,))
 
 
-@pytest.mark.parametrize("mode,victim", [("kill", 1), ("kill", 0), ("kill-inside", 1)],
-                         ids=["worker-in-negotiation", "coordinator-in-negotiation",
-                              "worker-inside-backend-allreduce"])
-def test_sigkill_does_not_hang_the_others(tmp_path, mode, victim):
-    proc = run_script(tmp_path, SCRIPT, 3, args=(tmp_path, mode, victim, "-"))
+@pytest.mark.parametrize("mode,victim,env", [
+    ("kill", 1, {}), ("kill", 0, {}), ("kill-inside", 1, {"FUSE_SHM_THRESHOLD": "0"}),
+    ("kill-inside", 1, {})],
+    ids=["worker-in-negotiation", "coordinator-in-negotiation",
+         "worker-inside-backend-allreduce", "worker-inside-shared-memory-allreduce"])
+def test_sigkill_does_not_hang_the_others(tmp_path, mode, victim, env):
+    proc = run_script(tmp_path, SCRIPT, 3, env, args=(tmp_path, mode, victim, "-"))
     assert proc.returncode != 0, proc.stderr[-3000:]
     assert re.search(rf"fuserun: rank {victim}\b.*failed first", proc.stderr), \
         proc.stderr[-3000:]

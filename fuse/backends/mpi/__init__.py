@@ -4,7 +4,8 @@ What runs over MPI: the start-up exchange (``exchange``, an ``MPI_Allgather`` of
 every data-plane collective (``MPI_Allreduce``, ``MPI_Allgatherv``, ``MPI_Bcast``,
 ``MPI_Alltoallv``, ``MPI_Reduce_scatter``, ``MPI_Barrier``).  Negotiation stays on the engine's
 own TCP control star (see ``fuse/common/basics.py``); small allreduces travel with it and never
-reach MPI.
+reach MPI, and when every rank is on one host the engine reduces large ones through shared
+memory itself (``fuse/common/shm.py``, faster than MPI_Allreduce there).
 
 Communicators.  The world is a duplicate (``MPI_Comm_dup``) of ``MPI_COMM_WORLD``, of the
 communicator passed to ``fuse.init(comm=...)``, or of the group of the ranks listed there, so
@@ -40,8 +41,6 @@ import numpy as np
 
 from fuse.backends.base import Backend, Group
 from fuse.backends.mpi.errors import MPIError, MpiError
-from fuse._executor import scale_array
-from fuse.backends.mpi.shm import SharedMemoryAllreduce
 
 __all__ = ["MPIBackend", "MPIGroup", "MpiError", "MPIError", "launched_by_mpi"]
 
@@ -123,16 +122,11 @@ def _world_comm(MPI, comm):
 class MPIGroup(Group):
     """One process set: an MPI communicator and the collectives fuse runs on it."""
 
-    def __init__(self, comm, owned: bool = True, shm_threshold: int = 0) -> None:
+    def __init__(self, comm, owned: bool = True) -> None:
         self.comm = comm
         self.rank, self.size = comm.Get_rank(), comm.Get_size()
         self._owned = owned
         self._MPI = _mpi()
-        # allreduces of at least this many bytes go through shared memory when every member is
-        # on this host (FUSE_SHM_THRESHOLD; 0: never); the segments are mapped on first use
-        self._shm_threshold = shm_threshold
-        self._shm: SharedMemoryAllreduce | None | bool = False    # False: not tried yet
-        self.shm_allreduces = 0     # how many went through shared memory (diagnostics, tests)
 
     def __repr__(self) -> str:
         return f"MPIGroup(rank={self.rank}, size={self.size})"
@@ -144,34 +138,10 @@ class MPIGroup(Group):
             raise _error(f"mpi: {what}", err, self.rank) from None
 
     def allreduce(self, buf: np.ndarray, dtype: str, op: str) -> None:
-        self.allreduce_scaled(buf, dtype, op, 1.0)
-
-    def allreduce_scaled(self, buf: np.ndarray, dtype: str, op: str, factor: float) -> None:
         if self.size == 1 or buf.size == 0:
-            if factor != 1.0:
-                scale_array(buf, dtype, factor)
-            return
-        if self._shm_threshold and buf.nbytes >= self._shm_threshold and self._shared_memory():
-            try:
-                self._shm.allreduce(buf, dtype, op, factor)
-            except RuntimeError as err:
-                raise MpiError(f"mpi: {err} (group rank {self.rank})") from None
-            self.shm_allreduces += 1
             return
         mtype, mop = _types.lookup(dtype, op)
         self._call("MPI_Allreduce", self.comm.Allreduce, self._MPI.IN_PLACE, [buf, mtype], mop)
-        if factor != 1.0:
-            scale_array(buf, dtype, factor)
-
-    def _shared_memory(self) -> bool:
-        """Whether the shared-memory allreduce is available, setting it up on first call.
-        Every member asks at the same point (the same allreduce), as setting up is collective."""
-        if self._shm is False:
-            try:
-                self._shm = SharedMemoryAllreduce.create(self.comm, self._MPI)
-            except self._MPI.Exception as err:
-                raise _error("mpi: setting up the shared-memory allreduce", err, self.rank) from None
-        return self._shm is not None
 
     def reducescatter(self, buf: np.ndarray, recvcounts: Sequence[int], dtype: str,
                       op: str) -> None:
@@ -207,9 +177,6 @@ class MPIGroup(Group):
         self._call("MPI_Barrier", self.comm.Barrier)
 
     def close(self) -> None:
-        if self._shm:
-            self._shm.close()
-        self._shm = None
         comm, self.comm = self.comm, None
         if comm is None or not self._owned:
             return
@@ -349,8 +316,7 @@ class MPIBackend(Backend):
         finally:
             if base is not MPI.COMM_WORLD and base is not comm:
                 base.Free()
-        self._shm_threshold = config.shm_threshold
-        self.world = MPIGroup(dup, shm_threshold=self._shm_threshold)
+        self.world = MPIGroup(dup)
         self._groups: dict[int, MPIGroup] = {0: self.world}
 
     @property
@@ -383,7 +349,7 @@ class MPIBackend(Backend):
                          err, self.rank) from None
         finally:
             group.Free()
-        sub = MPIGroup(comm, shm_threshold=self._shm_threshold)
+        sub = MPIGroup(comm)
         self._groups[group_id] = sub
         return sub
 

@@ -1,6 +1,6 @@
-// Allreduce through shared memory among the ranks of one host, without the GIL and without
-// MPI calls: the algorithm is described in fuse/backends/mpi/shm.py, which maps the segments
-// and drives this class through fuse/backends/mpi/_shm.pyx.
+// Allreduce through shared memory among the ranks of one host, whatever the backend: the
+// algorithm is described in fuse/common/shm.py, which maps the segments; the executor
+// (fuse/_executor.pyx) calls this class without the GIL, in place of the backend's allreduce.
 //
 // Each rank's segment starts with a header page: its barrier counter and its pid.  The data
 // area after it holds two chunk-sized halves that alternate from chunk to chunk.

@@ -1,0 +1,125 @@
+"""Allreduce through shared memory when every rank of the job is on one host, any backend.
+
+Why: on one host a backend still moves an allreduce through its transport, loopback TCP for
+Gloo or an MPI library's shared-memory channel in small cells, copying every byte several
+times.  Measured on 2 ranks, a 64 MiB float32 allreduce takes about 45 ms over Gloo and 28-35
+ms with the MPICH wheel's ``MPI_Allreduce``; here every rank maps every other rank's segment
+and the reduction is split by ownership, which touches each byte about as few times as
+possible: 12-15 ms (bench/RESULTS.md).
+
+How, for one chunk of the buffer (its ``n`` parts, part ``k`` owned by rank ``k``):
+
+1. every rank copies the parts the others own into its own segment;
+2. barrier;
+3. the owner of each part reduces it in the caller's buffer, reading the other ranks' copies of
+   that part from their segments (the engine's kernels, every dtype and op), applies the
+   engine's postscale while the part is in cache, then publishes the result in its own segment,
+   where its own copy of the part was never written;
+4. barrier;
+5. every rank copies the other parts' results out of their owners' segments.
+
+Each part is reduced by one rank only, so all ranks end with the same bits.  Chunks alternate
+between two halves of each segment, counted over all calls: a rank writing chunk ``j + 1`` has
+passed the first barrier of chunk ``j``, so every rank has finished reading chunk ``j - 1``'s
+half (even when that was the last chunk of the previous allreduce).
+
+The loop runs in C++ on the engine thread without the GIL (``fuse/csrc/shm_allreduce.h``),
+with barriers of its own on counters in each segment's header page: a short spin, then
+yielding the core; a peer that died is noticed by its pid instead of being waited for forever.
+
+Segments are files in /dev/shm, mapped by every rank and unlinked once all have opened them,
+so nothing is left behind if a process dies, and tearing down is local.  The job is on one
+host when the launcher says so (local size = size) and every rank reports the same kernel
+boot id; every rank must then open every segment and see every pid, or nobody uses them.
+Only the world's process set uses this path; other process sets go through the backend.
+"""
+
+from __future__ import annotations
+
+import json
+import mmap
+import os
+import socket
+import struct
+import tempfile
+from typing import Callable
+
+from fuse._executor import SHM_HEADER_BYTES, SharedSegments
+
+# One chunk per barrier pair: large enough that the barriers cost little, small enough that a
+# part is still in cache when its owner reads it (1 MiB was the fastest of 0.25-16 MiB here).
+CHUNK_BYTES = 1 << 20
+SEGMENT_BYTES = SHM_HEADER_BYTES + 2 * CHUNK_BYTES
+# the header's pid field follows the 8-byte barrier counter (ShmHeader in shm_allreduce.h)
+PID_OFFSET = 8
+
+
+def _shm_dir() -> str:
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+def _host_id() -> str:
+    """The same for every process under one running kernel, different on other machines."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            return f.read().strip()
+    except OSError:
+        return socket.gethostname()
+
+
+def _new_segment() -> tuple[int, str | None]:
+    """A zeroed segment file with this process's pid in its header: (fd, path), or (-1, None)
+    when /dev/shm has no room."""
+    fd = -1
+    try:
+        fd, path = tempfile.mkstemp(prefix=f"fuse-shm-{os.getpid()}-", dir=_shm_dir())
+        os.ftruncate(fd, SEGMENT_BYTES)
+        os.pwrite(fd, struct.pack("<q", os.getpid()), PID_OFFSET)
+        return fd, path
+    except OSError:
+        if fd >= 0:
+            os.close(fd)
+            os.unlink(path)
+        return -1, None
+
+
+def _map_all(paths: list[str]) -> list[mmap.mmap]:
+    """Every rank's segment, mapped; [] if one cannot be opened or its owner's pid is not
+    visible from here (another pid namespace: the liveness check would misfire)."""
+    maps: list[mmap.mmap] = []
+    try:
+        for path in paths:
+            with open(path, "r+b") as f:
+                maps.append(mmap.mmap(f.fileno(), SEGMENT_BYTES))
+        for m in maps:
+            os.kill(struct.unpack_from("<q", m, PID_OFFSET)[0], 0)
+        return maps
+    except OSError:
+        for m in maps:
+            m.close()
+        return []
+
+
+def connect(config, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments | None:
+    """The world's shared-memory segments, or None when they cannot be used.  Collective:
+    every rank calls it at start-up with ``exchange`` = the backend's allgather of bytes."""
+    if config.shm_threshold <= 0 or config.size < 2 or config.local_size != config.size:
+        return None
+    fd, path = _new_segment()
+    maps: list[mmap.mmap] = []
+    try:
+        mine = json.dumps({"path": path, "host": _host_id()}).encode()
+        peers = [json.loads(raw) for raw in exchange(mine)]
+        if all(p["path"] for p in peers) and len({p["host"] for p in peers}) == 1:
+            maps = _map_all([p["path"] for p in peers])
+        # everyone opened everything, or nobody uses it; afterwards the files can go
+        agreed = all(raw == b"1" for raw in exchange(b"1" if maps else b"0"))
+    finally:
+        if fd >= 0:
+            os.close(fd)
+            os.unlink(path)
+    if not agreed:
+        for m in maps:
+            m.close()
+        return None
+    return SharedSegments(maps, config.rank, CHUNK_BYTES)
