@@ -11,10 +11,13 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/futex.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -26,6 +29,7 @@ namespace fuse {
 struct ShmHeader {
   std::atomic<uint64_t> arrived;   // the number of barriers this rank has reached
   int64_t pid;                     // for the liveness check while others wait on it
+  std::atomic<uint32_t> wake;      // low bits of `arrived`: the word waiters sleep on (futex)
 };
 
 constexpr size_t kShmHeaderBytes = 4096;
@@ -87,36 +91,39 @@ class ShmAllreduce {
   char* data(size_t k) const { return bases_[k] + kShmHeaderBytes; }
 
   // Every rank arrives, then waits for the others: a short spin (the peer is usually a few
-  // microseconds behind), then yielding the core, which on a machine with as many ranks as
-  // cores belongs to the peer or to this rank's own training thread.  A peer that died is
-  // noticed within about 100 ms instead of being waited for forever.
+  // microseconds behind), then sleeping on the peer's futex word, which the peer's arrival
+  // wakes.  Sleeping matters: on a machine with as many ranks as cores, a waiter that spins or
+  // yields takes the core from this rank's own training thread.  A peer that died is noticed
+  // by its pid every 100 ms instead of being waited for forever.
   int barrier(char* err, size_t errlen) {
     ++epoch_;
-    header(rank_)->arrived.store(epoch_, std::memory_order_release);
+    ShmHeader* me = header(rank_);
+    me->arrived.store(epoch_, std::memory_order_release);
+    me->wake.store(static_cast<uint32_t>(epoch_), std::memory_order_release);
+    // not FUTEX_PRIVATE: the word lives in memory shared between processes
+    syscall(SYS_futex, &me->wake, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
     for (size_t k = 0; k < bases_.size(); ++k) {
       ShmHeader* h = header(k);
       unsigned spins = 0;
-      auto last_check = std::chrono::steady_clock::now();
       while (h->arrived.load(std::memory_order_acquire) < epoch_) {
-        if (++spins < 256) {
+        if (++spins < 512) {
 #if defined(__x86_64__) || defined(__i386__)
           __builtin_ia32_pause();
 #endif
           continue;
         }
-        sched_yield();
-        if ((spins & 1023) == 0) {
-          auto now = std::chrono::steady_clock::now();
-          if (now - last_check > std::chrono::milliseconds(100)) {
-            last_check = now;
-            if (kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
-              snprintf(err, errlen,
-                       "shared-memory allreduce: rank %zu (pid %lld) exited while rank %d "
-                       "waited for it",
-                       k, static_cast<long long>(h->pid), rank_);
-              return 1;
-            }
-          }
+        uint32_t seen = h->wake.load(std::memory_order_acquire);
+        if (h->arrived.load(std::memory_order_acquire) >= epoch_) break;
+        struct timespec slice = {0, 100 * 1000 * 1000};
+        // returns at once if the word moved on since `seen` (no lost wake-up)
+        long rc = syscall(SYS_futex, &h->wake, FUTEX_WAIT, seen, &slice, nullptr, 0);
+        if (rc != 0 && errno == ETIMEDOUT &&
+            kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
+          snprintf(err, errlen,
+                   "shared-memory allreduce: rank %zu (pid %lld) exited while rank %d "
+                   "waited for it",
+                   k, static_cast<long long>(h->pid), rank_);
+          return 1;
         }
       }
     }
