@@ -495,10 +495,10 @@ cdef class Engine(CoordinatorLink):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
-        (``split``) and how many through shared memory (``shm``), coordinator cycles that emitted responses (``cycles``,
-        rank 0 only), tensors and bytes they carried, tensors the coordinator
-        computed inline, and seconds spent copying through the fusion buffer and in the
-        backend."""
+        (``split``) and how many through shared memory (``shm``), coordinator cycles that
+        emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
+        the coordinator computed inline, and seconds spent copying through the fusion buffer
+        and in the backend."""
         cdef Executor x = self.executor
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
                 "split": x.st_split, "shm": x.st_shm,

@@ -266,6 +266,7 @@ cdef class SharedSegments:
 
 
 SHM_HEADER_BYTES = kShmHeaderBytes
+SHM_PID_OFFSET = kShmPidOffset
 
 
 cdef class Executor:

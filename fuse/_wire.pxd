@@ -55,6 +55,7 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
 
 cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
     size_t kShmHeaderBytes
+    size_t kShmPidOffset
     cppclass ShmAllreduce:
         ShmAllreduce(vector[char*] bases, int rank, size_t chunk)
         int allreduce(void* buf, size_t count, int dtype, int op, double post, char* err,

@@ -279,7 +279,7 @@ inline ReduceFn reduce_kernel(int dtype, int op) {
   }
 }
 
-/* Scaling (the engine's pre/postscale, and backends that fold it into their reduction). */
+/* Scaling: the engine's pre/postscale, also applied inside its shared-memory allreduce. */
 template <typename T>
 inline void scale_typed(T* p, size_t n, double f) {
   for (size_t i = 0; i < n; ++i) p[i] = (T)(p[i] * f);

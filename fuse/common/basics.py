@@ -106,7 +106,10 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
         if segments is not None:
             engine._install_shm(0, segments)
-        if config.split_threshold > 0 and config.size > 1 and world.native_ops() is not None:
+        # the twin connection is only worth building for sizes shared memory leaves to it
+        splits = config.split_threshold > 0 and (
+            segments is None or config.split_threshold < config.shm_threshold)
+        if splits and config.size > 1 and world.native_ops() is not None:
             engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
         if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
             # before the engine runs, so that the first negotiation is on it

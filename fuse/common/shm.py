@@ -25,7 +25,7 @@ half (even when that was the last chunk of the previous allreduce).
 
 The loop runs in C++ on the engine thread without the GIL (``fuse/csrc/shm_allreduce.h``),
 with barriers of its own on counters in each segment's header page: a short spin, then
-yielding the core; a peer that died is noticed by its pid instead of being waited for forever.
+sleeping on the late peer's futex word, which its arrival wakes; a peer that died is noticed by its pid instead of being waited for forever.
 
 Segments are files in /dev/shm, mapped by every rank and unlinked once all have opened them,
 so nothing is left behind if a process dies, and tearing down is local.  The job is on one
@@ -44,14 +44,14 @@ import struct
 import tempfile
 from typing import Callable
 
-from fuse._executor import SHM_HEADER_BYTES, SharedSegments
+from fuse._executor import SHM_HEADER_BYTES, SHM_PID_OFFSET, SharedSegments
 
 # One chunk per barrier pair: large enough that the barriers cost little, small enough that a
 # part is still in cache when its owner reads it (1 MiB was the fastest of 0.25-16 MiB here).
 CHUNK_BYTES = 1 << 20
 SEGMENT_BYTES = SHM_HEADER_BYTES + 2 * CHUNK_BYTES
-# the header's pid field follows the 8-byte barrier counter (ShmHeader in shm_allreduce.h)
-PID_OFFSET = 8
+# where the owner's pid goes in its header (ShmHeader in shm_allreduce.h)
+PID_OFFSET = SHM_PID_OFFSET
 
 
 def _shm_dir() -> str:

@@ -2,12 +2,12 @@
 // algorithm is described in fuse/common/shm.py, which maps the segments; the executor
 // (fuse/_executor.pyx) calls this class without the GIL, in place of the backend's allreduce.
 //
-// Each rank's segment starts with a header page: its barrier counter and its pid.  The data
+// Each rank's segment starts with a header page: its barrier counter, its pid and the futex
+// word its waiters sleep on.  The data
 // area after it holds two chunk-sized halves that alternate from chunk to chunk.
 #pragma once
 
 #include <errno.h>
-#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,6 +33,7 @@ struct ShmHeader {
 };
 
 constexpr size_t kShmHeaderBytes = 4096;
+constexpr size_t kShmPidOffset = offsetof(ShmHeader, pid);   // written by fuse/common/shm.py
 static_assert(sizeof(ShmHeader) <= kShmHeaderBytes, "header must fit its page");
 
 class ShmAllreduce {
