@@ -64,6 +64,13 @@ cdef extern from "<poll.h>" nogil:
     int c_poll "poll"(pollfd*, unsigned long, int)
     enum: POLLIN, POLLHUP, POLLERR
 
+# what one pass of the loop did (Engine._iterate)
+cdef enum:
+    STEP_PROGRESS = 0
+    STEP_IDLE = 1
+    STEP_STOP = 2
+
+
 cdef inline void _acquire(Lock* lock) noexcept:
     """Take the engine lock from code that holds the GIL, releasing the GIL while waiting: the
     engine thread and Python threads only ever wait for the lock without the GIL, so a thread
@@ -81,6 +88,12 @@ cdef class Engine(CoordinatorLink):
 
     cdef int rank, size
     cdef Lock* lock
+    # Whoever holds ``drive`` runs the loop: the engine thread, or a thread waiting for a lone
+    # collective while the engine thread sleeps (see _drive).  Taken before ``lock``, never after.
+    cdef Lock* drive
+    cdef double spin_s
+    cdef int64_t npending               # handles not yet completed (under the lock)
+    cdef int64_t st_driven              # waits that completed while their thread drove
     cdef vector[Request] queue
     cdef unordered_set[string] names_in_flight
     cdef unordered_map[int64_t, HandleState] handles
@@ -127,6 +140,7 @@ cdef class Engine(CoordinatorLink):
 
     def __cinit__(self):
         self.lock = lock_new()
+        self.drive = lock_new()
         self.tl = tl_new()
         self.wake_fd = -1
         self.ctl_fd = -1
@@ -141,6 +155,7 @@ cdef class Engine(CoordinatorLink):
             if self.worker_fds[i] >= 0:
                 c_close(self.worker_fds[i])
         lock_free(self.lock)
+        lock_free(self.drive)
         tl_free(self.tl)
 
     def __init__(self, config, backend, world_group, int ctl_fd, worker_fds, log, create_group):
@@ -150,6 +165,7 @@ cdef class Engine(CoordinatorLink):
         self.size = config.size
         self.inline_threshold = config.inline_threshold
         self.cache_capacity = config.cache_capacity
+        self.spin_s = config.spin_time_us / 1e6
         self.coord = Coordinator(self, config, log)
         self.coord.psets = &self.psets
         self.coord.tl = self.tl
@@ -368,6 +384,7 @@ cdef class Engine(CoordinatorLink):
             self.next_handle += 1
             self.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
             self.handles[reqs[i].handle].status = H_PENDING
+            self.npending += 1
             self.queue.push_back(reqs[i])
             handles.append(reqs[i].handle)
             self._records[reqs[i].handle] = records[i]
@@ -392,6 +409,9 @@ cdef class Engine(CoordinatorLink):
         cdef int status = H_PENDING
         cdef HandleState hs
         cdef bint known = True
+        if self.spin_s > 0:
+            with nogil:
+                self._drive(handle)
         while True:
             with nogil:                 # the lock is only ever waited for without the GIL
                 lock_acquire(self.lock)
@@ -495,13 +515,14 @@ cdef class Engine(CoordinatorLink):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
-        (``split``) and how many through shared memory (``shm``), coordinator cycles that
+        (``split``) and how many through shared memory (``shm``), waits that completed while
+        the waiting thread ran the loop itself (``driven``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
         cdef Executor x = self.executor
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
-                "split": x.st_split, "shm": x.st_shm,
+                "split": x.st_split, "shm": x.st_shm, "driven": self.st_driven,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
                 "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}
@@ -598,47 +619,112 @@ cdef class Engine(CoordinatorLink):
     # ------------------------------------------------------------------ background thread
 
     cdef void _loop(self) noexcept nogil:
+        cdef int step
+        cdef int timeout_ms = -1
+        cdef vector[pollfd] fds
+        while True:
+            lock_acquire(self.drive)
+            step = self._iterate()
+            if step == STEP_IDLE:
+                self._poll_set(fds)     # (read while no caller can close a socket)
+                timeout_ms = self._idle_timeout_ms()
+            lock_release(self.drive)
+            if step == STEP_STOP:
+                return
+            if step == STEP_IDLE:
+                self._wait_for_work(fds, timeout_ms)
+
+    cdef int _iterate(self) noexcept nogil:
+        """One pass of the loop (the caller holds ``drive``): submit what was queued, read the
+        control channel, negotiate (rank 0) and execute what is ready.  Never blocks on the
+        network; returns STEP_PROGRESS, STEP_IDLE (nothing to do) or STEP_STOP (shut down)."""
         cdef vector[Request] batch
         cdef string frame
-        cdef int timeout_ms
         cdef int state
-        cdef bint progressed
+        cdef bint progressed = False
         cdef Request r
         cdef int64_t cycle_ts
-        while True:
-            lock_acquire(self.lock)
-            state = self.state
-            batch.swap(self.queue)
-            lock_release(self.lock)
-            if state != S_RUNNING:
-                if batch.size():
-                    lock_acquire(self.lock)
-                    for r in batch:
-                        self._complete_locked(r.handle, H_ERROR, self.failure, self.failure_kind)
-                    lock_release(self.lock)
-                return
-            progressed = False
-            cycle_ts = tl_clock(self.tl) if tl_cycles_on(self.tl) else -1
+        lock_acquire(self.lock)
+        state = self.state
+        batch.swap(self.queue)
+        lock_release(self.lock)
+        if state != S_RUNNING:
             if batch.size():
-                self._submit(batch)
-                batch.clear()
+                lock_acquire(self.lock)
+                for r in batch:
+                    self._complete_locked(r.handle, H_ERROR, self.failure, self.failure_kind)
+                lock_release(self.lock)
+            return STEP_STOP
+        cycle_ts = tl_clock(self.tl) if tl_cycles_on(self.tl) else -1
+        if batch.size():
+            self._submit(batch)
+            progressed = True
+        if self.rank == 0:
+            if self._coordinator_step():
                 progressed = True
-            if self.rank == 0:
-                if self._coordinator_step():
-                    progressed = True
-                while self.local_frames.size():
-                    frame = self.local_frames.front()
-                    self.local_frames.pop_front()
-                    self._handle_coordinator_frame(frame)
-                    progressed = True
-            else:
-                if self._read_coordinator():
-                    progressed = True
-            if progressed and cycle_ts >= 0:
-                tl_cycle(self.tl, cycle_ts)
-            if not progressed:
-                timeout_ms = self._idle_timeout_ms()
-                self._wait_for_work(timeout_ms)
+            while self.local_frames.size():
+                frame = self.local_frames.front()
+                self.local_frames.pop_front()
+                self._handle_coordinator_frame(frame)
+                progressed = True
+        elif self._read_coordinator():
+            progressed = True
+        if progressed and cycle_ts >= 0:
+            tl_cycle(self.tl, cycle_ts)
+        return STEP_PROGRESS if progressed else STEP_IDLE
+
+    cdef void _drive(self, int64_t handle) noexcept nogil:
+        """Wait for ``handle`` by running the loop on this thread, polling without sleeping,
+        for up to ``spin_s`` of idleness.
+
+        Handing a small collective to the engine thread and back costs two thread wake-ups
+        (tens of microseconds each on a busy or virtual machine), more than the rest of the
+        collective.  So a thread that waits for the only collective in flight, while the engine
+        thread sleeps, runs the loop itself: its request goes out, the answer is read as soon
+        as it lands, and the engine thread stays asleep.  Only then: with other collectives in
+        flight the engine thread is busy with them, and a second thread spinning beside it
+        would take the core it (or a peer rank) needs.  Whatever is left when this returns is
+        the engine thread's again."""
+        cdef double idle_since
+        cdef int step
+        cdef bint done = False
+        cdef bint engine_needed
+        lock_acquire(self.lock)
+        if self.npending != 1 or self.state != S_RUNNING or self.handles.count(handle) == 0 \
+                or self.handles[handle].status != H_PENDING:
+            lock_release(self.lock)
+            return
+        lock_release(self.lock)
+        if not lock_try(self.drive):
+            return                      # the engine thread is at work
+        idle_since = now_seconds()
+        while True:
+            step = self._iterate()
+            if step == STEP_STOP:
+                break
+            lock_acquire(self.lock)
+            done = self.handles.count(handle) == 0 or self.handles[handle].status != H_PENDING
+            lock_release(self.lock)
+            if done:
+                self.st_driven += 1
+                break
+            if step == STEP_PROGRESS:
+                idle_since = now_seconds()
+            elif now_seconds() - idle_since > self.spin_s:
+                break
+        engine_needed = not done or self._engine_has_work()
+        lock_release(self.drive)
+        if engine_needed:
+            wake_fd_signal(self.wake_fd)    # its poll set or timeout may be stale
+
+    cdef bint _engine_has_work(self) noexcept nogil:
+        """Whether anything is queued, in flight or timed (rank 0) that the engine thread
+        must pick up after a caller drove the loop (the caller still holds ``drive``)."""
+        cdef bint busy
+        lock_acquire(self.lock)
+        busy = self.queue.size() != 0 or self.npending != 0 or self.state != S_RUNNING
+        lock_release(self.lock)
+        return busy or self._idle_timeout_ms() >= 0
 
     cdef int _idle_timeout_ms(self) noexcept nogil:
         """How long the thread may sleep: forever when nothing is pending anywhere."""
@@ -646,10 +732,12 @@ cdef class Engine(CoordinatorLink):
             return -1
         return self.coord.idle_timeout_ms()
 
-    cdef void _wait_for_work(self, int timeout_ms) noexcept nogil:
-        cdef vector[pollfd] fds
+    cdef void _poll_set(self, vector[pollfd]& fds) noexcept nogil:
+        """The descriptors an idle engine thread sleeps on: its wake-up eventfd first, then
+        the control channel's sockets."""
         cdef pollfd p
         cdef size_t i
+        fds.clear()
         p.fd = self.wake_fd
         p.events = POLLIN
         p.revents = 0
@@ -661,6 +749,8 @@ cdef class Engine(CoordinatorLink):
             if self.worker_fds[i] >= 0 and self.worker_state[i] != 2:
                 p.fd = self.worker_fds[i]
                 fds.push_back(p)
+
+    cdef void _wait_for_work(self, vector[pollfd]& fds, int timeout_ms) noexcept nogil:
         c_poll(fds.data(), fds.size(), timeout_ms)
         if fds[0].revents:
             wake_fd_drain(self.wake_fd)
@@ -815,6 +905,8 @@ cdef class Engine(CoordinatorLink):
         cdef unordered_map[int64_t, HandleState].iterator it = self.handles.find(handle)
         if it == self.handles.end():
             return
+        if deref_hs(it).status == H_PENDING:
+            self.npending -= 1
         self.handles[handle].status = status
         self.handles[handle].error = error
         self.handles[handle].error_kind = error_kind
@@ -867,6 +959,7 @@ cdef class Engine(CoordinatorLink):
                 deref_hs(it).error = why
                 deref_hs(it).error_kind = self.failure_kind if self.failure_kind else 2
             inc_hs(it)
+        self.npending = 0
         self.names_in_flight.clear()
         lock_notify_all(self.lock)
 

@@ -31,6 +31,7 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     void lock_free(Lock*)
     void lock_acquire(Lock*)
     void lock_release(Lock*)
+    bint lock_try(Lock*)
     void lock_wait_ms(Lock*, double)
     void lock_notify_all(Lock*)
     double now_seconds()

@@ -82,6 +82,11 @@ class Config:
                                   doc="allreduces (and broadcasts) whose size times the set size "
                                       "is at most this many bytes travel with the negotiation "
                                       "and are reduced by the coordinator; 0 turns this off")
+    spin_time_us: float = _knob(500.0, "SPIN_TIME_US",
+                                doc="microseconds a thread waiting for the only collective in "
+                                    "flight runs the engine loop itself, polling, before it "
+                                    "sleeps (latency of small synchronous calls); 0 turns "
+                                    "this off")
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
                                      "partly submitted, to fuse them")
@@ -157,6 +162,8 @@ class Config:
             raise ValueError("FUSE_FUSION_THRESHOLD must be >= 0")
         if self.cycle_time_ms < 0:
             raise ValueError("FUSE_CYCLE_TIME must be >= 0")
+        if self.spin_time_us < 0:
+            raise ValueError("FUSE_SPIN_TIME_US must be >= 0")
         if self.cache_capacity < 0:
             raise ValueError("FUSE_CACHE_CAPACITY must be >= 0")
         if self.autotune_warmup_samples < 0 or self.autotune_steps_per_sample < 1:

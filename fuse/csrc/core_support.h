@@ -30,6 +30,7 @@ inline Lock* lock_new() { return new Lock(); }
 inline void lock_free(Lock* l) { delete l; }
 inline void lock_acquire(Lock* l) { l->m.lock(); }
 inline void lock_release(Lock* l) { l->m.unlock(); }
+inline bool lock_try(Lock* l) { return l->m.try_lock(); }
 // Caller holds the lock; it is held again on return.
 inline void lock_wait_ms(Lock* l, double ms) {
   std::unique_lock<std::mutex> g(l->m, std::adopt_lock);

@@ -8,11 +8,19 @@ from fuse import _core
 from fuse.common.collectives import ArrayOps
 
 
+# dtype -> engine code, filled as dtypes are seen (np.dtype(...).name costs microseconds,
+# which a 4-byte allreduce notices)
+_codes: dict = {}
+
+
 def dtype_code(dtype: np.dtype) -> int:
-    code = _core.DTYPE_CODES.get(np.dtype(dtype).name)
+    code = _codes.get(dtype)
     if code is None:
-        raise ValueError(f"dtype {np.dtype(dtype)} is not supported; use one of "
-                         f"{', '.join(sorted(_core.DTYPE_CODES))}")
+        code = _core.DTYPE_CODES.get(np.dtype(dtype).name)
+        if code is None:
+            raise ValueError(f"dtype {np.dtype(dtype)} is not supported; use one of "
+                             f"{', '.join(sorted(_core.DTYPE_CODES))}")
+        _codes[dtype] = code
     return code
 
 

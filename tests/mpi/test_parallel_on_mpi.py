@@ -12,6 +12,7 @@ import test_join_barrier
 import test_process_sets
 from test_allreduce import (test_allreduce_all_dtypes_ops_and_paths,  # noqa: F401
                             test_shared_memory_allreduce_on_one_host,
+                            test_waiting_thread_drives_a_lone_collective,
                             test_zero_dim_arrays_keep_their_shape)
 from test_errors import (lifecycle_results,  # noqa: F401
                          test_duplicate_names_calls_after_shutdown_and_peer_shutdown,

@@ -314,6 +314,45 @@ def test_shared_memory_allreduce_on_one_host(np_, threshold, used):
     assert out == [{"average": True, "sum": True, "burst": True, "shm": used}] * np_, out
 
 
+def lone_synchronous_calls() -> dict:
+    """Synchronous collectives with nothing else in flight: the waiting thread runs the engine
+    loop itself (FUSE_SPIN_TIME_US).  Inline allreduces, a backend allreduce, an allgather
+    (its output allocated from the waiting thread) and a broadcast, then a call rank 0 waits
+    for longer than its spin (rank 1 arrives 0.2 s late), which must fall back to sleeping
+    and still complete."""
+    import fuse
+    from fuse.common import basics
+
+    fuse.init()
+    try:
+        r, n = fuse.rank(), fuse.size()
+        total = n * (n + 1) // 2
+        small = all(float(fuse.allreduce(np.full(3, r + 1.0), name=f"small{i}",
+                                         op=fuse.Sum)[1]) == total for i in range(30))
+        backend = fuse.allreduce(np.full(20000, r + 1, np.int64), name="backend", op=fuse.Sum)
+        gathered = fuse.allgather(np.full((r + 1, 2), r, np.int32), name="gather")
+        expect_gather = np.concatenate([np.full((k + 1, 2), k, np.int32) for k in range(n)])
+        root = fuse.broadcast(np.arange(5.0) * (r + 1), root_rank=n - 1, name="bcast")
+        if r == 1:
+            time.sleep(0.2)
+        late = fuse.allreduce(np.full(2, r + 1.0), name="late", op=fuse.Sum)
+        return {"small": small, "backend": bool((backend == total).all()),
+                "gather": bool(np.array_equal(gathered, expect_gather)),
+                "bcast": bool(np.array_equal(root, np.arange(5.0) * n)),
+                "late": late.tolist() == [total, total],
+                "driven": basics.engine().stats()["driven"] > 0}
+    finally:
+        fuse.shutdown()
+
+
+@pytest.mark.parametrize("np_,spin", [(2, None), (3, None), (2, "0")])
+def test_waiting_thread_drives_a_lone_collective(np_, spin):
+    env = {} if spin is None else {"FUSE_SPIN_TIME_US": spin}
+    out = run_job(lone_synchronous_calls, np_, env)
+    ok = {"small": True, "backend": True, "gather": True, "bcast": True, "late": True}
+    assert out == [ok | {"driven": spin is None}] * np_, out
+
+
 def test_bfloat16_available():
     if BFLOAT16 is None:
         pytest.skip("ml_dtypes is not installed: the bfloat16 cases are left out of every "
