@@ -275,6 +275,24 @@ cdef class Engine(CoordinatorLink):
             self.psets[pset_id].shm = segments.impl
         lock_release(self.lock)
 
+    def _add_shared_region(self, list maps, list sizes):
+        """Register one more shared region with the world's shared-memory allreduce (see
+        fuse.common.shm.share_regions), between two passes of the loop."""
+        segments = self._groups.get((0, "shm"))
+        if segments is None:
+            raise RuntimeError("shared memory is not in use in this job")
+        with nogil:
+            lock_acquire(self.drive)    # no allreduce runs while the region list grows
+        try:
+            (<SharedSegments>segments).add_region(maps, sizes)
+        finally:
+            lock_release(self.drive)
+
+    @property
+    def shared_memory(self):
+        """The world's SharedSegments, or None when its ranks do not share memory."""
+        return self._groups.get((0, "shm"))
+
     def process_set_ranks(self, int pset_id):
         cdef unordered_map[int, PSet].iterator it
         _acquire(self.lock)
@@ -515,14 +533,17 @@ cdef class Engine(CoordinatorLink):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
-        (``split``) and how many through shared memory (``shm``), waits that completed while
+        (``split``) and how many through shared memory (``shm``; ``shm_direct`` of them
+        straight between the ranks' shared gradient buffers), waits that completed while
         the waiting thread ran the loop itself (``driven``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
         cdef Executor x = self.executor
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
-                "split": x.st_split, "shm": x.st_shm, "driven": self.st_driven,
+                "split": x.st_split, "shm": x.st_shm,
+                "shm_direct": self.shared_memory.direct if self.shared_memory else 0,
+                "driven": self.st_driven,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
                 "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}

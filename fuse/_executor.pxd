@@ -22,6 +22,7 @@ cdef class FusionBufferManager:
 cdef class SharedSegments:
     cdef ShmAllreduce* impl
     cdef list _segments
+    cdef void add_region(self, list maps, list sizes) noexcept
 
 
 cdef class Executor:

@@ -245,6 +245,26 @@ cdef class SharedSegments:
     def __dealloc__(self):
         del self.impl
 
+    cdef void add_region(self, list maps, list sizes) noexcept:
+        """One more region: ``maps[k]`` is rank k's mapping (writable buffers, kept alive
+        here), ``sizes[k]`` its length.  The caller makes sure no allreduce runs meanwhile."""
+        cdef vector[char*] bases
+        cdef vector[size_t] nbytes
+        cdef Py_buffer view
+        for m, size in zip(maps, sizes):
+            PyObject_GetBuffer(m, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
+            bases.push_back(<char*>view.buf)
+            nbytes.push_back(min(<size_t>size, <size_t>view.len))
+            PyBuffer_Release(&view)
+            self._segments.append(m)
+        with nogil:
+            self.impl.add_region(bases, nbytes)
+
+    @property
+    def direct(self):
+        """Allreduces reduced straight between regions so far."""
+        return self.impl.direct
+
     def allreduce(self, buf, str dtype, str op, double factor=1.0):
         """Reduce ``buf`` (contiguous, writable, of wire dtype ``dtype``) in place across the
         members and multiply it by ``factor`` (for tests; the engine calls ``impl``)."""

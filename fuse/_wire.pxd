@@ -61,6 +61,8 @@ cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
         ShmAllreduce(vector[char*] bases, int rank, size_t chunk)
         int allreduce(void* buf, size_t count, int dtype, int op, double post, char* err,
                       size_t errlen)
+        void add_region(vector[char*] bases, vector[size_t] bytes)
+        uint64_t direct
 
 cdef extern from "lane.h" namespace "fuse" nogil:
     cppclass Lane:

@@ -27,6 +27,13 @@ The loop runs in C++ on the engine thread without the GIL (``fuse/csrc/shm_allre
 with barriers of its own on counters in each segment's header page: a short spin, then
 sleeping on the late peer's futex word, which its arrival wakes; a peer that died is noticed by its pid instead of being waited for forever.
 
+Tensors that live in shared memory themselves skip the staging: ``share_regions`` gives every
+rank a buffer that all the others map too (the torch optimizer keeps its gradients there), and a
+buffer that lies in such a region at the same offset on every rank is reduced straight between
+the regions: each rank reduces its part from everyone's region and writes the result into
+everyone's, one barrier per call.  The ranks compare where their buffers lie at the start of
+every call, so a layout that differs between ranks only costs the staging again.
+
 Segments are files in /dev/shm, mapped by every rank and unlinked once all have opened them,
 so nothing is left behind if a process dies, and tearing down is local.  The job is on one
 host when the launcher says so (local size = size) and every rank reports the same kernel
@@ -67,14 +74,15 @@ def _host_id() -> str:
         return socket.gethostname()
 
 
-def _new_segment() -> tuple[int, str | None]:
-    """A zeroed segment file with this process's pid in its header: (fd, path), or (-1, None)
-    when /dev/shm has no room."""
+def _new_segment(nbytes: int = SEGMENT_BYTES, header: bool = True) -> tuple[int, str | None]:
+    """A zeroed segment file, with this process's pid in its header if ``header``: (fd, path),
+    or (-1, None) when /dev/shm has no room."""
     fd = -1
     try:
         fd, path = tempfile.mkstemp(prefix=f"fuse-shm-{os.getpid()}-", dir=_shm_dir())
-        os.ftruncate(fd, SEGMENT_BYTES)
-        os.pwrite(fd, struct.pack("<q", os.getpid()), PID_OFFSET)
+        os.ftruncate(fd, nbytes)
+        if header:
+            os.pwrite(fd, struct.pack("<q", os.getpid()), PID_OFFSET)
         return fd, path
     except OSError:
         if fd >= 0:
@@ -123,3 +131,43 @@ def connect(config, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments 
             m.close()
         return None
     return SharedSegments(maps, config.rank, CHUNK_BYTES)
+
+
+def share_regions(engine, sizes: list[int], allgather: Callable[[object], list]) -> list | None:
+    """Shared buffers of ``sizes`` bytes (zeroed ``mmap.mmap`` objects, one per size) that every
+    rank of the job maps, registered with the engine's shared-memory allreduce; None when the
+    job does not use shared memory or a rank could not map them.  Collective over the world:
+    every rank calls it at the same point with its own ``sizes`` (normally the same);
+    ``allgather`` is an allgather of Python objects through the engine."""
+    if engine.shared_memory is None:
+        return None
+    files = [_new_segment(max(int(n), 1), header=False) for n in sizes]
+    maps: list[list[mmap.mmap]] = []
+    try:
+        peers = allgather({"paths": [path for _fd, path in files], "sizes": list(sizes)})
+        usable = all(None not in p["paths"] and len(p["paths"]) == len(sizes) for p in peers)
+        if usable:
+            try:
+                for p in peers:
+                    row = []
+                    maps.append(row)
+                    for path, n in zip(p["paths"], p["sizes"]):
+                        with open(path, "r+b") as f:
+                            row.append(mmap.mmap(f.fileno(), max(int(n), 1)))
+            except OSError:
+                usable = False
+        agreed = all(allgather(usable))
+    finally:
+        for fd, path in files:
+            if fd >= 0:
+                os.close(fd)
+                os.unlink(path)
+    if not agreed:
+        for row in maps:
+            for m in row:
+                m.close()
+        return None
+    for r in range(len(sizes)):
+        engine._add_shared_region([row[r] for row in maps], [p["sizes"][r] for p in peers])
+    me = engine.rank
+    return [maps[me][r] for r in range(len(sizes))]

@@ -2,9 +2,13 @@
 // algorithm is described in fuse/common/shm.py, which maps the segments; the executor
 // (fuse/_executor.pyx) calls this class without the GIL, in place of the backend's allreduce.
 //
-// Each rank's segment starts with a header page: its barrier counter, its pid and the futex
-// word its waiters sleep on.  The data
-// area after it holds two chunk-sized halves that alternate from chunk to chunk.
+// Each rank's segment starts with a header page: its barrier counter, its pid, the futex
+// word its waiters sleep on and where its buffer of the current call lies.  The data area after
+// it holds two chunk-sized halves that alternate from chunk to chunk.
+//
+// Regions (add_region) are further shared mappings, one per rank, that hold tensors themselves
+// (the torch optimizer's gradient buffer): a buffer that lies in one at the same offset on every
+// rank is reduced straight from the ranks' regions into them, with no staging copies.
 #pragma once
 
 #include <errno.h>
@@ -30,6 +34,11 @@ struct ShmHeader {
   std::atomic<uint64_t> arrived;   // the number of barriers this rank has reached
   int64_t pid;                     // for the liveness check while others wait on it
   std::atomic<uint32_t> wake;      // low bits of `arrived`: the word waiters sleep on (futex)
+  // this rank's buffer in the current call: region index (-1: none), offset, bytes; written
+  // before a barrier, read by the others after it
+  int64_t region;
+  int64_t offset;
+  int64_t bytes;
 };
 
 constexpr size_t kShmHeaderBytes = 4096;
@@ -43,6 +52,15 @@ class ShmAllreduce {
       : bases_(std::move(bases)), rank_(rank), chunk_(chunk) {
     epoch_ = header(rank_)->arrived.load(std::memory_order_acquire);
   }
+
+  // Every rank's mapping of one more region (bases[k]: rank k's, bytes[k] long).  The engine
+  // adds regions only while no allreduce runs; ranks may add them at different points of the
+  // response stream, since every call checks that all ranks see its buffer the same way.
+  void add_region(std::vector<char*> bases, std::vector<size_t> bytes) {
+    regions_.push_back(Region{std::move(bases), std::move(bytes)});
+  }
+
+  uint64_t direct = 0;   // calls reduced straight between regions
 
   // Afterwards buf holds the reduction times `post` (the engine's postscale, applied by each
   // part's owner while the part is in cache rather than in another pass over the buffer).
@@ -59,6 +77,9 @@ class ShmAllreduce {
     const size_t step = (chunk_ / (n * esize)) * n * esize;   // whole elements, n parts
     char* raw = static_cast<char*>(buf);
     const size_t total = count * esize;
+    int in_regions = direct_if_shared(raw, total, err, errlen);
+    if (in_regions < 0) return 1;
+    if (in_regions) return reduce_in_regions(raw, count, esize, reduce, dtype, post, err, errlen);
     std::vector<size_t> cut(n + 1);
     for (size_t lo = 0; lo < total; lo += step, ++chunks_) {
       const size_t hi = lo + step < total ? lo + step : total;
@@ -88,6 +109,67 @@ class ShmAllreduce {
   }
 
  private:
+  struct Region {
+    std::vector<char*> bases;
+    std::vector<size_t> bytes;
+  };
+
+  // Whether every rank's buffer of this call lies in the same region at the same offset (1),
+  // or not (0; -1 on error).  Every rank publishes where its buffer lies, then one barrier, then
+  // all compare the same descriptors, so all decide alike.  A rank reuses its descriptor only
+  // after a later barrier, which the others pass only once they have read this one.
+  int direct_if_shared(const char* raw, size_t total, char* err, size_t errlen) {
+    ShmHeader* me = header(rank_);
+    me->region = -1;
+    me->offset = 0;
+    me->bytes = static_cast<int64_t>(total);
+    for (size_t r = 0; r < regions_.size(); ++r) {
+      const char* base = regions_[r].bases[rank_];
+      if (raw >= base && raw + total <= base + regions_[r].bytes[rank_]) {
+        me->region = static_cast<int64_t>(r);
+        me->offset = raw - base;
+        break;
+      }
+    }
+    if (barrier(err, errlen) != 0) return -1;
+    if (me->region < 0) return 0;
+    for (size_t k = 0; k < bases_.size(); ++k) {
+      const ShmHeader* h = header(k);
+      if (h->region != me->region || h->offset != me->offset || h->bytes != me->bytes) return 0;
+      if (static_cast<size_t>(me->offset) + total > regions_[me->region].bytes[k]) return 0;
+    }
+    return 1;
+  }
+
+  // Each rank reduces its part straight from every rank's region into its own, applies the
+  // postscale while the block is in cache and writes the result into the others' regions: every
+  // byte read once per rank and written once per rank, one barrier at the end.  Only the owner
+  // touches a part, in anyone's region, so the parts need no barrier between them.
+  int reduce_in_regions(char* raw, size_t count, size_t esize, ReduceFn reduce, int dtype,
+                        double post, char* err, size_t errlen) {
+    const ShmHeader* me = header(rank_);
+    const Region& reg = regions_[me->region];
+    const size_t n = bases_.size();
+    const size_t a = (count * rank_ / n) * esize, z = (count * (rank_ + 1) / n) * esize;
+    const size_t block = (kDirectBlockBytes / esize) * esize;
+    for (size_t lo = a; lo < z; lo += block) {
+      const size_t len = lo + block < z ? block : z - lo;
+      for (size_t k = 0; k < n; ++k)
+        if (k != static_cast<size_t>(rank_))
+          reduce(raw + lo, raw + lo, reg.bases[k] + me->offset + lo, len / esize);
+      scale_buffer(raw + lo, len / esize, dtype, post);
+      for (size_t k = 0; k < n; ++k)
+        if (k != static_cast<size_t>(rank_))
+          memcpy(reg.bases[k] + me->offset + lo, raw + lo, len);
+    }
+    ++direct;
+    return barrier(err, errlen);
+  }
+
+  // the unit of the direct reduction: small enough that the result is still in cache when it
+  // is copied to the other ranks
+  static constexpr size_t kDirectBlockBytes = 256 * 1024;
+
   ShmHeader* header(size_t k) const { return reinterpret_cast<ShmHeader*>(bases_[k]); }
   char* data(size_t k) const { return bases_[k] + kShmHeaderBytes; }
 
@@ -132,6 +214,7 @@ class ShmAllreduce {
   }
 
   std::vector<char*> bases_;
+  std::vector<Region> regions_;
   int rank_;
   size_t chunk_;
   uint64_t epoch_;

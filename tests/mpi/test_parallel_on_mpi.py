@@ -11,6 +11,7 @@ import test_gather_scatter
 import test_join_barrier
 import test_process_sets
 from test_allreduce import (test_allreduce_all_dtypes_ops_and_paths,  # noqa: F401
+                            test_buffers_in_shared_regions_are_reduced_between_them,
                             test_shared_memory_allreduce_on_one_host,
                             test_waiting_thread_drives_a_lone_collective,
                             test_zero_dim_arrays_keep_their_shape)

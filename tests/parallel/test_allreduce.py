@@ -314,6 +314,63 @@ def test_shared_memory_allreduce_on_one_host(np_, threshold, used):
     assert out == [{"average": True, "sum": True, "burst": True, "shm": used}] * np_, out
 
 
+def shared_region_allreduces(count: int) -> dict:
+    """Buffers in regions every rank maps (shm.share_regions, as the torch optimizer's shared
+    gradient buffer): at the same offset everywhere they are reduced straight between the
+    regions; at different offsets, or outside any region, through the staging segments.
+    ``count`` elements make each buffer larger than FUSE_ZERO_COPY_THRESHOLD, so the engine
+    reduces it where it lies instead of in its fusion buffer."""
+    import fuse
+    from fuse.common import basics, shm
+
+    fuse.init()
+    try:
+        r, n = fuse.rank(), fuse.size()
+        engine = basics.engine()
+        spare = 4096
+        regions = shm.share_regions(engine, [(count + spare) * 4, (count + spare) * 8],
+                                    lambda obj: fuse.allgather_object(obj, name="regions"))
+        floats = np.frombuffer(regions[0], np.float32)
+        ints = np.frombuffer(regions[1], np.int64)
+        base = np.arange(count, dtype=np.float32)
+
+        def direct_calls(fn):
+            before = engine.stats()["shm_direct"]
+            fn()
+            return engine.stats()["shm_direct"] - before
+
+        out = {}
+        a = floats[spare:spare + count]
+        a[:] = base * (r + 1)
+        out["same offset"] = direct_calls(lambda: fuse.allreduce_(a, op=fuse.Average,
+                                                                    name="same"))
+        out["same ok"] = bool(np.allclose(a, base * (n + 1) / 2, rtol=1e-6))
+        k = ints[:count]
+        k[:] = np.arange(count) * (r + 1)
+        out["int64"] = direct_calls(lambda: fuse.allreduce_(k, op=fuse.Sum, name="ints"))
+        out["int64 ok"] = bool(np.array_equal(k, np.arange(count) * (n * (n + 1) // 2)))
+        b = floats[r * 1024:r * 1024 + count]          # each rank elsewhere in its region
+        b[:] = base - r
+        out["other offsets"] = direct_calls(lambda: fuse.allreduce_(b, op=fuse.Sum,
+                                                                      name="offsets"))
+        out["other ok"] = bool(np.allclose(b, base * n - n * (n - 1) // 2, rtol=1e-6))
+        c = base * (r + 1) if r == 0 else floats[spare:spare + count]
+        c[:] = base * (r + 1)                          # rank 0 outside any region
+        out["outside"] = direct_calls(lambda: fuse.allreduce_(c, op=fuse.Sum, name="outside"))
+        out["outside ok"] = bool(np.allclose(c, base * n * (n + 1) / 2, rtol=1e-6))
+        return out
+    finally:
+        fuse.shutdown()
+
+
+@pytest.mark.parametrize("np_", [2, 3])
+def test_buffers_in_shared_regions_are_reduced_between_them(np_):
+    out = run_job(shared_region_allreduces, np_, args=(1_200_001,))
+    assert out == [{"same offset": 1, "same ok": True, "int64": 1, "int64 ok": True,
+                    "other offsets": 0, "other ok": True, "outside": 0,
+                    "outside ok": True}] * np_, out
+
+
 def lone_synchronous_calls() -> dict:
     """Synchronous collectives with nothing else in flight: the waiting thread runs the engine
     loop itself (FUSE_SPIN_TIME_US).  Inline allreduces, a backend allreduce, an allgather

@@ -32,6 +32,8 @@ def test_gradient_layout_spares_the_fusion_buffer():
     for res in grouped:
         assert res["copied"][0] == 1, res            # the first step learns the order...
         assert all(a == 1 for a in res["adjacent"][1:]), res   # ...then reduces in place
+        # ...straight between the ranks' shared gradient buffers, from the second step on
+        assert res["direct"][0] == 0 and all(d == 1 for d in res["direct"][1:]), res
 
 
 def test_optimizer_options_and_errors():

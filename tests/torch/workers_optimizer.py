@@ -102,7 +102,9 @@ class WideNet(torch.nn.Module):
 
 def gradient_layout():
     """After the first step DistributedOptimizer keeps the fused gradients back to back in
-    backward order, so the engine reduces them without its fusion buffer; training still
+    backward order, so the engine reduces them without its fusion buffer (and, the ranks
+    being on one host, with the buffer in shared memory, straight between the ranks' buffers:
+    the fused 320 KiB is above FUSE_SHM_THRESHOLD); training still
     equals 1 process with batch 2B, with zero_grad(set_to_none=True) (the hook copies each
     new gradient into its slot) and set_to_none=False (autograd accumulates into the slot).
     Per-parameter hooks fuse whatever is ready together (timing decides); ``groups=1``
@@ -122,7 +124,7 @@ def gradient_layout():
                                                        momentum=0.9),
                                        named_parameters=model.named_parameters(), groups=groups)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-        copied, adjacent = [], []
+        copied, adjacent, direct = [], [], []
         for step in range(20):
             g = torch.Generator().manual_seed(step)
             x = torch.randn(n * B, 64, generator=g)
@@ -134,12 +136,14 @@ def gradient_layout():
             after = engine.stats()
             copied.append(after["fused"] - before["fused"])
             adjacent.append(after["adjacent"] - before["adjacent"])
+            direct.append(after["shm_direct"] - before["shm_direct"])
             ref_opt.zero_grad()
             loss_fn(ref(x), y).backward()
             ref_opt.step()
         weights = [model.l1.weight, model.l2.weight]
         out[label] = {
             "diff": _max_diff(model, ref), "copied": copied, "adjacent": adjacent,
+            "direct": direct,
             "storages": len({p.grad.untyped_storage().data_ptr() for p in weights}),
             "fusable": [engine.goes_through_fusion_buffer(p.numel() * 4, 0)
                         for p in model.parameters()],

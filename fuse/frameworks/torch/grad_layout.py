@@ -18,6 +18,11 @@ slot: one copy, on the backward thread while earlier gradients are on the wire, 
 on the engine thread.  If ``zero_grad(set_to_none=False)`` keeps the slot in ``p.grad``, autograd
 accumulates into it directly and nothing is copied.  A backward pass in another order only
 costs the copies again (the engine falls back to its fusion buffer); results never depend on it.
+
+When every rank is on one host, ``build`` takes ``share``: the flat buffers are then allocated in
+memory that every rank maps (:func:`fuse.common.shm.share_regions`), so the engine reduces a
+fused span straight from the ranks' buffers into them instead of staging it through its own
+segments.  ``share`` is collective; ``build`` calls it exactly once on every rank.
 """
 
 from __future__ import annotations
@@ -39,9 +44,10 @@ class GradientLayout:
             self._seen.add(i)
             self._order.append(i)
 
-    def build(self, params, fuses) -> None:
+    def build(self, params, fuses, share=None) -> None:
         """Allocate the slots.  ``fuses(nbytes)``: whether the engine would fuse an allreduce
-        of that size through its fusion buffer."""
+        of that size through its fusion buffer.  ``share(sizes)``: buffers of those sizes in
+        memory shared by all ranks, or None (then ordinary memory)."""
         by_dtype: dict[torch.dtype, list[int]] = {}
         for i in self._order:
             p = params[i]
@@ -50,10 +56,18 @@ class GradientLayout:
             if not fuses(p.numel() * p.element_size()):
                 continue
             by_dtype.setdefault(p.dtype, []).append(i)
-        for dtype, members in by_dtype.items():
-            if len(members) < 2:
-                continue                # a lone tensor gains nothing from a slot
-            flat = torch.zeros(sum(params[i].numel() for i in members), dtype=dtype)
+        # a lone tensor gains nothing from a slot
+        groups = [(dtype, members) for dtype, members in by_dtype.items() if len(members) > 1]
+        numels = [sum(params[i].numel() for i in members) for _dtype, members in groups]
+        shared = None
+        if share is not None:
+            shared = share([n * torch.empty((), dtype=dtype).element_size()
+                            for n, (dtype, _m) in zip(numels, groups)])
+        for k, (dtype, members) in enumerate(groups):
+            if shared is not None:      # (new shared memory is zeroed)
+                flat = torch.frombuffer(shared[k], dtype=dtype, count=numels[k])
+            else:
+                flat = torch.zeros(numels[k], dtype=dtype)
             offset = 0
             for i in members:
                 n = params[i].numel()

@@ -41,6 +41,19 @@ ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but b
                    "cause a race condition.")
 
 
+def _shared_allocator(engine):
+    """``share(sizes)`` for the gradient layout when the job's ranks share memory, else None.
+    (Decided alike on every rank: shared memory is agreed on at init.)"""
+    if engine.shared_memory is None:
+        return None
+    from fuse.common import collectives, shm
+
+    def share(sizes):
+        return shm.share_regions(engine, sizes, lambda obj: collectives.allgather_object(
+            obj, name="fuse.shared_gradient_buffers"))
+    return share
+
+
 class DistributedOptimizer:
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over the process set.
 
@@ -237,7 +250,8 @@ class DistributedOptimizer:
         if self._layout is not None and not self._layout.built:
             engine, pset = basics.engine(), self._process_set.process_set_id
             self._layout.build(self._params,
-                               lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset))
+                               lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
+                               _shared_allocator(engine) if pset == 0 else None)
         self._counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True
