@@ -56,6 +56,15 @@ from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCA
                             KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
 from fuse._executor import FusionBufferManager, reduce_arrays, scale_array
 
+cdef extern from "idle_wait.h" namespace "fuse" nogil:
+    cppclass IdleWait:
+        pass
+    IdleWait* idle_new(int wake_fd)
+    void idle_free(IdleWait*)
+    cbool idle_add_socket(IdleWait*, int fd)
+    void idle_wait(IdleWait*, int timeout_ms)
+    void idle_mute_sockets(IdleWait*, cbool mute)
+
 cdef extern from "<poll.h>" nogil:
     struct pollfd:
         int fd
@@ -102,6 +111,7 @@ cdef class Engine(CoordinatorLink):
     cdef string failure
     cdef int failure_kind
     cdef int wake_fd
+    cdef IdleWait* idle                 # what the idle engine thread sleeps on
     # control channel
     cdef int ctl_fd
     cdef string ctl_inbox
@@ -143,10 +153,12 @@ cdef class Engine(CoordinatorLink):
         self.drive = lock_new()
         self.tl = tl_new()
         self.wake_fd = -1
+        self.idle = NULL
         self.ctl_fd = -1
 
     def __dealloc__(self):
         cdef size_t i
+        idle_free(self.idle)
         if self.wake_fd >= 0:
             c_close(self.wake_fd)
         if self.ctl_fd >= 0:
@@ -179,6 +191,12 @@ cdef class Engine(CoordinatorLink):
             self.worker_inbox.push_back(string(b""))
             self.worker_state.push_back(live)
         self.wake_fd = wake_fd_new()
+        self.idle = idle_new(self.wake_fd)
+        if self.idle == NULL:
+            raise OSError("fuse: cannot create the engine's epoll descriptors")
+        for fd in [ctl_fd] + list(worker_fds):
+            if fd >= 0 and not idle_add_socket(self.idle, fd):
+                raise OSError(f"fuse: cannot watch control socket {fd}")
         self.state = S_RUNNING
         self.next_handle = 1
         self._records = {}
@@ -283,9 +301,11 @@ cdef class Engine(CoordinatorLink):
             raise RuntimeError("shared memory is not in use in this job")
         with nogil:
             lock_acquire(self.drive)    # no allreduce runs while the region list grows
+            idle_mute_sockets(self.idle, True)  # (whoever holds the loop mutes: see _loop)
         try:
             (<SharedSegments>segments).add_region(maps, sizes)
         finally:
+            idle_mute_sockets(self.idle, False)
             lock_release(self.drive)
 
     @property
@@ -642,18 +662,21 @@ cdef class Engine(CoordinatorLink):
     cdef void _loop(self) noexcept nogil:
         cdef int step
         cdef int timeout_ms = -1
-        cdef vector[pollfd] fds
         while True:
-            lock_acquire(self.drive)
+            if not lock_try(self.drive):
+                # A waiting thread drives the loop (with the sockets muted): sleep until it
+                # hands the loop back or new work is signalled, rather than on the lock, which
+                # would wake this thread once more only to find nothing left to do.
+                idle_wait(self.idle, -1)
+                continue
             step = self._iterate()
             if step == STEP_IDLE:
-                self._poll_set(fds)     # (read while no caller can close a socket)
                 timeout_ms = self._idle_timeout_ms()
             lock_release(self.drive)
             if step == STEP_STOP:
                 return
             if step == STEP_IDLE:
-                self._wait_for_work(fds, timeout_ms)
+                idle_wait(self.idle, timeout_ms)
 
     cdef int _iterate(self) noexcept nogil:
         """One pass of the loop (the caller holds ``drive``): submit what was queued, read the
@@ -718,6 +741,7 @@ cdef class Engine(CoordinatorLink):
         lock_release(self.lock)
         if not lock_try(self.drive):
             return                      # the engine thread is at work
+        idle_mute_sockets(self.idle, True)
         idle_since = now_seconds()
         while True:
             step = self._iterate()
@@ -734,6 +758,7 @@ cdef class Engine(CoordinatorLink):
             elif now_seconds() - idle_since > self.spin_s:
                 break
         engine_needed = not done or self._engine_has_work()
+        idle_mute_sockets(self.idle, False)
         lock_release(self.drive)
         if engine_needed:
             wake_fd_signal(self.wake_fd)    # its poll set or timeout may be stale
@@ -752,29 +777,6 @@ cdef class Engine(CoordinatorLink):
         if self.rank != 0:
             return -1
         return self.coord.idle_timeout_ms()
-
-    cdef void _poll_set(self, vector[pollfd]& fds) noexcept nogil:
-        """The descriptors an idle engine thread sleeps on: its wake-up eventfd first, then
-        the control channel's sockets."""
-        cdef pollfd p
-        cdef size_t i
-        fds.clear()
-        p.fd = self.wake_fd
-        p.events = POLLIN
-        p.revents = 0
-        fds.push_back(p)
-        if self.ctl_fd >= 0:
-            p.fd = self.ctl_fd
-            fds.push_back(p)
-        for i in range(1, self.worker_fds.size()):
-            if self.worker_fds[i] >= 0 and self.worker_state[i] != 2:
-                p.fd = self.worker_fds[i]
-                fds.push_back(p)
-
-    cdef void _wait_for_work(self, vector[pollfd]& fds, int timeout_ms) noexcept nogil:
-        c_poll(fds.data(), fds.size(), timeout_ms)
-        if fds[0].revents:
-            wake_fd_drain(self.wake_fd)
 
     # ---- submitting this rank's requests
 
