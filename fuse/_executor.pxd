@@ -46,6 +46,7 @@ cdef class Executor:
 
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil
+    cdef bint _via_shm(self, PSet* ps, size_t nbytes) noexcept nogil
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil

@@ -302,6 +302,10 @@ cdef class Executor:
         if self.lane != NULL:
             lane_free(self.lane)
 
+    cdef bint _via_shm(self, PSet* ps, size_t nbytes) noexcept nogil:
+        """Whether an allreduce of ``nbytes`` goes through same-host shared memory."""
+        return ps.shm != NULL and self.shm_bytes != 0 and nbytes >= self.shm_bytes
+
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil:
         """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  When
@@ -313,7 +317,7 @@ cdef class Executor:
         cdef HalfJob job
         cdef int rc, rc_lane
         cdef char errbuf[ERRLEN]
-        if ps.shm != NULL and self.shm_bytes != 0 and count * dsize >= self.shm_bytes:
+        if self._via_shm(ps, count * dsize):
             # every member is on this host: no backend at all (the postscale is applied by
             # each part's owner while the part is in cache)
             errbuf[0] = 0
@@ -361,6 +365,7 @@ cdef class Executor:
         if resp.op == OP_AVERAGE:
             post = post / <double>ps.ranks.size()
         cdef bint tl = tl_on(self.tl)
+        cdef uint8_t act = TLW_BACKEND
         if resp.inline_data:
             self.st_inline += n
             if tl:
@@ -408,13 +413,14 @@ cdef class Executor:
         if tl:
             if fused:
                 tl_span_all(self.tl, resp.names, b'E', TLW_MEMCPY_IN, resp.kind)
-            tl_span_all(self.tl, resp.names, b'B', TLW_BACKEND, resp.kind)
+            act = TLW_SHM if self._via_shm(ps, total) else TLW_BACKEND
+            tl_span_all(self.tl, resp.names, b'B', act, resp.kind)
         t1 = now_seconds()
         if self._reduce(ps, buf, total // dsize if dsize else 0, resp.dtype, bop, post, err) != 0:
             return EX_BACKEND
         t2 = now_seconds()
         if tl:
-            tl_span_all(self.tl, resp.names, b'E', TLW_BACKEND, resp.kind)
+            tl_span_all(self.tl, resp.names, b'E', act, resp.kind)
         if fused:
             if tl:
                 tl_span_all(self.tl, resp.names, b'B', TLW_MEMCPY_OUT, resp.kind)

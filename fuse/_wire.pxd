@@ -75,7 +75,8 @@ cdef extern from "timeline.h" namespace "fuse" nogil:
     cppclass Timeline:
         pass
     enum TlWhat:
-        TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE
+        TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE,
+        TLW_SHM
     Timeline* tl_new()
     void tl_free(Timeline*)
     cbool tl_on(Timeline*)

@@ -61,6 +61,8 @@ def _env_timeline_job(path: str):
         c.array(o, np.full(10000, 2 * i + 1, np.float32), f"fused allreduce {i}")
     fuse.broadcast(np.arange(5, dtype=np.int32), 0, name="bc")
     fuse.allgather(np.ones((2, 3), np.float64), name="ag")
+    large = fuse.allreduce(np.full(100_000, r + 1.0, np.float32), name="large", op=fuse.Sum)
+    c.array(large, np.full(100_000, 3.0, np.float32), "allreduce through shared memory")
     time.sleep(0.4)                       # > the writer's 100 ms interval
     if r == 0:                            # mid-run: the file is already valid JSON
         events = _load(path)
@@ -111,8 +113,11 @@ def test_env_timeline_phases(tmp_path):
     assert events[0]["name"] == "process_name" and "start_time_since_epoch_in_micros" in \
         events[0]["args"]
     per = _by_tensor(events)
-    for name in FUSED + ["bc", "ag"]:
+    for name in FUSED + ["bc", "ag", "large"]:
         assert name in per, sorted(per)
+    # 400 KB, both ranks on this host: reduced through shared memory, and named so
+    assert ("B", "SHM_ALLREDUCE") in _phases(per["large"]), _phases(per["large"])
+    assert ("B", "GLOO_ALLREDUCE") not in _phases(per["large"]), _phases(per["large"])
     for name in FUSED:
         evs = per[name]
         ticks = sorted(e["name"] for e in evs if e["ph"] == "X")
