@@ -422,6 +422,7 @@ cdef class Engine(CoordinatorLink):
             self.next_handle += 1
             self.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
             self.handles[reqs[i].handle].status = H_PENDING
+            self.handles[reqs[i].handle].drivable = self._settled_by_negotiation(reqs[i])
             self.npending += 1
             self.queue.push_back(reqs[i])
             handles.append(reqs[i].handle)
@@ -725,17 +726,19 @@ cdef class Engine(CoordinatorLink):
         (tens of microseconds each on a busy or virtual machine), more than the rest of the
         collective.  So a thread that waits for the only collective in flight, while the engine
         thread sleeps, runs the loop itself: its request goes out, the answer is read as soon
-        as it lands, and the engine thread stays asleep.  Only then: with other collectives in
-        flight the engine thread is busy with them, and a second thread spinning beside it
-        would take the core it (or a peer rank) needs.  Whatever is left when this returns is
-        the engine thread's again."""
+        as it lands, and the engine thread stays asleep.  Only then, and only for collectives
+        the coordinator's answer settles (small inline ones, barriers, joins): with other
+        collectives in flight the engine thread is busy with them, and a backend collective
+        has threads of its own (Gloo's I/O loop); a thread spinning beside them, here or on a
+        peer rank, takes the core they need (a 128 KiB Gloo allreduce took 3x as long).
+        Whatever is left when this returns is the engine thread's again."""
         cdef double idle_since
         cdef int step
         cdef bint done = False
         cdef bint engine_needed
         lock_acquire(self.lock)
         if self.npending != 1 or self.state != S_RUNNING or self.handles.count(handle) == 0 \
-                or self.handles[handle].status != H_PENDING:
+                or self.handles[handle].status != H_PENDING or not self.handles[handle].drivable:
             lock_release(self.lock)
             return
         lock_release(self.lock)
@@ -816,6 +819,16 @@ cdef class Engine(CoordinatorLink):
             if send_frame(self.ctl_fd, msg) != 0:
                 self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
                                "requests: rank 0 exited or crashed"), 2)
+
+    cdef bint _settled_by_negotiation(self, Request& r) noexcept nogil:
+        """Whether the coordinator's answer completes ``r`` with no backend collective: a
+        barrier, a join, or an allreduce or broadcast small enough to travel inline."""
+        if r.kind == K_BARRIER or r.kind == K_JOIN:
+            return True
+        if (r.kind != K_ALLREDUCE and r.kind != K_BROADCAST) or self.psets.count(r.pset) == 0:
+            return False
+        return self._inlines(<size_t>_numel(r.shape) * dtype_size(r.dtype),
+                             self.psets[r.pset].ranks.size())
 
     cdef bint _inlines(self, size_t nbytes, size_t members) noexcept nogil:
         return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold

@@ -144,6 +144,7 @@ cdef struct HandleState:
     int64_t value
     vector[int64_t] aux
     int error_kind          # 0 internal, 1 mismatch, 2 shutdown, 3 stall, 4 backend
+    bint drivable           # settled by negotiation alone: its waiter may drive (Engine._drive)
 
 
 cdef struct PSet:

@@ -82,7 +82,7 @@ class Config:
                                   doc="allreduces (and broadcasts) whose size times the set size "
                                       "is at most this many bytes travel with the negotiation "
                                       "and are reduced by the coordinator; 0 turns this off")
-    spin_time_us: float = _knob(500.0, "SPIN_TIME_US",
+    spin_time_us: float = _knob(100.0, "SPIN_TIME_US",
                                 doc="microseconds a thread waiting for the only collective in "
                                     "flight runs the engine loop itself, polling, before it "
                                     "sleeps (latency of small synchronous calls); 0 turns "

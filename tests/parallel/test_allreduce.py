@@ -372,11 +372,11 @@ def test_buffers_in_shared_regions_are_reduced_between_them(np_):
 
 
 def lone_synchronous_calls() -> dict:
-    """Synchronous collectives with nothing else in flight: the waiting thread runs the engine
-    loop itself (FUSE_SPIN_TIME_US).  Inline allreduces, a backend allreduce, an allgather
-    (its output allocated from the waiting thread) and a broadcast, then a call rank 0 waits
-    for longer than its spin (rank 1 arrives 0.2 s late), which must fall back to sleeping
-    and still complete."""
+    """Synchronous collectives with nothing else in flight: for those the coordinator's answer
+    settles (inline allreduces, a small broadcast) the waiting thread runs the engine loop
+    itself (FUSE_SPIN_TIME_US); a backend allreduce and an allgather in between are left to
+    the engine thread.  Then a call rank 0 waits for longer than its spin (rank 1 arrives
+    0.2 s late), which must fall back to sleeping and still complete."""
     import fuse
     from fuse.common import basics
 
@@ -386,8 +386,10 @@ def lone_synchronous_calls() -> dict:
         total = n * (n + 1) // 2
         small = all(float(fuse.allreduce(np.full(3, r + 1.0), name=f"small{i}",
                                          op=fuse.Sum)[1]) == total for i in range(30))
+        before = basics.engine().stats()["driven"]
         backend = fuse.allreduce(np.full(20000, r + 1, np.int64), name="backend", op=fuse.Sum)
         gathered = fuse.allgather(np.full((r + 1, 2), r, np.int32), name="gather")
+        backend_driven = basics.engine().stats()["driven"] - before
         expect_gather = np.concatenate([np.full((k + 1, 2), k, np.int32) for k in range(n)])
         root = fuse.broadcast(np.arange(5.0) * (r + 1), root_rank=n - 1, name="bcast")
         if r == 1:
@@ -397,7 +399,8 @@ def lone_synchronous_calls() -> dict:
                 "gather": bool(np.array_equal(gathered, expect_gather)),
                 "bcast": bool(np.array_equal(root, np.arange(5.0) * n)),
                 "late": late.tolist() == [total, total],
-                "driven": basics.engine().stats()["driven"] > 0}
+                "driven": basics.engine().stats()["driven"] > 0,
+                "backend driven": backend_driven}
     finally:
         fuse.shutdown()
 
@@ -406,7 +409,8 @@ def lone_synchronous_calls() -> dict:
 def test_waiting_thread_drives_a_lone_collective(np_, spin):
     env = {} if spin is None else {"FUSE_SPIN_TIME_US": spin}
     out = run_job(lone_synchronous_calls, np_, env)
-    ok = {"small": True, "backend": True, "gather": True, "bcast": True, "late": True}
+    ok = {"small": True, "backend": True, "gather": True, "bcast": True, "late": True,
+          "backend driven": 0}
     assert out == [ok | {"driven": spin is None}] * np_, out
 
 
