@@ -101,6 +101,7 @@ cdef class Engine(CoordinatorLink):
     # collective while the engine thread sleeps (see _drive).  Taken before ``lock``, never after.
     cdef Lock* drive
     cdef double spin_s
+    cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
     cdef int64_t npending               # handles not yet completed (under the lock)
     cdef int64_t st_driven              # waits that completed while their thread drove
     cdef vector[Request] queue
@@ -178,6 +179,7 @@ cdef class Engine(CoordinatorLink):
         self.inline_threshold = config.inline_threshold
         self.cache_capacity = config.cache_capacity
         self.spin_s = config.spin_time_us / 1e6
+        self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
         self.coord = Coordinator(self, config, log)
         self.coord.psets = &self.psets
         self.coord.tl = self.tl
@@ -422,7 +424,7 @@ cdef class Engine(CoordinatorLink):
             self.next_handle += 1
             self.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
             self.handles[reqs[i].handle].status = H_PENDING
-            self.handles[reqs[i].handle].drivable = self._settled_by_negotiation(reqs[i])
+            self.handles[reqs[i].handle].drivable = self._drivable(reqs[i])
             self.npending += 1
             self.queue.push_back(reqs[i])
             handles.append(reqs[i].handle)
@@ -727,10 +729,10 @@ cdef class Engine(CoordinatorLink):
         collective.  So a thread that waits for the only collective in flight, while the engine
         thread sleeps, runs the loop itself: its request goes out, the answer is read as soon
         as it lands, and the engine thread stays asleep.  Only then, and only for collectives
-        the coordinator's answer settles (small inline ones, barriers, joins): with other
-        collectives in flight the engine thread is busy with them, and a backend collective
-        has threads of its own (Gloo's I/O loop); a thread spinning beside them, here or on a
-        peer rank, takes the core they need (a 128 KiB Gloo allreduce took 3x as long).
+        no other thread takes part in (``_drivable``): with other collectives in flight the
+        engine thread is busy with them, and some backends have threads of their own (Gloo's
+        I/O loop); a thread spinning beside them, here or on a peer rank, takes the core they
+        need (a 128 KiB Gloo allreduce took 3x as long).
         Whatever is left when this returns is the engine thread's again."""
         cdef double idle_since
         cdef int step
@@ -820,15 +822,20 @@ cdef class Engine(CoordinatorLink):
                 self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
                                "requests: rank 0 exited or crashed"), 2)
 
-    cdef bint _settled_by_negotiation(self, Request& r) noexcept nogil:
-        """Whether the coordinator's answer completes ``r`` with no backend collective: a
-        barrier, a join, or an allreduce or broadcast small enough to travel inline."""
-        if r.kind == K_BARRIER or r.kind == K_JOIN:
+    cdef bint _drivable(self, Request& r) noexcept nogil:
+        """Whether a thread waiting for ``r`` alone may run the loop itself (_drive): when
+        no thread but the caller's takes part.  The coordinator's answer settles barriers,
+        joins and allreduces or broadcasts small enough to travel inline; same-host shared
+        memory reduces on the calling thread; so do backends that say so (MPI)."""
+        cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        if r.kind == K_BARRIER or r.kind == K_JOIN or self.backend_in_caller:
             return True
-        if (r.kind != K_ALLREDUCE and r.kind != K_BROADCAST) or self.psets.count(r.pset) == 0:
+        if self.psets.count(r.pset) == 0:
             return False
-        return self._inlines(<size_t>_numel(r.shape) * dtype_size(r.dtype),
-                             self.psets[r.pset].ranks.size())
+        if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self._inlines(
+                nbytes, self.psets[r.pset].ranks.size()):
+            return True
+        return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets[r.pset], nbytes)
 
     cdef bint _inlines(self, size_t nbytes, size_t members) noexcept nogil:
         return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold

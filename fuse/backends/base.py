@@ -76,6 +76,12 @@ class Backend(abc.ABC):
 
     api_version: ClassVar[int] = 1
     name: ClassVar[str] = "unnamed"
+    # True if a collective runs entirely on the thread that calls it, with no threads of the
+    # backend's own involved (MPI's shared-memory and TCP channels poll from the caller; Gloo
+    # hands I/O to its own loop thread).  Then a thread waiting for a lone collective may run
+    # it itself instead of waking the engine thread (FUSE_SPIN_TIME_US); a thread spinning
+    # beside a backend's own threads would take the core they need.
+    collectives_in_caller_thread: ClassVar[bool] = False
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:

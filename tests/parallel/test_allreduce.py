@@ -375,7 +375,8 @@ def lone_synchronous_calls() -> dict:
     """Synchronous collectives with nothing else in flight: for those the coordinator's answer
     settles (inline allreduces, a small broadcast) the waiting thread runs the engine loop
     itself (FUSE_SPIN_TIME_US); a backend allreduce and an allgather in between are left to
-    the engine thread.  Then a call rank 0 waits for longer than its spin (rank 1 arrives
+    the engine thread, unless the backend runs its collectives on the caller's thread (MPI),
+    where they may be driven too.  Then a call rank 0 waits for longer than its spin (rank 1 arrives
     0.2 s late), which must fall back to sleeping and still complete."""
     import fuse
     from fuse.common import basics
@@ -390,6 +391,8 @@ def lone_synchronous_calls() -> dict:
         backend = fuse.allreduce(np.full(20000, r + 1, np.int64), name="backend", op=fuse.Sum)
         gathered = fuse.allgather(np.full((r + 1, 2), r, np.int32), name="gather")
         backend_driven = basics.engine().stats()["driven"] - before
+        if type(basics._state.backend).collectives_in_caller_thread:
+            backend_driven = 0          # allowed, not required: a late peer ends the spin
         expect_gather = np.concatenate([np.full((k + 1, 2), k, np.int32) for k in range(n)])
         root = fuse.broadcast(np.arange(5.0) * (r + 1), root_rank=n - 1, name="bcast")
         if r == 1:
@@ -405,13 +408,14 @@ def lone_synchronous_calls() -> dict:
         fuse.shutdown()
 
 
-@pytest.mark.parametrize("np_,spin", [(2, None), (3, None), (2, "0")])
+@pytest.mark.parametrize("np_,spin", [(2, "20000"), (3, "20000"), (2, "0")])
 def test_waiting_thread_drives_a_lone_collective(np_, spin):
-    env = {} if spin is None else {"FUSE_SPIN_TIME_US": spin}
-    out = run_job(lone_synchronous_calls, np_, env)
+    # 20 ms of spin, not the default 0.1 ms: with 3 ranks on 2 cores a peer is often not
+    # running within 0.1 ms, and every rank must drive at least once; 0.2 s still outlasts it
+    out = run_job(lone_synchronous_calls, np_, {"FUSE_SPIN_TIME_US": spin})
     ok = {"small": True, "backend": True, "gather": True, "bcast": True, "late": True,
           "backend driven": 0}
-    assert out == [ok | {"driven": spin is None}] * np_, out
+    assert out == [ok | {"driven": spin != "0"}] * np_, out
 
 
 def test_bfloat16_available():

@@ -262,6 +262,7 @@ class MPIBackend(Backend):
     """
 
     name = "mpi"
+    collectives_in_caller_thread = True
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
