@@ -80,7 +80,9 @@ def _new_segment(nbytes: int = SEGMENT_BYTES, header: bool = True) -> tuple[int,
     fd = -1
     try:
         fd, path = tempfile.mkstemp(prefix=f"fuse-shm-{os.getpid()}-", dir=_shm_dir())
-        os.ftruncate(fd, nbytes)
+        # Reserve the pages now: a mapping of a tmpfs file that outgrows the filesystem (a
+        # container's 64 MB /dev/shm) would otherwise raise SIGBUS on first touch, mid-job.
+        os.posix_fallocate(fd, 0, nbytes)
         if header:
             os.pwrite(fd, struct.pack("<q", os.getpid()), PID_OFFSET)
         return fd, path

@@ -76,3 +76,48 @@ def test_a_rank_that_cannot_map_a_segment_turns_it_off_for_everyone():
     assert shm.connect(config, exchange) is None
     import json
     assert not os.path.exists(json.loads(made[0])["path"])
+
+
+@pytest.fixture
+def small_shm_dir(tmp_path, monkeypatch):
+    """A 1 MiB tmpfs standing in for /dev/shm (mounting one needs root)."""
+    where = tmp_path / "smallfs"
+    where.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(where)],
+                             capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip("mounting a small tmpfs needs root (mount -t tmpfs): "
+                    + mounted.stderr.decode(errors="replace").strip())
+    monkeypatch.setattr(shm, "_shm_dir", lambda: str(where))
+    yield where
+    subprocess.run(["umount", str(where)], check=True)
+
+
+def test_no_room_in_dev_shm_means_no_segment_rather_than_sigbus_later(small_shm_dir):
+    """A segment bigger than what /dev/shm has left is refused when it is made (its pages
+    are reserved), not mapped sparse to raise SIGBUS when training first touches it."""
+    assert shm._new_segment(8 << 20, header=False) == (-1, None)
+    assert os.listdir(small_shm_dir) == []
+    fd, path = shm._new_segment(64 << 10, header=False)     # what fits still works
+    assert fd >= 0 and os.path.getsize(path) == 64 << 10
+    os.close(fd)
+    os.unlink(path)
+
+
+def test_shared_regions_fall_back_everywhere_when_one_rank_has_no_room(small_shm_dir):
+    """This rank cannot make its 8 MiB gradient region; its peer could.  Both learn it from the
+    allgather and get None: nothing is registered with the engine, no file is left."""
+    registered = []
+    engine = SimpleNamespace(shared_memory=object(), rank=0,
+                             _add_shared_region=lambda *a: registered.append(a))
+    calls = []
+
+    def allgather(obj):
+        calls.append(obj)
+        if len(calls) == 1:
+            return [obj, {"paths": ["/dev/shm/peer-region"], "sizes": [8 << 20]}]
+        return [obj, True]
+
+    assert shm.share_regions(engine, [8 << 20], allgather) is None
+    assert calls[0]["paths"] == [None] and calls[1] is False
+    assert registered == [] and os.listdir(small_shm_dir) == []
