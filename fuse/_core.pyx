@@ -309,6 +309,7 @@ cdef class Engine(CoordinatorLink):
         finally:
             idle_mute_sockets(self.idle, False)
             lock_release(self.drive)
+            wake_fd_signal(self.wake_fd)    # it may have woken for work and found the loop taken
 
     @property
     def shared_memory(self):
@@ -737,7 +738,7 @@ cdef class Engine(CoordinatorLink):
         cdef double idle_since
         cdef int step
         cdef bint done = False
-        cdef bint engine_needed
+        cdef bint timed
         lock_acquire(self.lock)
         if self.npending != 1 or self.state != S_RUNNING or self.handles.count(handle) == 0 \
                 or self.handles[handle].status != H_PENDING or not self.handles[handle].drivable:
@@ -762,20 +763,24 @@ cdef class Engine(CoordinatorLink):
                 idle_since = now_seconds()
             elif now_seconds() - idle_since > self.spin_s:
                 break
-        engine_needed = not done or self._engine_has_work()
+        timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under ``drive``)
         idle_mute_sockets(self.idle, False)
         lock_release(self.drive)
-        if engine_needed:
-            wake_fd_signal(self.wake_fd)    # its poll set or timeout may be stale
+        # Checked after the loop is released: a request queued, or a failure, while this thread
+        # held it may have woken the engine thread only to find the loop taken (_loop), and it
+        # sleeps again unless told.  Anything queued before this check is seen here; anything
+        # later signals the engine thread itself, which then finds the loop free.
+        if not done or timed or self._engine_has_work():
+            wake_fd_signal(self.wake_fd)
 
     cdef bint _engine_has_work(self) noexcept nogil:
-        """Whether anything is queued, in flight or timed (rank 0) that the engine thread
-        must pick up after a caller drove the loop (the caller still holds ``drive``)."""
+        """Whether anything is queued or in flight, or the engine is stopping: what the engine
+        thread must pick up after another thread held the loop."""
         cdef bint busy
         lock_acquire(self.lock)
         busy = self.queue.size() != 0 or self.npending != 0 or self.state != S_RUNNING
         lock_release(self.lock)
-        return busy or self._idle_timeout_ms() >= 0
+        return busy
 
     cdef int _idle_timeout_ms(self) noexcept nogil:
         """How long the thread may sleep: forever when nothing is pending anywhere."""
