@@ -58,6 +58,7 @@ def main():
     hvd.init()
     context = mx.cpu(hvd.local_rank())
     mx.random.seed(42 + hvd.rank())     # different initial weights: the broadcast fixes them
+    np.random.seed(hvd.rank())          # the DataLoader shuffles with NumPy's global generator
 
     # Horovod: each worker trains on its own shard of the data
     train_data = gluon.data.DataLoader(synthetic_dataset(1024, 1, hvd.rank(), hvd.size()),
