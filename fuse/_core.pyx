@@ -298,7 +298,7 @@ cdef class Engine(CoordinatorLink):
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
         fuse.common.shm.share_regions), between two passes of the loop."""
-        segments = self._groups.get((0, "shm"))
+        segments = self.shared_memory
         if segments is None:
             raise RuntimeError("shared memory is not in use in this job")
         with nogil:
@@ -564,9 +564,10 @@ cdef class Engine(CoordinatorLink):
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
         cdef Executor x = self.executor
+        shm = self.shared_memory
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
                 "split": x.st_split, "shm": x.st_shm,
-                "shm_direct": self.shared_memory.direct if self.shared_memory else 0,
+                "shm_direct": shm.direct if shm is not None else 0,
                 "driven": self.st_driven,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,

@@ -40,7 +40,6 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     cbool pop_frame(string& inbox, string& out)
     int wake_fd_new()
     void wake_fd_signal(int)
-    void wake_fd_drain(int)
     size_t dtype_size(int)
     const char* dtype_name(int)
     void scale_buffer(void*, size_t, int, double)

@@ -14,6 +14,8 @@
 #include <sys/epoll.h>
 #include <unistd.h>
 
+#include "core_support.h"
+
 namespace fuse {
 
 struct IdleWait {
@@ -59,13 +61,8 @@ inline bool idle_add_socket(IdleWait* w, int fd) { return idle_watch(w->sockets,
 inline void idle_wait(IdleWait* w, int timeout_ms) {
   struct epoll_event evs[2];
   int n = ::epoll_wait(w->outer, evs, 2, timeout_ms);
-  uint64_t v;
-  for (int i = 0; i < n; ++i) {
-    if (evs[i].data.fd == w->wake) {
-      ssize_t r = ::read(w->wake, &v, sizeof v);
-      (void)r;
-    }
-  }
+  for (int i = 0; i < n; ++i)
+    if (evs[i].data.fd == w->wake) wake_fd_drain(w->wake);
 }
 
 inline void idle_mute_sockets(IdleWait* w, bool mute) {
