@@ -17,6 +17,7 @@ import threading
 import traceback
 from typing import Sequence
 
+from fuse.common import thread_budget
 from fuse.common.process_sets import ProcessSet, global_process_set
 from fuse.config import Config
 from fuse.exceptions import ShutdownError
@@ -94,6 +95,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         elif name != config.backend:
             config = Config.from_env(**{**overrides, "backend": name})
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
+        _warn_oversubscribed(config, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
         ctl_fd, worker_fds = _connect_control_channel(backend, config)
@@ -139,6 +141,22 @@ def init(comm=None, process_sets=None, **overrides) -> None:
                   config.backend)
     for ps in process_sets or ():
         _add_process_set(ps)
+
+
+def _warn_oversubscribed(config: Config, log) -> None:
+    """Once per process, on the first rank of each host: say so when the workers' compute
+    threads outnumber the host's cores (fuse's launchers prevent it; plain mpirun, srun or a
+    user's own launcher may not).  Only a warning: a running framework is never changed."""
+    global _threads_checked
+    if _threads_checked or config.local_rank != 0:
+        return
+    _threads_checked = True
+    text = thread_budget.oversubscription_warning(config.local_size)
+    if text:
+        log.warning("%s", text)
+
+
+_threads_checked = False
 
 
 # Set by MPI launchers in every process (Open MPI, MPICH/Hydra, Intel MPI, PMIx launchers).

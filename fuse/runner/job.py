@@ -27,6 +27,8 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
+from fuse.common import thread_budget
+
 from .hosts import Slot, is_local_host, loopback_interface, store_address
 from .store import KVStoreServer
 
@@ -287,6 +289,9 @@ class Job:
             if not is_local_host(s.hostname) and s.hostname not in remote_hosts:
                 remote_hosts.append(s.hostname)
         self.remote_hosts = remote_hosts
+        # Every host name that resolves to this machine shares its cores.
+        self.local_workers = sum(s.hostname not in remote_hosts for s in self.slots)
+        self.cores = thread_budget.usable_cores()
         nics = list(self.settings.network_interfaces or [])
         self.addr = store_address(remote_hosts, nics)
         self.server = KVStoreServer("0.0.0.0" if remote_hosts else "127.0.0.1", 0).start()
@@ -320,7 +325,14 @@ class Job:
             env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(self.port)
         env["PYTHONUNBUFFERED"] = "1"
         env.update(slot.env())
+        if slot.hostname not in self.remote_hosts:  # remote hosts count their cores themselves
+            env.update(thread_budget.budget_env(env, self.local_workers, self.cores))
         return env
+
+    def budget_notice(self) -> str | None:
+        """What the thread budget gives the workers, said once when the job starts."""
+        return thread_budget.launcher_notice(self.base_env, self.local_workers, self.cores,
+                                             remote=bool(self.remote_hosts))
 
     # -- messages --------------------------------------------------------------------------
     def _say(self, text: str) -> None:
@@ -347,6 +359,7 @@ class Job:
             "{ trap '' TERM; cat <&3 >/dev/null; kill -TERM 0; "
             f"sleep {grace}; kill -KILL 0; }} >/dev/null 2>&1 &\n"
             f"printf '%s\\n' {marker}\n"
+            + thread_budget.shell_budget(env, env.get("FUSE_LOCAL_SIZE", "1")) +
             f"env {assigns} {cmd} </dev/null 3<&-\n"
         )
         argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
@@ -459,6 +472,9 @@ class Job:
         drain_until: float | None = None
         try:
             self._workers = [_Worker(s, s.hostname in self.remote_hosts) for s in self.slots]
+            notice = self.budget_notice()
+            if notice:
+                self._say(notice)
             for w in self._workers:
                 failure = self._start(w)
                 if failure is not None or self._signals:

@@ -416,9 +416,12 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
             print(f"{PROG}: {err}", file=sys.stderr)
             return 1
         env["FUSE_SIZE"] = str(np)  # informational: each worker's identity comes from MPI
+        mpi_hosts = specs if (args.hosts or args.hostfile) else None
+        command, notice = mpi.apply_thread_budget(args.command, env, np, mpi_hosts)
+        if notice:
+            print(f"{PROG}: {notice}", file=sys.stderr, flush=True)
         argv = mpi.mpirun_argv(
-            mpirun, mpi.mpi_flavour(mpirun), np,
-            specs if (args.hosts or args.hostfile) else None, env, args.command,
+            mpirun, mpi.mpi_flavour(mpirun), np, mpi_hosts, env, command,
             mpi_args=args.mpi_args, ssh_port=args.ssh_port,
             ssh_identity_file=args.ssh_identity_file, network_interfaces=nics,
             output_filename=args.output_filename, prefix_timestamp=bool(args.prefix_timestamp),

@@ -17,9 +17,15 @@ import os
 import shlex
 import shutil
 import subprocess
+import sys
 from typing import Mapping, Sequence
 
-from .hosts import HostSpec
+from fuse.common import thread_budget
+
+from .hosts import HostSpec, is_local_host
+
+# How many ranks mpirun put on the host a rank runs on (Hydra, then Open MPI).
+_LOCAL_SIZE_SH = "${MPI_LOCALNRANKS:-${OMPI_COMM_WORLD_LOCAL_SIZE:-1}}"
 
 
 class MPINotFound(RuntimeError):
@@ -100,6 +106,23 @@ def mpirun_argv(mpirun: str, flavour: str, np: int, hosts: Sequence[HostSpec] | 
     return argv
 
 
+def apply_thread_budget(command: Sequence[str], env: dict[str, str], np: int,
+                        hosts: Sequence[HostSpec] | None) -> tuple[list[str], str | None]:
+    """Give mpirun's ranks their thread budget: in ``env`` when every host is this machine,
+    else through an ``sh`` wrapper that computes it on each host.  Returns the command to
+    run and the notice to print (see :mod:`fuse.common.thread_budget`)."""
+    if all(is_local_host(h.hostname) for h in hosts or ()):
+        cores = thread_budget.usable_cores()
+        notice = thread_budget.launcher_notice(env, np, cores)
+        env.update(thread_budget.budget_env(env, np, cores))
+        return list(command), notice
+    script = thread_budget.shell_budget(env, _LOCAL_SIZE_SH)
+    if not script:
+        return list(command), None
+    notice = thread_budget.launcher_notice(env, 0, 0, remote=True)
+    return ["sh", "-c", script + 'exec "$@"', "fuse-thread-budget", *command], notice
+
+
 def exec_mpirun(argv: Sequence[str], env: Mapping[str, str], verbose: bool = False) -> None:
     """Replace this process with mpirun (does not return)."""
     env = dict(env)
@@ -147,7 +170,10 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
         env["FUSE_BACKEND"] = "mpi"   # as fuserun --mpi does
         env["FUSE_SIZE"] = str(np)    # informational; ranks come from MPI
         env["PYTHONUNBUFFERED"] = "1"
-        command = [executable, "-m", "fuse.runner.run_task", addr, str(server.port)]
+        command, notice = apply_thread_budget(
+            [executable, "-m", "fuse.runner.run_task", addr, str(server.port)], env, np, hosts)
+        if notice:
+            print(f"fuse.run: {notice}", file=sys.stderr, flush=True)
         argv = mpirun_argv(mpirun, mpi_flavour(mpirun), np, hosts, env, command,
                            mpi_args=mpi_args, ssh_port=ssh_port,
                            ssh_identity_file=ssh_identity_file,

@@ -19,4 +19,23 @@ from fuse.frameworks.tensorflow.optimizer import DistributedOptimizer  # noqa: F
 from fuse.frameworks.tensorflow.sync_batch_norm import SyncBatchNormalization  # noqa: F401
 from fuse.frameworks.tensorflow.tensors import Compression  # noqa: F401
 
+import os as _os  # noqa: E402
+
+import tensorflow as _tf  # noqa: E402
+
+from fuse.common import thread_budget as _thread_budget  # noqa: E402
+
+
+def _intra_op_threads() -> int:
+    """TensorFlow's intra-op pool: the configured size, else TF_NUM_INTRAOP_THREADS, else one
+    thread per usable core (0 means 'TensorFlow's default')."""
+    n = _tf.config.threading.get_intra_op_parallelism_threads()
+    if n > 0:
+        return n
+    env = _os.environ.get("TF_NUM_INTRAOP_THREADS", "")
+    return int(env) if env.isdigit() and int(env) > 0 else _thread_budget.usable_cores()
+
+
+_thread_budget.register_thread_probe("TensorFlow's intra-op pool", _intra_op_threads)
+
 __all__ = [n for n in dir() if not n.startswith("_") and n != "annotations"]

@@ -19,4 +19,10 @@ from fuse.frameworks.torch.optimizer import DistributedOptimizer  # noqa: F401
 from fuse.frameworks.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 from fuse.frameworks.torch.tensors import Compression  # noqa: F401
 
+import torch as _torch  # noqa: E402
+
+from fuse.common.thread_budget import register_thread_probe as _register_thread_probe  # noqa: E402
+
+_register_thread_probe("torch.get_num_threads()", _torch.get_num_threads)
+
 __all__ = [n for n in dir() if not n.startswith("_") and n != "annotations"]
