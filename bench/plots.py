@@ -117,11 +117,28 @@ def training_plot(w: dict, out_dir: str) -> list[str]:
     return [path]
 
 
+def loaded_plot(w: dict, out_dir: str) -> list[str]:
+    rows = job_rows(w, "loaded")
+    if not rows:
+        return []
+    cases = [r["case"].replace(", ", "\n") for r in rows]
+    fig, ax = plt.subplots(figsize=(8, 5))
+    _grouped_bars(ax, cases, {"fuse": [r["median"]["fuse"] * 1e3 for r in rows],
+                              "DDP": [r["median"]["DDP"] * 1e3 for r in rows]})
+    ax.set_ylabel("step time (ms, lower is better)")
+    ax.set_title("fuserun vs torchrun, 2 workers, quiet and beside busy processes")
+    fig.tight_layout()
+    path = os.path.join(out_dir, "loaded.png")
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
 def draw_all(results: dict[str, dict], out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for key, draw in (("allreduce", allreduce_plots), ("many_small", many_small_plot),
-                      ("training", training_plot)):
+                      ("training", training_plot), ("loaded", loaded_plot)):
         if key in results:
             paths += draw(results[key], out_dir)
     return paths

@@ -174,10 +174,43 @@ def overhead_section(w: dict) -> str:
         "optimizer hooks, so this is the cost of the engine merely existing.", "", *idle])
 
 
+def _threads_cell(threads: dict | None) -> str:
+    """What a side's workers ran with: the thread variables set and torch's pool size."""
+    if not threads:
+        return "–"
+    short = {"OMP_NUM_THREADS": "OMP", "MKL_NUM_THREADS": "MKL", "TF_NUM_INTRAOP_THREADS": "TF"}
+    cells = [f"{short.get(k, k)}={v}" for k, v in threads.items()
+             if k in short and v is not None]
+    cells.append(f"torch {threads.get('torch.get_num_threads()', '?')}")
+    return " ".join(cells)
+
+
+def loaded_section(w: dict) -> str:
+    rows = []
+    for r in job_rows(w, "loaded"):
+        med, threads = r["median"], r.get("threads", {})
+        rows.append([r["case"], fmt_time(med["fuse"]), fmt_time(med["DDP"]),
+                     _ratio_cell(r["ratio"]), _threads_cell(threads.get("fuse")),
+                     _threads_cell(threads.get("DDP"))])
+    return "\n".join([
+        _table(["case", "fuse (fuserun -np 2)", "DDP (torchrun, 2 per node)", "fuse/DDP",
+                "fuse workers' threads", "DDP workers' threads"], rows), "",
+        "Each side started by its own launcher with that launcher's defaults, from an "
+        "environment with no thread variable set: fuserun gives each worker its share of the "
+        "usable cores (OMP_NUM_THREADS, MKL_NUM_THREADS, TF_NUM_INTRAOP_THREADS), torchrun "
+        "sets OMP_NUM_THREADS=1. \"load N\": N `while True: pass` processes run beside the "
+        "job. A job times 10 steps after 3 warm-up steps (median); rounds alternate which "
+        "side's job runs first; the figure is the median over rounds. ResNet-50 gradient set: "
+        "step of section 2 (allreduce-bound); small CNN: one step of section 3's model, 32 "
+        "images per worker (compute-bound).", "", "![beside busy processes](plots/loaded.png)"])
+
+
 SECTIONS = (("allreduce", "1. Allreduce latency and bandwidth", allreduce_section),
             ("many_small", "2. Many small tensors (ResNet-50 gradient set)", many_small_section),
             ("training", "3. End-to-end training of a small CNN", training_section),
-            ("overhead", "4. Engine overhead", overhead_section))
+            ("overhead", "4. Engine overhead", overhead_section),
+            ("loaded", "5. Each side launched its usual way, quiet and beside busy processes",
+             loaded_section))
 
 
 def render(results: dict[str, dict], machine_line: str, command: str) -> str:

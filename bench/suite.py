@@ -11,6 +11,9 @@ writing one JSON record):
   many_small  bench/torch_step.py: ResNet-50 gradient set vs DDP, fusion on/off, fp16/bf16
   training    bench/train_cnn.py: small CNN, 1 and 2 workers (fuse vs DDP), bpps 1 and 4
   overhead    bench/overhead.py: backward with and without fuse, idle engine CPU
+  loaded      bench/loaded.py: ResNet-50 gradient set and small CNN, fuse under fuserun vs DDP
+              under torchrun (each launcher's own thread defaults), quiet and beside --load
+              busy processes (default 1)
 
 Writes bench/results/<workload>.json, bench/plots/*.png and rewrites the generated part of
 bench/RESULTS.md from all result files present (so ``--only`` refreshes one workload and keeps
@@ -42,7 +45,7 @@ import report  # noqa: E402
 RESULTS_DIR = os.path.join(HERE, "results")
 PLOTS_DIR = os.path.join(HERE, "plots")
 RESULTS_MD = os.path.join(HERE, "RESULTS.md")
-WORKLOADS = ("allreduce", "many_small", "training", "overhead")
+WORKLOADS = ("allreduce", "many_small", "training", "overhead", "loaded")
 
 
 @dataclasses.dataclass
@@ -53,10 +56,12 @@ class Job:
                                  # starts mpiexec itself)
     env: dict = dataclasses.field(default_factory=dict)
     needs: tuple[str, ...] = ("torch",)
+    timeout: float | None = None  # seconds before it is killed, when it needs more than the rest
 
 
-def jobs_for(workload: str, quick: bool) -> list[Job]:
-    """The jobs of one workload, with smaller settings under --quick."""
+def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
+    """The jobs of one workload, with smaller settings under --quick (``load``: busy processes
+    beside the loaded workload)."""
     if workload == "allreduce":
         sizes = ["--rounds", "2" if quick else "7"]
         if quick:
@@ -81,6 +86,11 @@ def jobs_for(workload: str, quick: bool) -> list[Job]:
         args = (["--rounds", "2", "--reps", "5", "--idle-seconds", "2"] if quick
                 else ["--rounds", "11", "--reps", "15", "--idle-seconds", "10"])
         return [Job("overhead", ["overhead.py", *args])]
+    if workload == "loaded":
+        args = (["--rounds", "2", "--steps", "4"] if quick else ["--rounds", "5", "--steps", "10"])
+        # 2 load levels x 2 models x rounds x 2 launches of a 2-worker job
+        return [Job("loaded", ["loaded.py", "--load", str(load), *args], launcher="self",
+                    timeout=600 if quick else 1800)]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 
@@ -132,20 +142,21 @@ def run_job(job: Job, json_path: str, timeout: float) -> str | None:
     return None
 
 
-def run_workload(workload: str, quick: bool, timeout: float, tmp: str) -> tuple[dict, bool]:
+def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
+                 load: int = 1) -> tuple[dict, bool]:
     """Run every job of ``workload``; the workload record and whether every job succeeded."""
     started = time.perf_counter()
     record = {"workload": workload, "quick": quick, "machine_start": machine.describe(),
               "jobs": [], "notes": []}
     ok = True
-    for job in jobs_for(workload, quick):
+    for job in jobs_for(workload, quick, load):
         lacking = missing(job.needs)
         if lacking:
             record["notes"].append(f"{job.name} skipped: {', '.join(lacking)} not installed")
             print(f"--- {job.name}: skipped, {', '.join(lacking)} not installed", flush=True)
             continue
         path = os.path.join(tmp, f"{job.name}.json")
-        error = run_job(job, path, timeout)
+        error = run_job(job, path, max(job.timeout or 0, timeout))
         if error:
             ok = False
             record["notes"].append(error)
@@ -187,6 +198,8 @@ def main() -> int:
                     help=f"comma-separated workloads ({', '.join(WORKLOADS)})")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per job before it is killed (default 300, quick 150)")
+    ap.add_argument("--load", type=int, default=1,
+                    help="busy processes beside the jobs of the loaded workload (default 1)")
     ap.add_argument("--no-report", action="store_true",
                     help="write the JSON only: no plots, RESULTS.md untouched")
     ap.add_argument("--report-only", action="store_true",
@@ -205,7 +218,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fuse-bench.") as tmp:
         for w in workloads:
             print(f"=== {w}", flush=True)
-            rec, ok = run_workload(w, args.quick, timeout, tmp)
+            rec, ok = run_workload(w, args.quick, timeout, tmp, args.load)
             all_ok &= ok
             totals[w] = rec["seconds"]
             common.write_json(os.path.join(RESULTS_DIR, f"{w}.json"), rec)

@@ -121,6 +121,12 @@ def test_render_builds_every_section_from_records():
                "many_small": workload(("torch_step_fusion_none", [step])),
                "training": workload(("train_cnn", [cnn])),
                "overhead": workload(("overhead", [over, idle]))}
+    loaded = common.comparison("small CNN, load 1", {"fuse": [0.1], "DDP": [0.2]}, unit="s",
+                               threads={"fuse": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                                 "torch.get_num_threads()": 1},
+                                        "DDP": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None,
+                                                "torch.get_num_threads()": 1}})
+    results["loaded"] = workload(("loaded", [loaded]))
     results["many_small"]["notes"].append("torch_step_x skipped: mpi4py not installed")
     text = report.render(results, "2 cores", "bash scripts/bench.sh")
     assert "| 4 B | 100.0 µs" in text
@@ -129,7 +135,9 @@ def test_render_builds_every_section_from_records():
     assert "| step, fusion on, compression none | 200.0 ms | 100.0 ms | **2.00x** |" in text
     assert "| 1 | 100 | 160 | 150 | 1.07x | 80% | 75% |" in text
     assert "skipped: mpi4py not installed" in text
-    assert "4.0 min of workloads" in text
+    assert "| small CNN, load 1 | 100.0 ms | 200.0 ms | 0.50x | OMP=1 MKL=1 torch 1 | " \
+           "OMP=1 torch 1 |" in text
+    assert "5.0 min of workloads" in text
 
 
 def test_suite_jobs_and_unknown_workload():
@@ -137,7 +145,9 @@ def test_suite_jobs_and_unknown_workload():
     assert names == ["allreduce_gloo", "allreduce_mpi", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
-                     "overhead"]
+                     "overhead", "loaded"]
+    loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
+    assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]
     assert nofusion.env == {"FUSE_FUSION_THRESHOLD": "0"}
     on_mpi = suite.jobs_for("many_small", quick=False)[4]

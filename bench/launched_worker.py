@@ -1,0 +1,102 @@
+"""One side of bench/loaded.py: a training loop started by its launcher the usual way.
+
+    fuserun -np 2 python bench/launched_worker.py --side fuse --model step --json f
+    torchrun --nproc_per_node 2 bench/launched_worker.py --side ddp --model step --json f
+
+Unlike the other benchmarks, fuse and DDP do not share a process here: each side runs under
+its own launcher with that launcher's defaults (fuserun's thread budget, torchrun's
+OMP_NUM_THREADS=1), and nothing in this script sets a thread count. Models: ``step``, the
+ResNet-50-shaped parameter set (161 tensors, 25.6 M float32, almost no compute: the gradient
+allreduce dominates); ``cnn``, the small CNN on 32 synthetic 32x32 images per worker (compute
+dominates). Rank 0 writes the step times and the thread settings the workers ran with.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common  # noqa: E402
+from models import ShapedModel, SmallCNN, synthetic_images  # noqa: E402
+
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
+
+
+def model_and_loss(name: str, rank: int):
+    """The model and a function computing its loss on this rank's fixed batch."""
+    torch.manual_seed(0)
+    if name == "step":
+        model = ShapedModel()
+        x = torch.randn(32, 8) + rank
+        return model, lambda m: m(x)
+    model = SmallCNN()
+    x, y = synthetic_images(32, seed=rank)
+    loss_fn = torch.nn.CrossEntropyLoss()
+    return model, lambda m: loss_fn(m(x), y)
+
+
+def fuse_side(model_name: str):
+    import fuse.torch as hvd
+    hvd.init()
+    model, loss = model_and_loss(model_name, hvd.rank())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+
+    def step():
+        opt.zero_grad()
+        loss(model).backward()
+        opt.step()
+    return hvd.rank(), step, hvd.barrier, hvd.shutdown
+
+
+def ddp_side(model_name: str):
+    import torch.distributed as dist
+    dist.init_process_group("gloo")           # torchrun's env:// rendezvous
+    rank = dist.get_rank()
+    base, loss = model_and_loss(model_name, rank)
+    model = torch.nn.parallel.DistributedDataParallel(base)
+    opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+    def step():
+        opt.zero_grad()
+        loss(model).backward()
+        opt.step()
+    return rank, step, dist.barrier, dist.destroy_process_group
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--side", choices=("fuse", "ddp"), required=True)
+    ap.add_argument("--model", choices=("step", "cnn"), default="step")
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    threads = {name: os.environ.get(name) for name in THREAD_VARIABLES}
+    threads["torch.get_num_threads()"] = torch.get_num_threads()
+    rank, step, barrier, close = (fuse_side if args.side == "fuse" else ddp_side)(args.model)
+    for _ in range(args.warmup):
+        step()
+    barrier()
+    times = []
+    for _ in range(args.steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    barrier()
+    if rank == 0:
+        print(f"{args.side} {args.model}: median step {common.median(times) * 1e3:.1f} ms, "
+              f"threads {threads}", flush=True)
+        common.write_json(args.json, {"side": args.side, "model": args.model,
+                                      "step_seconds": times, "threads": threads})
+    close()
+
+
+if __name__ == "__main__":
+    main()
