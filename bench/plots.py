@@ -81,21 +81,33 @@ def _grouped_bars(ax, cases: list[str], groups: dict[str, list[float]]):
     ax.legend(loc="upper center", ncol=len(groups))
 
 
+def _bar_plot(path: str, cases: list[str], groups: dict[str, list[float]], ylabel: str,
+              title: str) -> list[str]:
+    fig, ax = plt.subplots(figsize=(8, 5))
+    _grouped_bars(ax, cases, groups)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return [path]
+
+
+def _step_time_plot(rows: list[dict], cases: list[str], title: str, path: str) -> list[str]:
+    """fuse's and DDP's median step times, side by side per case."""
+    return _bar_plot(path, cases, {"fuse": [r["median"]["fuse"] * 1e3 for r in rows],
+                                   "DDP": [r["median"]["DDP"] * 1e3 for r in rows]},
+                     "step time (ms, lower is better)", title)
+
+
 def many_small_plot(w: dict, out_dir: str) -> list[str]:
     rows = [r for r in job_rows(w, "torch_step") if r["case"].startswith("step")]
     if not rows:
         return []
     cases = [r["case"].removeprefix("step, ").replace(", ", "\n") for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    _grouped_bars(ax, cases, {"fuse": [r["median"]["fuse"] * 1e3 for r in rows],
-                              "DDP": [r["median"]["DDP"] * 1e3 for r in rows]})
-    ax.set_ylabel("step time (ms, lower is better)")
-    ax.set_title("ResNet-50 gradient set (161 tensors), 2 workers: fuse vs DDP")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "many_small.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return _step_time_plot(rows, cases,
+                           "ResNet-50 gradient set (161 tensors), 2 workers: fuse vs DDP",
+                           os.path.join(out_dir, "many_small.png"))
 
 
 def training_plot(w: dict, out_dir: str) -> list[str]:
@@ -106,32 +118,18 @@ def training_plot(w: dict, out_dir: str) -> list[str]:
     groups = {"1 worker (torch)": [r["median"]["1 worker"] for r in rows],
               "fuse": [r["median"]["fuse"] for r in rows],
               "DDP": [r["median"]["DDP"] for r in rows]}
-    fig, ax = plt.subplots(figsize=(8, 5))
-    _grouped_bars(ax, cases, groups)
-    ax.set_ylabel("samples per second, all workers (higher is better)")
-    ax.set_title("Small CNN, synthetic 32x32 images: 1 worker vs 2 workers")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "training.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return _bar_plot(os.path.join(out_dir, "training.png"), cases, groups,
+                     "samples per second, all workers (higher is better)",
+                     "Small CNN, synthetic 32x32 images: 1 worker vs 2 workers")
 
 
 def loaded_plot(w: dict, out_dir: str) -> list[str]:
     rows = job_rows(w, "loaded")
     if not rows:
         return []
-    cases = [r["case"].replace(", ", "\n") for r in rows]
-    fig, ax = plt.subplots(figsize=(8, 5))
-    _grouped_bars(ax, cases, {"fuse": [r["median"]["fuse"] * 1e3 for r in rows],
-                              "DDP": [r["median"]["DDP"] * 1e3 for r in rows]})
-    ax.set_ylabel("step time (ms, lower is better)")
-    ax.set_title("fuserun vs torchrun, 2 workers, quiet and beside busy processes")
-    fig.tight_layout()
-    path = os.path.join(out_dir, "loaded.png")
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return [path]
+    return _step_time_plot(rows, [r["case"].replace(", ", "\n") for r in rows],
+                           "fuserun vs torchrun, 2 workers, quiet and beside busy processes",
+                           os.path.join(out_dir, "loaded.png"))
 
 
 def draw_all(results: dict[str, dict], out_dir: str) -> list[str]:
