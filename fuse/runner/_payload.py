@@ -2,8 +2,9 @@
 
 The launcher stores the pickled ``(func, args, kwargs)`` under ``runfunc/func``; each worker stores
 ``("ok", result)`` or ``("error", exception or None, type name, message, traceback text)`` under
-``runfunc_result/<rank>``.  Payloads in both directions carry an HMAC made with the job's key
-(``FUSE_RUNFUNC_KEY``), so nobody else who can reach the store can feed either side a pickle.
+``runfunc_result/<rank>``.  Payloads in both directions carry an HMAC made with the job's secret
+(``FUSE_SECRET_KEY``, which also guards the store), so nothing but the job can feed either side a
+pickle.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import traceback
 FUNC_KEY = "runfunc/func"
 PATH_KEY = "runfunc/sys_path"
 RESULT_KEY = "runfunc_result/{rank}"
-KEY_ENV = "FUSE_RUNFUNC_KEY"
 _DIGEST = hashlib.sha256().digest_size
 
 

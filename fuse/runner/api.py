@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import signal
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
 from . import hosts as _hosts
 from .job import Job, Settings
-from ._payload import FUNC_KEY, KEY_ENV, PATH_KEY, RESULT_KEY, sign, type_name, verify
+from ._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, type_name, verify
+from .store import SECRET_ENV, make_secret
 
 __all__ = ["run", "WorkerError"]
 
@@ -79,9 +79,8 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
                         ssh_identity_file=ssh_identity_file, output_filename=output_filename,
                         verbose=bool(verbose), network_interfaces=network_interfaces,
                         name="fuse.run")
-    key = secrets.token_bytes(32)
+    key = make_secret()     # the job's secret: the store's and the payloads' HMAC key
     worker_env = dict(os.environ if env is None else env)
-    worker_env[KEY_ENV] = key.hex()
     if use_gloo:
         worker_env.setdefault("FUSE_BACKEND", "gloo")
     payload = cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
@@ -94,12 +93,13 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     if use_mpi:  # mpirun starts and supervises the workers; we keep the store
         from . import mpi
         raw, failure, interrupted = mpi.run_function(
-            n, specs if (hosts or hostfile) else None, worker_env, setup,
+            n, specs if (hosts or hostfile) else None, {**worker_env, SECRET_ENV: key.hex()},
+            setup,
             executable or sys.executable, mpi_args=mpi_args, ssh_port=ssh_port,
             ssh_identity_file=ssh_identity_file, network_interfaces=network_interfaces,
             output_filename=output_filename, verbose=bool(verbose))
     else:
-        with Job(command, slots, worker_env, settings) as job:
+        with Job(command, slots, worker_env, settings, secret=key) as job:
             setup(job.server)
             result = job.run()
             raw = {r: job.server.get(RESULT_KEY.format(rank=r)) for r in range(n)}

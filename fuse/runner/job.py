@@ -30,7 +30,7 @@ from typing import IO, Mapping, Sequence
 from fuse.common import thread_budget
 
 from .hosts import Slot, is_local_host, loopback_interface, store_address
-from .store import KVStoreServer
+from .store import SECRET_ENV, KVStoreServer, make_secret
 
 # Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then):
 # util-linux's setpriv asks the kernel to send SIGTERM when the parent goes away.  Where it is
@@ -275,7 +275,8 @@ class Job:
     """
 
     def __init__(self, command: Sequence[str], slots: Sequence[Slot],
-                 env: Mapping[str, str] | None = None, settings: Settings | None = None):
+                 env: Mapping[str, str] | None = None, settings: Settings | None = None,
+                 secret: bytes | None = None):
         if not command:
             raise ValueError("no command to run")
         if not slots:
@@ -294,7 +295,10 @@ class Job:
         self.cores = thread_budget.usable_cores()
         nics = list(self.settings.network_interfaces or [])
         self.addr = store_address(remote_hosts, nics)
-        self.server = KVStoreServer("0.0.0.0" if remote_hosts else "127.0.0.1", 0).start()
+        # The store listens only where the workers reach it (loopback for a local job), and
+        # serves only requests made with the job's secret.
+        self.secret = secret if secret is not None else make_secret()
+        self.server = KVStoreServer(self.addr, 0, self.secret).start()
         self.port = self.server.port
         self._sel: selectors.BaseSelector | None = None
         self._workers: list[_Worker] = []
@@ -325,8 +329,11 @@ class Job:
             env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(self.port)
         env["PYTHONUNBUFFERED"] = "1"
         env.update(slot.env())
-        if slot.hostname not in self.remote_hosts:  # remote hosts count their cores themselves
+        env.pop(SECRET_ENV, None)       # an outer job's: never this job's workers'
+        if slot.hostname not in self.remote_hosts:
+            # remote hosts count their cores themselves, and read the secret from ssh's stdin
             env.update(thread_budget.budget_env(env, self.local_workers, self.cores))
+            env[SECRET_ENV] = self.secret.hex()
         return env
 
     def budget_notice(self) -> str | None:
@@ -354,6 +361,7 @@ class Job:
         # closes (the launcher stopped the job or died), terminates the session's process group,
         # which sshd made for this command alone.  The marker line tells the launcher we started.
         script = (
+            f"IFS= read -r {SECRET_ENV} && export {SECRET_ENV}\n"   # the first line of stdin
             f"cd {shlex.quote(cwd)} >/dev/null 2>&1\n"
             "exec 3<&0\n"
             "{ trap '' TERM; cat <&3 >/dev/null; kill -TERM 0; "
@@ -393,6 +401,11 @@ class Job:
                             "<script>")
                 w.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True)
+                try:    # the secret goes on stdin, which stays open: its end stops the worker
+                    w.proc.stdin.write(self.secret.hex().encode() + b"\n")
+                    w.proc.stdin.flush()
+                except OSError:
+                    pass        # ssh died at once: its exit is reported like any other
                 w.start_deadline = time.monotonic() + st.start_timeout
             else:
                 self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(self.command)}")

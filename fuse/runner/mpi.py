@@ -156,12 +156,12 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
 
     from .hosts import is_local_host, store_address
     from .job import Failure
-    from .store import KVStoreServer
+    from .store import KVStoreServer, secret_from_env
 
     mpirun = find_mpirun()
     remote = [h.hostname for h in hosts or () if not is_local_host(h.hostname)]
     addr = store_address(remote, list(network_interfaces or []))
-    server = KVStoreServer("0.0.0.0" if remote else "127.0.0.1", 0).start()
+    server = KVStoreServer(addr, 0, secret_from_env(env)).start()
     try:
         setup(server)
         env = _root_env(env)

@@ -11,7 +11,7 @@ import json
 import os
 import sys
 
-from ._payload import (FUNC_KEY, KEY_ENV, PATH_KEY, RESULT_KEY, dumps_payload, env_rank,
+from ._payload import (FUNC_KEY, PATH_KEY, RESULT_KEY, dumps_payload, env_rank,
                        error_payload, sign, verify)
 
 
@@ -25,9 +25,9 @@ def main(argv: list[str] | None = None) -> int:
                 or os.environ["HOROVOD_GLOO_RENDEZVOUS_ADDR"])
         port = int(os.environ.get("FUSE_GLOO_RENDEZVOUS_PORT")
                    or os.environ["HOROVOD_GLOO_RENDEZVOUS_PORT"])
-    key = bytes.fromhex(os.environ.get(KEY_ENV, ""))
-    rank = env_rank()
     store = HTTPStore(addr, port, timeout=30.0)
+    key = store.secret or b""       # the job's secret signs the payloads too
+    rank = env_rank()
 
     paths = store.try_get(PATH_KEY)
     if paths:  # the caller's import path, so functions pickled by reference can be imported

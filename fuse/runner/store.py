@@ -2,16 +2,21 @@
 
 The launcher runs a :class:`KVStoreServer` (HTTP, like Horovod's rendezvous server); workers find
 it through ``FUSE_GLOO_RENDEZVOUS_ADDR``/``_PORT`` and talk to it with :class:`HTTPStore`.
-Keys are plain strings (``scope/name``), values bytes.  A worker may also report its fatal error
+Keys are plain strings (``scope/name``), values bytes; every request carries an HMAC made with
+the job's secret (``FUSE_SECRET_KEY``), and the server serves no one else.  A worker may also report its fatal error
 under ``errors/<rank>`` so the launcher and the other ranks can name the cause of a failure.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import http.client
 import http.server
 import os
+import secrets
 import socketserver
+import sys
 import threading
 import time
 import urllib.parse
@@ -50,61 +55,187 @@ class Store:
             delay = min(delay * 2, 0.05)
 
 
+# The job's secret: made by the launcher, handed to local workers in their environment and to
+# remote ones on ssh's standard input (never on a command line, which every local user can
+# read in /proc); every store request proves it.
+SECRET_ENV = "FUSE_SECRET_KEY"
+MAX_BODY = 1 << 30          # bytes one request may store
+_AUTH_HEADER = "X-Fuse-Auth"    # HMAC of the method, path and body length: checked before the body
+_BODY_HEADER = "X-Fuse-Body"    # HMAC of the body: checked once it is read
+
+
+def make_secret() -> bytes:
+    return secrets.token_bytes(32)
+
+
+def secret_from_env(environ=os.environ) -> bytes | None:
+    text = environ.get(SECRET_ENV, "")
+    try:
+        return bytes.fromhex(text) if text else None
+    except ValueError:
+        raise ValueError(f"{SECRET_ENV} must be hex digits (the launcher sets it)") from None
+
+
+def _mac(secret: bytes, *parts: bytes | str) -> str:
+    h = hmac.new(secret, digestmod=hashlib.sha256)
+    for part in parts:
+        data = part.encode() if isinstance(part, str) else part
+        h.update(len(data).to_bytes(8, "little"))   # unambiguous concatenation
+        h.update(data)
+    return h.hexdigest()
+
+
+def _request_mac(secret: bytes, method: str, path: str, length: int) -> str:
+    return _mac(secret, "request", method, path, str(length))
+
+
 class KVStoreServer:
     """A threaded HTTP key-value server: PUT /key stores the body, GET /key returns it or 404,
-    DELETE /key removes it."""
+    DELETE /key removes it.
 
-    def __init__(self, host: str = "0.0.0.0", port: int = 0):
+    Only requests that prove the job's ``secret`` (:attr:`secret`; a fresh one when not given)
+    are served: anyone else gets 403 before a byte of their body is read.  Bodies are limited
+    to ``max_body`` bytes, a connection that stays silent for ``idle_timeout`` seconds is
+    closed, at most ``max_connections`` are served at once, and a bad request is reported in
+    one line (through ``log``, default stderr; the first few only), never as a traceback.
+    """
+
+    def __init__(self, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
+                 *, idle_timeout: float = 30.0, max_connections: int = 256,
+                 max_body: int = MAX_BODY, log=None):
+        self.secret = secret if secret is not None else make_secret()
         self._data: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
+        self._log = log or (lambda text: print(f"fuse store: {text}", file=sys.stderr,
+                                               flush=True))
+        self._notes = 0
+        self.refused = 0            # requests turned away (tests and diagnostics read it)
         store = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
+            timeout = idle_timeout      # every read on the connection
 
-            def log_message(self, *args):  # quiet
+            def log_message(self, *args):  # quiet: refusals are reported by store.note
                 pass
 
             def _key(self) -> str:
                 return urllib.parse.unquote(self.path.lstrip("/"))
 
+            def _reply(self, code: int, body: bytes = b"", close: bool = False) -> None:
+                self.send_response(code)
+                self.send_header("Content-Length", str(len(body)))
+                if close:
+                    self.send_header("Connection", "close")
+                    self.close_connection = True
+                self.end_headers()
+                if body:
+                    self.wfile.write(body)
+
+            def _refuse(self, code: int, why: str) -> None:
+                store.note(f"refused {self.command} from {self.client_address[0]}: {why}")
+                self._reply(code, close=True)
+
+            def _length(self) -> int | None:
+                text = self.headers.get("Content-Length", "0").strip()
+                if not text.isdigit():
+                    self._refuse(400, f"bad Content-Length {text[:20]!r}")
+                    return None
+                n = int(text)
+                if n > max_body:
+                    self._refuse(413, f"a body of {n} bytes (the limit is {max_body})")
+                    return None
+                return n
+
+            def _authentic(self, length: int) -> bool:
+                given = self.headers.get(_AUTH_HEADER, "")
+                want = _request_mac(store.secret, self.command, self.path, length)
+                if hmac.compare_digest(given.encode(), want.encode()):
+                    return True
+                self._refuse(403, "no proof of the job's secret" if not given
+                             else "a wrong proof of the job's secret")
+                return False
+
             def do_GET(self):
+                if not self._authentic(0):
+                    return
                 with store._lock:
                     value = store._data.get(self._key())
                 if value is None:
-                    self.send_response(404)
-                    self.send_header("Content-Length", "0")
-                    self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("Content-Length", str(len(value)))
-                self.end_headers()
-                self.wfile.write(value)
+                    self._reply(404)
+                else:
+                    self._reply(200, value)
 
             def do_PUT(self):
-                n = int(self.headers.get("Content-Length", 0))
-                body = self.rfile.read(n)
+                length = self._length()
+                if length is None or not self._authentic(length):
+                    return
+                body = self.rfile.read(length)
+                if len(body) != length:
+                    self.close_connection = True    # the client went away mid-body
+                    return
+                given = self.headers.get(_BODY_HEADER, "")
+                if not hmac.compare_digest(given.encode(), _mac(store.secret, "body", body)
+                                           .encode()):
+                    self._refuse(403, "a body that does not match its proof")
+                    return
                 store.put(self._key(), body)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self._reply(200)
 
             def do_DELETE(self):
+                if not self._authentic(0):
+                    return
                 with store._lock:
                     store._data.pop(self._key(), None)
-                self.send_response(200)
-                self.send_header("Content-Length", "0")
-                self.end_headers()
+                self._reply(200)
 
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
             allow_reuse_address = True
+            active = 0
+
+            def process_request(self, request, client_address):
+                with store._lock:
+                    full = Server.active >= max_connections
+                    if not full:
+                        Server.active += 1
+                if full:
+                    store.note(f"refused a connection from {client_address[0]}: "
+                               f"{max_connections} already open")
+                    self.shutdown_request(request)
+                    return
+                super().process_request(request, client_address)
+
+            def process_request_thread(self, request, client_address):
+                try:
+                    super().process_request_thread(request, client_address)
+                finally:
+                    with store._lock:
+                        Server.active -= 1
+
+            def handle_error(self, request, client_address):
+                err = sys.exc_info()[1]
+                if isinstance(err, (ConnectionError, TimeoutError)):
+                    return      # a worker killed mid-request, or an idle connection timed out
+                store.note(f"bad request from {client_address[0]}: "
+                           f"{type(err).__name__}: {err}")
 
         self._server = Server((host, port), Handler)
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="fuse-kvstore", daemon=True)
+
+    def note(self, text: str) -> None:
+        """Report a refused or bad request: the first few in full, then only their count."""
+        with self._lock:
+            self.refused += 1
+            self._notes += 1
+            n = self._notes
+        if n <= 5:
+            self._log(text)
+        elif n == 6:
+            self._log("more requests refused; not reporting each")
 
     def start(self) -> "KVStoreServer":
         self._thread.start()
@@ -129,10 +260,13 @@ class KVStoreServer:
 
 
 class HTTPStore(Store):
-    """Client of :class:`KVStoreServer`.  ``prefix`` namespaces every key."""
+    """Client of :class:`KVStoreServer`.  ``prefix`` namespaces every key; ``secret`` is the
+    job's (default: from FUSE_SECRET_KEY, as the launcher sets it)."""
 
-    def __init__(self, addr: str, port: int, prefix: str = "", timeout: float = 30.0):
+    def __init__(self, addr: str, port: int, prefix: str = "", timeout: float = 30.0,
+                 secret: bytes | None = None):
         self.addr, self.port, self.prefix, self.timeout = addr, int(port), prefix, timeout
+        self.secret = secret if secret is not None else secret_from_env()
         self._local = threading.local()
 
     def _conn(self) -> http.client.HTTPConnection:
@@ -144,17 +278,31 @@ class HTTPStore(Store):
 
     def _request(self, method: str, key: str, body: bytes | None = None):
         path = "/" + urllib.parse.quote(self.prefix + key)
+        headers = {}
+        if self.secret is not None:
+            headers[_AUTH_HEADER] = _request_mac(self.secret, method, path, len(body or b""))
+            if body is not None:
+                headers[_BODY_HEADER] = _mac(self.secret, "body", body)
         last = None
         for attempt in range(20):  # the server may still be starting, or drop a keep-alive
             try:
                 conn = self._conn()
-                conn.request(method, path, body=body)
+                conn.request(method, path, body=body, headers=headers)
                 resp = conn.getresponse()
-                return resp.status, resp.read()
+                status, data = resp.status, resp.read()
             except (ConnectionError, http.client.HTTPException, OSError) as err:
                 last = err
                 self._local.conn = None
                 time.sleep(min(0.05 * (attempt + 1), 0.5))
+                continue
+            if resp.will_close:
+                self._local.conn = None
+            if status == 403:
+                raise PermissionError(
+                    f"the rendezvous store at {self.addr}:{self.port} refused this worker: "
+                    + ("it has no job secret (FUSE_SECRET_KEY; fuserun and fuse.run set it)"
+                       if self.secret is None else "its job secret is not this job's"))
+            return status, data
         raise ConnectionError(
             f"cannot reach the rendezvous store at {self.addr}:{self.port}: {last}")
 
@@ -171,7 +319,7 @@ class HTTPStore(Store):
         self._request("DELETE", key)
 
     def scoped(self, prefix: str) -> "HTTPStore":
-        return HTTPStore(self.addr, self.port, self.prefix + prefix, self.timeout)
+        return HTTPStore(self.addr, self.port, self.prefix + prefix, self.timeout, self.secret)
 
 
 class FileStore(Store):
@@ -205,7 +353,7 @@ def store_from_config(config) -> Store | None:
     """The store the launcher gave this worker, or None for a single-process job."""
     if config.rendezvous_addr and config.rendezvous_port > 0:
         return HTTPStore(config.rendezvous_addr, config.rendezvous_port,
-                         timeout=max(config.gloo_timeout_seconds, 5.0))
+                         timeout=max(config.gloo_timeout_seconds, 5.0), secret=secret_from_env())
     path = os.environ.get("FUSE_RENDEZVOUS_DIR")
     if path:
         return FileStore(path)

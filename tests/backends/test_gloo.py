@@ -24,7 +24,7 @@ import pytest
 from fuse.backends.base import Group
 from fuse.backends.gloo import GlooBackend, GlooError, _gloo, choose_address
 from fuse.config import Config
-from fuse.runner.store import FileStore, KVStoreServer
+from fuse.runner.store import SECRET_ENV, FileStore, KVStoreServer
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -43,7 +43,8 @@ def _config(rank, size, rendezvous, timeout):
     if kind == "file":
         os.environ["FUSE_RENDEZVOUS_DIR"] = where  # worker process only
         return Config.from_env({}, rank=rank, size=size, gloo_timeout_seconds=timeout)
-    host, port = where
+    host, port, secret = where
+    os.environ[SECRET_ENV] = secret  # worker process only, as a launcher would set it
     return Config.from_env({}, rank=rank, size=size, gloo_timeout_seconds=timeout,
                            rendezvous_addr=host, rendezvous_port=port)
 
@@ -328,7 +329,7 @@ class World:
         self.size, self.broken, self.server = size, False, None
         if rendezvous == "http":  # a fresh server per world: a new world must not read old keys
             self.server = KVStoreServer(host="127.0.0.1").start()
-            rendezvous = ("http", ("127.0.0.1", self.server.port))
+            rendezvous = ("http", ("127.0.0.1", self.server.port, self.server.secret.hex()))
         self.results = CTX.Queue()
         self.commands = [CTX.Queue() for _ in range(size)]
         self.procs = [CTX.Process(target=_serve, args=(r, size, rendezvous, self.commands[r],

@@ -192,7 +192,7 @@ def test_old_keys_are_deleted(monkeypatch):
 
     server = KVStoreServer("127.0.0.1", 0).start()
     try:
-        stores = [HTTPStore("127.0.0.1", server.port) for _ in range(2)]
+        stores = [HTTPStore("127.0.0.1", server.port, secret=server.secret) for _ in range(2)]
         groups = [kv.KVGroup(stores[r], [0, 1], r, "t", 20.0) for r in range(2)]
         errors = []
 
