@@ -110,7 +110,8 @@ def test_shell_budget_keeps_the_users_values(tmp_path):
     assert tb.shell_budget({name: "1" for name in tb.BUDGET_VARIABLES}, "2") == ""
 
 
-def test_oversubscription_warning_names_the_numbers_and_the_fix():
+def test_oversubscription_warning_names_the_numbers_and_the_fix(monkeypatch):
+    monkeypatch.setattr(tb, "_probes", {})     # no framework imported: OpenMP's view
     text = tb.oversubscription_warning(2, {"OMP_NUM_THREADS": "4"}, cores=4)
     assert text is not None
     assert "2 workers" in text and "4 compute threads" in text and "8 threads on 4" in text
@@ -121,14 +122,15 @@ def test_oversubscription_warning_names_the_numbers_and_the_fix():
     assert tb.oversubscription_warning(2, {}, cores=4) is not None
 
 
-def test_a_registered_probe_wins_over_the_environment():
-    tb.register_thread_probe("test pool", lambda: 10_000)   # larger than any real pool
-    try:
-        assert tb.intra_op_threads({"OMP_NUM_THREADS": "1"}, cores=8) == (10_000, "test pool")
-        text = tb.oversubscription_warning(3, {"OMP_NUM_THREADS": "1"}, cores=8)
-        assert text is not None and "test pool" in text
-    finally:
-        tb._probes.pop("test pool")
+def test_a_registered_probe_wins_over_the_environment(monkeypatch):
+    monkeypatch.setattr(tb, "_probes", {})
+    tb.register_thread_probe("small pool", lambda: 1)
+    tb.register_thread_probe("test pool", lambda: 3)       # the largest pool counts
+    assert tb.intra_op_threads({"OMP_NUM_THREADS": "8"}, cores=8) == (3, "test pool")
+    text = tb.oversubscription_warning(3, {"OMP_NUM_THREADS": "1"}, cores=8)
+    assert text is not None and "test pool" in text and "9 threads on 8" in text
+    tb.register_thread_probe("broken pool", lambda: 1 // 0)  # a failing probe is ignored
+    assert tb.intra_op_threads({}, cores=8) == (3, "test pool")
 
 
 def test_a_nested_openmp_setting_gives_the_others_its_outer_level(tmp_path):
