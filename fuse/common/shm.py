@@ -34,8 +34,9 @@ the regions: each rank reduces its part from everyone's region and writes the re
 everyone's, one barrier per call.  The ranks compare where their buffers lie at the start of
 every call, so a layout that differs between ranks only costs the staging again.
 
-Segments are files in /dev/shm, mapped by every rank and unlinked once all have opened them,
-so nothing is left behind if a process dies, and tearing down is local.  The job is on one
+Segments are anonymous memory files (memfd) that every rank opens through the maker's
+/proc/<pid>/fd, so no file is ever left behind, however the processes die, and tearing down is
+local.  The job is on one
 host when the launcher says so (local size = size) and every rank reports the same kernel
 boot id; every rank must then open every segment and see every pid, or nobody uses them.
 Only the world's process set uses this path; other process sets go through the backend.
@@ -74,23 +75,40 @@ def _host_id() -> str:
         return socket.gethostname()
 
 
+# Segments are anonymous memory files (memfd) that peers open through /proc/<pid>/fd/<fd>:
+# no name in /dev/shm ever exists, so nothing is left behind however the processes die, and a
+# container's small /dev/shm does not limit them.  Where memfd is missing, a file in /dev/shm
+# (unlinked once every rank opened it) does the same job, except when every rank dies first.
+_memfd_create = getattr(os, "memfd_create", None)
+
+
 def _new_segment(nbytes: int = SEGMENT_BYTES, header: bool = True) -> tuple[int, str | None]:
-    """A zeroed segment file, with this process's pid in its header if ``header``: (fd, path),
-    or (-1, None) when /dev/shm has no room."""
-    fd = -1
+    """A zeroed segment, with this process's pid in its header if ``header``: (fd, the path
+    other processes open it by), or (-1, None) when there is no room for it."""
+    fd, path = -1, None
     try:
-        fd, path = tempfile.mkstemp(prefix=f"fuse-shm-{os.getpid()}-", dir=_shm_dir())
-        # Reserve the pages now: a mapping of a tmpfs file that outgrows the filesystem (a
-        # container's 64 MB /dev/shm) would otherwise raise SIGBUS on first touch, mid-job.
+        if _memfd_create is not None:
+            fd = _memfd_create(f"fuse-shm-{os.getpid()}", os.MFD_CLOEXEC)
+            path = f"/proc/{os.getpid()}/fd/{fd}"
+        else:
+            fd, path = tempfile.mkstemp(prefix=f"fuse-shm-{os.getpid()}-", dir=_shm_dir())
+        # Reserve the pages now: a mapping that outgrows its filesystem (a container's 64 MB
+        # /dev/shm, a memory limit) would otherwise raise SIGBUS on first touch, mid-job.
         os.posix_fallocate(fd, 0, nbytes)
         if header:
             os.pwrite(fd, struct.pack("<q", os.getpid()), PID_OFFSET)
         return fd, path
     except OSError:
         if fd >= 0:
-            os.close(fd)
-            os.unlink(path)
+            _discard(fd, path)
         return -1, None
+
+
+def _discard(fd: int, path: str | None) -> None:
+    """Drop our handle on a segment we made (peers that mapped it keep their mapping)."""
+    os.close(fd)
+    if path is not None and not path.startswith("/proc/"):
+        os.unlink(path)
 
 
 def _map_all(paths: list[str]) -> list[mmap.mmap]:
@@ -126,8 +144,7 @@ def connect(config, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments 
         agreed = all(raw == b"1" for raw in exchange(b"1" if maps else b"0"))
     finally:
         if fd >= 0:
-            os.close(fd)
-            os.unlink(path)
+            _discard(fd, path)
     if not agreed:
         for m in maps:
             m.close()
@@ -162,8 +179,7 @@ def share_regions(engine, sizes: list[int], allgather: Callable[[object], list])
     finally:
         for fd, path in files:
             if fd >= 0:
-                os.close(fd)
-                os.unlink(path)
+                _discard(fd, path)
     if not agreed:
         for row in maps:
             for m in row:

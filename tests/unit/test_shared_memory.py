@@ -89,6 +89,7 @@ def small_shm_dir(tmp_path, monkeypatch):
         pytest.skip("mounting a small tmpfs needs root (mount -t tmpfs): "
                     + mounted.stderr.decode(errors="replace").strip())
     monkeypatch.setattr(shm, "_shm_dir", lambda: str(where))
+    monkeypatch.setattr(shm, "_memfd_create", None)     # the fallback: files in /dev/shm
     yield where
     subprocess.run(["umount", str(where)], check=True)
 
@@ -121,3 +122,22 @@ def test_shared_regions_fall_back_everywhere_when_one_rank_has_no_room(small_shm
     assert shm.share_regions(engine, [8 << 20], allgather) is None
     assert calls[0]["paths"] == [None] and calls[1] is False
     assert registered == [] and os.listdir(small_shm_dir) == []
+
+
+def test_segments_have_no_name_to_leave_behind():
+    """A segment is a memfd: nothing in /dev/shm, reachable by peers through /proc, gone with
+    the last descriptor and mapping."""
+    if shm._memfd_create is None:
+        pytest.skip("this Python has no os.memfd_create (segments are /dev/shm files here)")
+    before = set(os.listdir("/dev/shm"))
+    fd, path = shm._new_segment()
+    try:
+        assert path == f"/proc/{os.getpid()}/fd/{fd}"
+        assert set(os.listdir("/dev/shm")) == before
+        with open(path, "r+b") as f:        # as a peer opens it
+            m = mmap.mmap(f.fileno(), shm.SEGMENT_BYTES)
+        assert struct.unpack_from("<q", m, shm.PID_OFFSET)[0] == os.getpid()
+        m.close()
+    finally:
+        shm._discard(fd, path)
+    assert not os.path.exists(path)
