@@ -22,16 +22,50 @@ export PATH="$(pwd)/.venv/bin:$PATH"
 # Build requirements first: the editable install builds without isolation so that later
 # rebuilds (on import) find the same meson, ninja and Cython.
 .venv/bin/python -m pip install -q "meson-python>=0.16" "meson>=1.3" ninja "Cython>=3.0.10" "numpy>=1.24"
-# PyTorch for the fuse.torch adapter and its tests: the CPU build, pinned, because an unpinned
-# "torch" pulls a multi-GB CUDA build.  FUSE_SKIP_TORCH=1 leaves it out.
-if [ "${FUSE_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import torch" 2>/dev/null; then
-  .venv/bin/python -m pip install -q "torch==${FUSE_TORCH_VERSION:-2.13.0}" ||
-    echo "setup: torch could not be installed; the torch tests will be skipped" >&2
+# PyTorch for the fuse.torch adapter and its tests, pinned.  Which build pip gets depends on the
+# package index: PyPI's torch wheel for Linux x86_64 is the CUDA build (it also pulls the
+# nvidia-* runtime packages, several GB; it runs on a CPU-only machine all the same), while
+# PyTorch's own CPU index serves the small CPU build.  FUSE_TORCH_INDEX_URL picks the index,
+# e.g. FUSE_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build; unset, pip
+# uses its configured index (a local one here, which has the CPU build).  FUSE_SKIP_TORCH=1
+# leaves torch out: tests/torch and the autotune tests then report themselves as skipped.
+# A torch that cannot be installed stops the setup: the suite needs it.
+TORCH_VERSION=${FUSE_TORCH_VERSION:-2.13.0}
+if [ "${FUSE_SKIP_TORCH:-0}" = 1 ]; then
+  echo "setup: FUSE_SKIP_TORCH=1: no torch; tests/torch and the autotune tests will be skipped" >&2
+elif ! .venv/bin/python -c "import torch" 2>/dev/null; then
+  if ! .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" \
+      ${FUSE_TORCH_INDEX_URL:+--index-url "$FUSE_TORCH_INDEX_URL"}; then
+    echo "setup: FAILED to install torch==$TORCH_VERSION${FUSE_TORCH_INDEX_URL:+ from $FUSE_TORCH_INDEX_URL}." >&2
+    echo "setup: the test suite needs it; set FUSE_TORCH_INDEX_URL or FUSE_TORCH_VERSION, or" >&2
+    echo "setup: FUSE_SKIP_TORCH=1 to go on without torch (its tests are then skipped)" >&2
+    exit 1
+  fi
 fi
 .venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test,mpi]"
-# The autotuner's optimiser (optuna's GP sampler runs on torch): only next to the pinned torch,
-# since the `autotune` extra would otherwise pull an unpinned one.
-if .venv/bin/python -c "import torch" 2>/dev/null; then
+if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
+  # Say which build is there, and check that it imports (a wheel can install and not import).
+  .venv/bin/python - <<'PY'
+import torch
+if torch.version.cuda is None:
+    print(f"setup: torch {torch.__version__}, the CPU build")
+else:
+    print(f"setup: torch {torch.__version__}, a CUDA {torch.version.cuda} build (it runs on a CPU "
+          "too); for the small CPU build: rm -rf .venv; "
+          "FUSE_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu bash scripts/setup.sh")
+PY
+  # The autotuner's optimiser (optuna's GP sampler runs on torch): only next to the pinned
+  # torch, since the `autotune` extra would otherwise pull an unpinned one.
   .venv/bin/python -m pip install -q "optuna>=3.6" scipy
+fi
+# What the main suite needs from .venv must be there now, or setup fails here rather than the
+# tests skipping later: MPI (mpi4py, and mpiexec from the mpich wheel), the autotuner's optimiser.
+.venv/bin/python -c "import fuse, mpi4py, ml_dtypes, pytest" ||
+  { echo "setup: FAILED: the installed environment does not import" >&2; exit 1; }
+[ -x .venv/bin/mpiexec ] ||
+  { echo "setup: FAILED: the mpich wheel installed no .venv/bin/mpiexec" >&2; exit 1; }
+if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
+  .venv/bin/python -c "import optuna, scipy" ||
+    { echo "setup: FAILED: optuna/scipy do not import" >&2; exit 1; }
 fi
 echo "setup: fuse installed in $(pwd)/.venv"

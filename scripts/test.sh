@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# What setup.sh installed, the tests may not skip for lack of (tests/needs.py): MPI always,
+# torch and the autotuner's optimiser unless FUSE_SKIP_TORCH=1 left them out on purpose.
+REQUIRE=mpi
+if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then REQUIRE=$REQUIRE,torch,autotune; fi
 # The editable install rebuilds compiled code on import and the tests start worker
 # processes: both need the virtualenv's tools first on PATH.
-PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"
+FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"
 bash scripts/test_tensorflow.sh "$@"
 bash scripts/test_mxnet.sh "$@"

@@ -6,7 +6,8 @@ job under ``mpirun`` (``fuse.run(..., use_mpi=True)``, ``FUSE_BACKEND=mpi``) for
 the imported tests run.  The worker functions, parameters (2 and 3 ranks, every engine
 configuration) and checks are the originals.
 
-Skipped, with the reason, when mpi4py or an mpiexec is missing (``pip install 'fuse[mpi]'``).
+Skipped, with the reason, when mpi4py or an mpiexec is missing (``pip install 'fuse[mpi]'``);
+failed instead where FUSE_TEST_REQUIRE names ``mpi``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import os
 import shutil
 import sys
 
+import needs
 import pytest
 
 from mpi_util import mpi_run_job
@@ -28,20 +30,19 @@ if PARALLEL not in sys.path:  # the imported test modules import par_util by nam
 def mpi_missing() -> str:
     """Why MPI tests cannot run here ("" when they can)."""
     if importlib.util.find_spec("mpi4py") is None:
-        return "mpi4py is not installed (pip install 'fuse[mpi]')"
+        return "mpi4py is not installed"
     if not (shutil.which("mpiexec") or shutil.which("mpirun")):
-        return "no mpiexec/mpirun on PATH (pip install mpich, or install an MPI)"
+        return "no mpiexec/mpirun on PATH"
     return ""
 
 
-def pytest_collection_modifyitems(config, items):
+@pytest.fixture(autouse=True)
+def _needs_mpi():
+    """Every test here: skipped with the reason when MPI is missing (failed where
+    FUSE_TEST_REQUIRE names mpi)."""
     reason = mpi_missing()
-    if not reason:
-        return
-    here = os.path.dirname(os.path.abspath(__file__))
-    for item in items:
-        if str(item.fspath).startswith(here):
-            item.add_marker(pytest.mark.skip(reason=reason))
+    if reason:
+        needs.missing("mpi", reason)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import csv
 
+import needs
 import numpy as np
 import pytest
 
 from par_util import Checker, run_job
 
-pytest.importorskip("optuna")
-pytest.importorskip("scipy")
+needs.module("optuna", "autotune")
+needs.module("scipy", "autotune")
 
 pytestmark = pytest.mark.timeout(120)
 

@@ -1,10 +1,10 @@
 """fuse.tensorflow collectives on 2 real workers (Gloo), eager and inside tf.function:
 values for every dtype and op, program order, gradients, process sets, errors."""
 
+import needs
 import pytest
 
-pytest.importorskip("tensorflow", reason="tests/tensorflow needs TensorFlow "
-                    "(scripts/test_tensorflow.sh)")
+needs.module("tensorflow")
 
 from tf_util import run_job  # noqa: E402
 

@@ -6,10 +6,10 @@ import os
 import re
 import subprocess
 
+import needs
 import pytest
 
-pytest.importorskip("tensorflow", reason="tests/tensorflow needs TensorFlow "
-                    "(scripts/test_tensorflow.sh)")
+needs.module("tensorflow")
 
 from tf_util import PYTHON, ROOT, job_env, run_job  # noqa: E402
 

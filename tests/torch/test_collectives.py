@@ -1,9 +1,10 @@
 """The collectives of fuse.torch on 2 real workers: every dtype, the whole API, errors,
 autograd."""
 
+import needs
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+torch = needs.module("torch")
 
 from torch_util import run_job  # noqa: E402
 

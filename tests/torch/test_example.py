@@ -4,9 +4,10 @@ import os
 import re
 import subprocess
 
+import needs
 import pytest
 
-pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+needs.module("torch")
 
 from torch_util import PYTHON, ROOT, job_env  # noqa: E402
 

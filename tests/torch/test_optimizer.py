@@ -1,8 +1,9 @@
 """DistributedOptimizer, broadcast helpers and SyncBatchNorm on 2 real workers."""
 
+import needs
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+torch = needs.module("torch")
 
 from torch_util import run_job  # noqa: E402
 

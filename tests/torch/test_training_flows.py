@@ -1,9 +1,10 @@
 """Training patterns beyond a plain step, on 2 real workers: AMP loss scaling with clipping,
 and uneven data with join."""
 
+import needs
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+torch = needs.module("torch")
 
 from torch_util import run_job  # noqa: E402
 
