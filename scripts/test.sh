@@ -5,10 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-# What setup.sh installed, the tests may not skip for lack of (tests/needs.py): MPI always,
-# torch and the autotuner's optimiser unless FUSE_SKIP_TORCH=1 left them out on purpose.
+# What setup.sh installed, the tests may not skip for lack of (tests/support/needs.py): MPI
+# always, torch and the autotuner's optimiser unless FUSE_SKIP_TORCH=1 left them out on purpose,
+# the ssh test's sshd where setup.sh installs it (root, and CI=true or FUSE_INSTALL_SSHD=1).
 REQUIRE=mpi
 if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then REQUIRE=$REQUIRE,torch,autotune; fi
+if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${FUSE_INSTALL_SSHD:-0}" = 1 ]; }; then
+  REQUIRE=$REQUIRE,ssh
+fi
 # The editable install rebuilds compiled code on import and the tests start worker
 # processes: both need the virtualenv's tools first on PATH.
 FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"

@@ -2,12 +2,14 @@
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import needs
 import pytest
 
 from runner_util import alive, fuserun_argv, lines_of, run_fuserun, wait_dead
@@ -261,21 +263,47 @@ def test_usage_errors(script):
     assert r.returncode == 2 and b"no command" in r.stderr
 
 
-def test_mpi_without_mpirun(script, tmp_path):
-    if shutil.which("mpirun") or shutil.which("mpiexec"):
-        pytest.skip("an MPI is installed; this checks the error when none is")
-    r = run_fuserun("--mpi", "-np", "2", PY, "x.py")
-    assert r.returncode == 1 and b"no mpirun or mpiexec" in r.stderr
+def _path_without_mpi(tmp_path) -> str:
+    """PATH with every mpirun/mpiexec hidden: a directory that has one is replaced by a copy
+    made of symlinks to everything else in it (.venv/bin keeps its python, ninja, ...)."""
+    dirs = []
+    for i, d in enumerate(os.environ.get("PATH", "").split(os.pathsep)):
+        if not os.path.isdir(d) or not any(os.path.exists(os.path.join(d, n))
+                                           for n in ("mpirun", "mpiexec")):
+            dirs.append(d)
+            continue
+        copy = tmp_path / f"path{i}"
+        copy.mkdir()
+        for name in os.listdir(d):
+            if not name.startswith(("mpirun", "mpiexec")):
+                os.symlink(os.path.join(d, name), copy / name)
+        dirs.append(str(copy))
+    return os.pathsep.join(dirs)
 
 
-def test_check_build_calls_fuse_info():
+def test_mpi_without_mpirun(tmp_path):
+    env = dict(os.environ, PATH=_path_without_mpi(tmp_path))
+    assert subprocess.run(["sh", "-c", "command -v mpirun || command -v mpiexec"], env=env,
+                          capture_output=True).returncode != 0, "an mpirun is still visible"
+    r = run_fuserun("--mpi", "-np", "2", PY, "x.py", env=env)
+    assert r.returncode == 1, r.stderr.decode()
+    assert b"--mpi: no mpirun or mpiexec on PATH" in r.stderr
+    assert b"Traceback" not in r.stderr
+
+
+def test_check_build_prints_the_fuse_info_report():
     r = run_fuserun("-cb")
-    # fuse.info is written by another module owner; -cb must call it or say it is missing
-    assert r.returncode in (0, 1)
-    assert r.stdout or b"fuse.info" in r.stderr
+    assert r.returncode == 0, r.stderr.decode()
+    report = r.stdout.decode()
+    info = subprocess.run([PY, "-m", "fuse.info"], capture_output=True, text=True, timeout=30)
+    assert info.returncode == 0, info.stderr
+    assert report == info.stdout                  # the same report, not something like it
+    assert report.startswith("fuse ") and "\n  engine   built\n" in report, report
+    assert re.search(r"^  gloo +available", report, re.M), report
 
 
-CLUSTER_SH = os.environ.get("FUSE_CLUSTER_SH", "/work/shared/tools/cluster.sh")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+CLUSTER_SH = os.path.join(ROOT, "scripts", "cluster.sh")
 
 SSH_WORKER = """
 import os, socket, sys, time
@@ -286,54 +314,53 @@ s.set("hello/" + rank, socket.gethostname().encode())
 s.wait(["hello/%d" % i for i in range(int(os.environ["FUSE_SIZE"]))], 20)
 print("host", socket.gethostname(), "cross", os.environ["FUSE_CROSS_RANK"], "cwd", os.getcwd())
 if sys.argv[1] == "fail":
-    if rank == "2":
+    if rank == "2":  # fails once the others run (their pids recorded: the test checks them)
+        while sum(n.endswith(".pid") for n in os.listdir(sys.argv[2])) < 3:
+            time.sleep(0.05)
         sys.exit(6)
-    open(os.path.join(sys.argv[2], rank + ".pid"), "w").write(str(os.getpid()))
+    open(os.path.join(sys.argv[2], rank + ".tmp"), "w").write(str(os.getpid()))
+    os.rename(os.path.join(sys.argv[2], rank + ".tmp"), os.path.join(sys.argv[2], rank + ".pid"))
     time.sleep(60)
 """
 
 
 def test_ssh_path(script, tmp_path):
-    """Workers on network-namespace hosts reached over ssh (shared/tools/cluster.sh)."""
+    """Workers on network-namespace hosts reached over ssh (scripts/cluster.sh)."""
     if os.geteuid() != 0:
-        pytest.skip("the ssh test needs root (it makes network namespaces with their own sshd)")
-    if not (os.path.exists("/usr/sbin/sshd") and shutil.which("ssh") and shutil.which("ip")):
-        pytest.skip("the ssh test needs sshd, ssh and ip (apt-get install openssh-server iproute2)")
-    if not os.path.exists(CLUSTER_SH):
-        pytest.skip(f"the ssh test needs {CLUSTER_SH} (set FUSE_CLUSTER_SH)")
-    run_dir = tmp_path / "cluster"
-    cenv = dict(os.environ, PREFIX=f"frt{os.getpid() % 10000}", RUN=str(run_dir), SSHD="1")
-    ns = cenv["PREFIX"] + "h1"
-    up = subprocess.run(["bash", CLUSTER_SH, "up", "3"], env=cenv, capture_output=True, timeout=30)
-    if up.returncode != 0:
-        subprocess.run(["bash", CLUSTER_SH, "down", "3"], env=cenv, capture_output=True)
-        pytest.skip(f"cannot make the test cluster: {up.stderr.decode()[-300:]}")
+        needs.missing("ssh", "the ssh test runs as root (it makes network namespaces)")
+    for tool in ("/usr/sbin/sshd", shutil.which("ssh"), shutil.which("ip")):
+        if not (tool and os.access(tool, os.X_OK)):
+            needs.missing("ssh", "sshd, ssh or ip is missing")
+    name = f"fr{os.getpid() % 100000}"
+    cenv = dict(os.environ, CLUSTER_NAME=name, CLUSTER_DIR=str(tmp_path / "cluster"))
+    up = subprocess.run(["bash", CLUSTER_SH, "up", "3", "--sshd"], env=cenv, capture_output=True,
+                        timeout=60)
     try:
-        env = dict(os.environ, FUSE_SSH_ARGS=f"-l root -o UserKnownHostsFile={run_dir}/known_hosts")
-        base = ["ip", "netns", "exec", ns, *fuserun_argv(
-            "-np", "4", "-H", "10.99.0.11:1,10.99.0.12:2,10.99.0.13:1",
-            "-i", str(run_dir / "userkey"), "--start-timeout", "20", PY, script(SSH_WORKER))]
-        deadline = time.monotonic() + 10
-        while True:  # sshd needs a moment to listen
-            r = subprocess.run(base + ["ok"], capture_output=True, timeout=60, cwd=tmp_path,
-                               env=env)
-            if r.returncode != 255 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
+        assert up.returncode == 0, "cluster.sh up: " + up.stderr.decode()[-2000:]
+        hosts = [line.split() for line in up.stdout.decode().split("\n") if line]
+        assert [h[1] for h in hosts] == [f"{name}1", f"{name}2", f"{name}3"], hosts
+        addr = [h[0] for h in hosts]
+        env = dict(os.environ, FUSE_SSH_ARGS=f"-F {tmp_path}/cluster/ssh_config")
+        base = ["bash", CLUSTER_SH, "exec", "1", *fuserun_argv(
+            "-np", "4", "-H", f"{addr[0]}:1,{addr[1]}:2,{addr[2]}:1",
+            "-i", str(tmp_path / "cluster" / "client_key"), "--start-timeout", "20", PY,
+            script(SSH_WORKER))]
+        r = subprocess.run(base + ["ok"], capture_output=True, timeout=60, cwd=tmp_path,
+                           env=dict(env, **cenv))
         assert r.returncode == 0, r.stderr.decode()
         out = {k: v[0] for k, v in lines_of(r.stdout).items()}
         assert out[0].startswith("host ") and out[0].endswith(f"cwd {tmp_path}")
-        assert out[1].startswith(f"host {cenv['PREFIX']}h2 cross 1")
-        assert out[2].startswith(f"host {cenv['PREFIX']}h2 cross 0")
-        assert out[3].startswith(f"host {cenv['PREFIX']}h3 cross 2")
+        assert out[1].startswith(f"host {name}2 cross 1"), out
+        assert out[2].startswith(f"host {name}2 cross 0"), out
+        assert out[3].startswith(f"host {name}3 cross 2"), out
         # a remote rank fails: everyone, remote ones included, is stopped
         piddir = tmp_path / "pids"
         piddir.mkdir()
-        r = subprocess.run(base[:-1] + [base[-1], "fail", str(piddir)], capture_output=True,
-                           timeout=60, cwd=tmp_path, env=env)
+        r = subprocess.run(base + ["fail", str(piddir)], capture_output=True, timeout=60,
+                           cwd=tmp_path, env=dict(env, **cenv))
         assert r.returncode == 6, r.stderr.decode()
-        assert b"rank 2 (host 10.99.0.12) failed first: exited with code 6" in r.stderr
-        pids = [int(p.read_text()) for p in piddir.iterdir()]
-        assert wait_dead(pids, 10) == []
+        assert f"rank 2 (host {addr[1]}) failed first: exited with code 6".encode() in r.stderr
+        pids = [int(p.read_text()) for p in piddir.glob("*.pid")]
+        assert len(pids) == 3 and wait_dead(pids, 10) == []
     finally:
-        subprocess.run(["bash", CLUSTER_SH, "down", "3"], env=cenv, capture_output=True)
+        subprocess.run(["bash", CLUSTER_SH, "down"], env=cenv, capture_output=True, timeout=60)

@@ -5,8 +5,8 @@ instead of calling ``pytest.skip`` itself.  Where the thing is missing the test 
 the reason, so a plain ``pytest`` in an incomplete environment still says what it left out.
 ``FUSE_TEST_REQUIRE`` (comma-separated feature names) lists what this environment promises to
 have: the test scripts set it for the environments they make (``scripts/test.sh``: ``mpi``,
-``torch``, ``autotune``; ``scripts/test_tensorflow.sh``: ``tensorflow``;
-``scripts/test_mxnet.sh``: ``mxnet``).  A required feature that is missing fails the test
+``torch``, ``autotune``, and ``ssh`` in CI as root; ``scripts/test_tensorflow.sh``:
+``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``).  A required feature that is missing fails the test
 (at collection, for a module-level check) instead of skipping it, so a broken install cannot
 turn tests into silence.
 """
@@ -28,6 +28,8 @@ WHY = {
            "brings mpiexec)",
     "tensorflow": "TensorFlow is not installed: tests/tensorflow runs in .venv-tf "
                   "(bash scripts/test_tensorflow.sh makes it)",
+    "ssh": "the ssh test needs root, iproute2 and openssh-server (scripts/setup.sh installs it "
+           "as root with CI=true or FUSE_INSTALL_SSHD=1)",
     "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/mxnet runs in .venv-mxnet "
              "(bash scripts/test_mxnet.sh makes it)",
 }
