@@ -4,6 +4,8 @@ fixes the best setting, leaves explicit knobs alone, and results stay right thro
 from __future__ import annotations
 
 import csv
+import statistics
+import time
 
 import needs
 import numpy as np
@@ -22,39 +24,60 @@ SMALL = {"FUSE_AUTOTUNE": "1", "FUSE_AUTOTUNE_WARMUP_SAMPLES": "1",
          "FUSE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES": str(MAX_SAMPLES)}
 # a synthetic step: tensors from 256 B to 512 KiB, as a model's gradients would be
 SIZES = [64 * (1 + i % 7) * (2 ** (i % 12)) for i in range(24)]
+COMPARE_STEPS = 6
 
 
-def _workload():
+def _workload(compare_rounds=0):
+    """Steps of SIZES-shaped allreduces until the tuner is done; then, with ``compare_rounds``,
+    the same steps timed on rank 0 in alternating blocks with the setting the engine started
+    with (the defaults) and the tuned one."""
     import fuse
 
     fuse.init()
     rank, size = fuse.rank(), fuse.size()
+    engine = fuse.common.basics._state.engine
+    initial = engine.tuning() if rank == 0 else None
     check = Checker(rank)
     inputs = [np.full(n, float(rank + 1 + i), np.float32) for i, n in enumerate(SIZES)]
     expected = [np.full(n, float(sum(r + 1 + i for r in range(size))), np.float32)
                 for i, n in enumerate(SIZES)]
     steps = 0
-    while True:
+
+    def step():
+        nonlocal steps
         handles = [fuse.allreduce_async(x, name=f"g.{i}", op=fuse.Sum)
                    for i, x in enumerate(inputs)]
         for i, h in enumerate(handles):
             check.array(fuse.synchronize(h), expected[i], f"step {steps} g.{i}")
         steps += 1
+
+    while True:
+        step()
         state = fuse.autotune_state()
         done = np.array([1 if state is not None and state["done"] else 0], np.int32)
         if fuse.allreduce(done, name="done", op=fuse.Sum)[0] or steps > 20000:
             break
     state = fuse.autotune_state()
     if rank == 0:
-        applied = fuse.common.basics._state.engine.tuning()
+        applied = engine.tuning()
         check.equal((applied[0], round(applied[1], 6), applied[2]),
                     (state["fusion_threshold"], round(state["cycle_time_ms"], 6),
                      state["cache_enabled"]), "values the engine uses")
     final = fuse.broadcast_object(state, root_rank=0)
+    timings = {"default": [], "tuned": []}
+    for _ in range(compare_rounds):
+        for label in ("default", "tuned"):
+            if rank == 0:
+                engine.set_tuning(*(initial if label == "default" else applied))
+            step()  # the coordinator takes the setting at its next step: not timed
+            t0 = time.perf_counter()
+            for _ in range(COMPARE_STEPS):
+                step()
+            timings[label].append(time.perf_counter() - t0)
     fuse.shutdown()
     check.finish()
     return {"rank": rank, "steps": steps, "checks": check.count, "final": final,
-            "own": state}
+            "own": state, "initial": initial, "timings": timings}
 
 
 def _rows(path):
@@ -66,7 +89,7 @@ def _rows(path):
 
 def test_autotune_converges_and_ranks_agree(tmp_path):
     log = tmp_path / "autotune.csv"
-    out = run_job(_workload, 2, env=dict(SMALL, FUSE_AUTOTUNE_LOG=str(log)))
+    out = run_job(_workload, 2, env=dict(SMALL, FUSE_AUTOTUNE_LOG=str(log)), args=(4,))
     assert min(r["checks"] for r in out) > len(SIZES) * MAX_SAMPLES
     final = out[0]["final"]
     assert final["done"] and final["samples"] == MAX_SAMPLES
@@ -85,6 +108,12 @@ def test_autotune_converges_and_ranks_agree(tmp_path):
     assert final["fixed"] == []
     # the search moved: not every sample used the same setting
     assert len({(r[0], r[1], r[2]) for r in rows}) > 1
+    # and where it ended is not worse than where it started (the defaults), on the same
+    # workload in the same job, in alternating blocks; medians, with room for a shared machine
+    timings = out[0]["timings"]
+    default, tuned = (statistics.median(timings[k]) for k in ("default", "tuned"))
+    assert out[0]["initial"] == (128 * 1024 * 1024, 1.0, True)
+    assert tuned <= 1.25 * default, (out[0]["initial"], final, timings)
 
 
 def test_autotune_keeps_explicit_knobs(tmp_path):
