@@ -1,31 +1,68 @@
-"""tests/parallel on the MPI backend: the same tests, at 2 and 3 ranks, under mpirun."""
+"""tests/parallel on the MPI backend: the same tests, at 2 and 3 ranks, under mpirun.
+
+Every test function of tests/parallel whose job is started by ``run_job`` runs here again
+(21 of its 27).  Left out, and why (LEFT_OUT below; a test checks that every
+other test function of tests/parallel is imported here):
+
+- ``test_large_allreduce_splits_in_two_halves``: the split sends half of a large allreduce over
+  a second connection of a backend with native ops (Gloo); the MPI backend has none, so nothing
+  splits there by design (``FUSE_SPLIT_THRESHOLD`` in the README).
+- ``test_bfloat16_available``: it checks the test environment (ml_dtypes), not a backend; the
+  bfloat16 cases themselves run here in the dtype matrices.
+- The tests that start their job with ``run_script`` (fuserun's own launcher) and check its
+  report: ``test_uncaught_exception_*``, ``test_sigkill_does_not_hang_the_others``,
+  ``test_stall_warning_names_missing_rank_and_tensor``.  Under mpirun the launcher is mpirun;
+  test_mpi_backend.py checks what it does with a failing or killed rank
+  (``test_a_dead_rank_does_not_hang_the_others``) and ``fuserun --mpi``.
+"""
 
 from __future__ import annotations
+
+import ast
+import glob
+import os
 
 import pytest
 
 import test_allreduce
+import test_autotune
 import test_errors
 import test_failures
 import test_gather_scatter
 import test_join_barrier
 import test_process_sets
+import test_threads
+import test_timeline
 from test_allreduce import (test_allreduce_all_dtypes_ops_and_paths,  # noqa: F401
                             test_buffers_in_shared_regions_are_reduced_between_them,
                             test_shared_memory_allreduce_on_one_host,
                             test_waiting_thread_drives_a_lone_collective,
                             test_zero_dim_arrays_keep_their_shape)
+from test_autotune import (test_autotune_converges_and_ranks_agree,  # noqa: F401
+                           test_autotune_keeps_explicit_knobs)
 from test_errors import (lifecycle_results,  # noqa: F401
                          test_duplicate_names_calls_after_shutdown_and_peer_shutdown,
                          test_mismatch_raises_everywhere_and_job_continues,
                          test_peer_shutdown_raises_shutdown_error)
-from test_failures import test_exception_in_fuse_run_function_reaches_the_waiting_ranks  # noqa
+from test_failures import (stalled,  # noqa: F401
+                           test_exception_in_fuse_run_function_reaches_the_waiting_ranks,
+                           test_stall_shutdown_raises_stall_error,
+                           test_stall_shutdown_reaches_other_ranks_as_stall_error)
 from test_gather_scatter import test_gather_broadcast_alltoall_reducescatter  # noqa: F401
 from test_join_barrier import test_join_uneven_steps_and_barrier  # noqa: F401
 from test_process_sets import test_dynamic_process_sets, test_static_process_sets  # noqa: F401
+from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
+from test_timeline import (test_dynamic_start_stop_inline, test_env_timeline_phases,  # noqa
+                           test_no_timeline_without_env)
 
-PARALLEL_MODULES = (test_allreduce, test_errors, test_failures, test_gather_scatter,
-                    test_join_barrier, test_process_sets)
+PARALLEL_MODULES = (test_allreduce, test_autotune, test_errors, test_failures,
+                    test_gather_scatter, test_join_barrier, test_process_sets, test_threads,
+                    test_timeline)
+LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_available",
+            "test_uncaught_exception_reaches_the_waiting_ranks",
+            "test_uncaught_exception_message_reaches_every_rank",
+            "test_sigkill_does_not_hang_the_others",
+            "test_stall_warning_names_missing_rank_and_tensor"}
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -45,3 +82,14 @@ def test_imported_tests_really_run_on_mpi():
     out = test_allreduce.run_job(_backend_report, 3)
     assert out == [("mpi", True, r, 3) for r in range(3)], out
 
+
+def test_every_parallel_test_runs_here_or_is_left_out_with_a_reason():
+    """A test added to tests/parallel runs on MPI too, or joins LEFT_OUT (and the docstring)."""
+    folder = os.path.dirname(test_allreduce.__file__)
+    here = {name for name in globals() if name.startswith("test_")}
+    for path in glob.glob(os.path.join(folder, "test_*.py")):
+        with open(path) as f:
+            tests = {node.name for node in ast.parse(f.read()).body
+                     if isinstance(node, ast.FunctionDef) and node.name.startswith("test_")}
+        missing = tests - here - LEFT_OUT
+        assert not missing, f"{path}: {sorted(missing)} neither run on MPI nor left out"
