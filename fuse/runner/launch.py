@@ -80,14 +80,12 @@ def make_parser() -> argparse.ArgumentParser:
                    help="engine cycle time in ms (default 1) -> FUSE_CYCLE_TIME")
     g.add_argument("--cache-capacity", dest="cache_capacity", type=int,
                    help="response cache entries (default 1024; 0 disables) -> FUSE_CACHE_CAPACITY")
+    ignored = "accepted for horovodrun compatibility and ignored: fuse has no {} yet"
     _bool_pair(g, "hierarchical-allreduce", "hierarchical_allreduce",
-               "hierarchical allreduce -> FUSE_HIERARCHICAL_ALLREDUCE",
-               help_off="disable hierarchical allreduce (autotune leaves it alone)")
+               ignored.format("hierarchical allreduce"))
     _bool_pair(g, "hierarchical-allgather", "hierarchical_allgather",
-               "hierarchical allgather -> FUSE_HIERARCHICAL_ALLGATHER",
-               help_off="disable hierarchical allgather")
-    _bool_pair(g, "torus-allreduce", "torus_allreduce", "torus allreduce -> FUSE_TORUS_ALLREDUCE",
-               help_off="disable torus allreduce")
+               ignored.format("hierarchical allgather"))
+    _bool_pair(g, "torus-allreduce", "torus_allreduce", ignored.format("torus allreduce"))
 
     g = p.add_argument_group("autotune")
     _bool_pair(g, "autotune", "autotune", "tune fusion parameters online -> FUSE_AUTOTUNE")
@@ -135,11 +133,11 @@ def make_parser() -> argparse.ArgumentParser:
                "initialise MPI single-threaded -> FUSE_MPI_THREADS_DISABLE")
     g.add_argument("--mpi-args", dest="mpi_args", help="extra mpirun arguments (with --mpi)")
     g.add_argument("--tcp", dest="tcp", action="store_true", default=None,
-                   help="TCP only: NCCL_IB_DISABLE=1")
+                   help="sets NCCL_IB_DISABLE=1; no effect yet (fuse has no NCCL backend yet)")
     g.add_argument("--binding-args", dest="binding_args",
                    help="process binding arguments for mpirun (with --mpi)")
     g.add_argument("--num-nccl-streams", dest="num_nccl_streams", type=int,
-                   help="-> FUSE_NUM_NCCL_STREAMS")
+                   help=ignored.format("NCCL backend"))
     g.add_argument("--thread-affinity", dest="thread_affinity",
                    help="cores for the engine thread, one per local rank -> FUSE_THREAD_AFFINITY")
     g.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds", type=float,

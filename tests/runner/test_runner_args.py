@@ -1,11 +1,13 @@
 """fuserun's flags -> worker environment, and --config-file: unit tests."""
 
+import argparse
+import os
 import sys
 
 import pytest
 
-from fuse.runner.launch import (UsageError, config_file_flags, env_from_args, network_interfaces,
-                                parse_args, start_timeout)
+from fuse.runner.launch import (UsageError, config_file_flags, env_from_args, make_parser,
+                                network_interfaces, parse_args, start_timeout)
 
 
 def env(*argv):
@@ -92,3 +94,40 @@ def test_config_file_without_yaml(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now fails
     with pytest.raises(UsageError, match="PyYAML"):
         config_file_flags(str(cfg))
+
+
+def _fuse_sources_but_the_launcher() -> str:
+    import fuse
+    root = os.path.dirname(fuse.__file__)
+    text = []
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            path = os.path.join(folder, name)
+            if name.endswith((".py", ".pyx")) and not path.endswith(os.path.join("runner",
+                                                                                  "launch.py")):
+                with open(path) as f:
+                    text.append(f.read())
+    return "\n".join(text)
+
+
+def test_flags_whose_setting_nothing_reads_say_so_in_help():
+    """A flag that sets a FUSE_* variable no part of fuse reads (config.py knobs are named
+    without the prefix) tells --help that it is ignored; and one that is read does not."""
+    sources = _fuse_sources_but_the_launcher()
+    ignored = []
+    for action in make_parser()._actions:
+        if not action.option_strings or action.help == argparse.SUPPRESS:
+            continue
+        flag = action.option_strings[-1]
+        value = [] if action.nargs == 0 else ["1"]
+        try:
+            produced = env(flag, *value)
+        except (SystemExit, UsageError):
+            continue  # needs a value of another kind; not a tunable
+        for var in (v for v in produced if v.startswith("FUSE_")):
+            read = var in sources or f'"{var[len("FUSE_"):]}"' in sources
+            assert read != ("ignored" in action.help), (flag, var, action.help)
+            if not read:
+                ignored.append(flag)
+    assert {"--torus-allreduce", "--hierarchical-allreduce",
+            "--num-nccl-streams"} <= set(ignored), ignored
