@@ -31,9 +31,10 @@ link_cap() {  # namespace, device, rate
 }
 
 start_sshd() {  # host number
-  local host=$NAME$1
+  local host=$NAME$1 listen
+  listen=$(address "$1")
   ip netns exec "$host" unshare --uts sh -c \
-    "hostname $host && exec /usr/sbin/sshd -D -e -f '$DIR/sshd_config' -o ListenAddress=$(address "$1")" \
+    "hostname $host && exec /usr/sbin/sshd -D -e -f '$DIR/sshd_config' -o ListenAddress=$listen" \
     > "$DIR/sshd-$host.log" 2>&1 &
 }
 

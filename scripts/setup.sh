@@ -53,7 +53,8 @@ if [ "${FUSE_SKIP_TORCH:-0}" = 1 ]; then
 elif ! .venv/bin/python -c "import torch" 2>/dev/null; then
   if ! .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" \
       ${FUSE_TORCH_INDEX_URL:+--index-url "$FUSE_TORCH_INDEX_URL"}; then
-    echo "setup: FAILED to install torch==$TORCH_VERSION${FUSE_TORCH_INDEX_URL:+ from $FUSE_TORCH_INDEX_URL}." >&2
+    echo "setup: FAILED to install torch==$TORCH_VERSION" \
+         "${FUSE_TORCH_INDEX_URL:+from $FUSE_TORCH_INDEX_URL}" >&2
     echo "setup: the test suite needs it; set FUSE_TORCH_INDEX_URL or FUSE_TORCH_VERSION, or" >&2
     echo "setup: FUSE_SKIP_TORCH=1 to go on without torch (its tests are then skipped)" >&2
     exit 1

@@ -6,9 +6,9 @@ the reason, so a plain ``pytest`` in an incomplete environment still says what i
 ``FUSE_TEST_REQUIRE`` (comma-separated feature names) lists what this environment promises to
 have: the test scripts set it for the environments they make (``scripts/test.sh``: ``mpi``,
 ``torch``, ``autotune``, and ``ssh`` in CI as root; ``scripts/test_tensorflow.sh``:
-``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``).  A required feature that is missing fails the test
-(at collection, for a module-level check) instead of skipping it, so a broken install cannot
-turn tests into silence.
+``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``).  A required feature that is missing
+fails the test (at collection, for a module-level check) instead of skipping it, so a broken
+install cannot turn tests into silence.
 """
 
 from __future__ import annotations
