@@ -13,8 +13,6 @@ import pytest
 
 from par_util import Checker, run_job
 
-needs.module("optuna", "autotune")
-needs.module("scipy", "autotune")
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -80,6 +78,13 @@ def _workload(compare_rounds=0):
             "own": state, "initial": initial, "timings": timings}
 
 
+def _needs_optimiser():
+    """Skip (or fail, where required) without optuna and scipy: called by each test rather than
+    at import, because tests/mpi imports this module's tests to run them on MPI."""
+    needs.module("optuna", "autotune")
+    needs.module("scipy", "autotune")
+
+
 def _rows(path):
     with open(path) as f:
         rows = list(csv.reader(f))
@@ -88,6 +93,7 @@ def _rows(path):
 
 
 def test_autotune_converges_and_ranks_agree(tmp_path):
+    _needs_optimiser()
     log = tmp_path / "autotune.csv"
     out = run_job(_workload, 2, env=dict(SMALL, FUSE_AUTOTUNE_LOG=str(log)), args=(4,))
     assert min(r["checks"] for r in out) > len(SIZES) * MAX_SAMPLES
@@ -117,6 +123,7 @@ def test_autotune_converges_and_ranks_agree(tmp_path):
 
 
 def test_autotune_keeps_explicit_knobs(tmp_path):
+    _needs_optimiser()
     log = tmp_path / "autotune.csv"
     env = dict(SMALL, FUSE_AUTOTUNE_LOG=str(log), FUSE_FUSION_THRESHOLD="1048576",
                HOROVOD_CACHE_CAPACITY="0")
