@@ -10,9 +10,10 @@ with the same values by construction.
 A sample is the allreduced bytes per microsecond of wall time over a window of at least
 ``FUSE_AUTOTUNE_STEPS_PER_SAMPLE`` coordinator cycles that emitted responses and at least
 ``MIN_SAMPLE_SECONDS``.  The first ``FUSE_AUTOTUNE_WARMUP_SAMPLES`` samples (with the initial
-values) are discarded.  Then ``FUSE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES`` samples are scored, each
-with a setting proposed by optuna's Gaussian-process sampler; afterwards the best setting is
-fixed and sampling stops.  Knobs the user set explicitly are not searched.
+values) are discarded.  Then ``FUSE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES`` samples are scored: the
+first with the setting in force when tuning starts, each further one with a setting proposed by
+optuna's Gaussian-process sampler; afterwards the best-scoring setting (possibly the starting
+one) is fixed and sampling stops.  Knobs the user set explicitly are not searched.
 """
 
 from __future__ import annotations
@@ -173,14 +174,18 @@ class Autotuner(threading.Thread):
                             deterministic_objective=self._noise == 0.0)
         study = optuna.create_study(direction="maximize", sampler=sampler)
         best_values, best_score = dict(self._current), -math.inf
-        for _ in range(self._max):
-            trial = study.ask()
-            values = self._suggest(trial)
+        for i in range(self._max):
+            # The first sample scores the setting in force (the defaults, or the user's), so the
+            # tuner leaves it only for a setting that scored better.  (Not told to the study:
+            # the default fusion threshold, 128 MiB, lies outside the searched range.)
+            trial = study.ask() if i else None
+            values = self._suggest(trial) if i else dict(self._current)
             self._apply(values)
             score = self._measure()
             if score is None:
                 return
-            study.tell(trial, score)
+            if trial is not None:
+                study.tell(trial, score)
             self._write(out, values, score)
             if score > best_score:
                 best_values, best_score = values, score

@@ -104,7 +104,9 @@ def test_autotune_converges_and_ranks_agree(tmp_path):
     assert out[0]["steps"] == out[1]["steps"] > MAX_SAMPLES
     rows = _rows(log)
     assert len(rows) == MAX_SAMPLES
-    for cycle, threshold, cache, score in rows:
+    # the first sample scores the setting the job started with, the others the search space
+    assert rows[0][:3] == (1.0, 128 * 1024 * 1024, 1) and rows[0][3] > 0
+    for cycle, threshold, cache, score in rows[1:]:
         assert 0 <= cycle <= 20 and 0 <= threshold <= 64 * 1024 * 1024
         assert cache in (0, 1) and score > 0
     best = max(rows, key=lambda r: r[3])
