@@ -426,7 +426,7 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
             ssh_identity_file=args.ssh_identity_file, network_interfaces=nics,
             output_filename=args.output_filename, prefix_timestamp=bool(args.prefix_timestamp),
             binding_args=args.binding_args)
-        mpi.exec_mpirun(argv, env, verbose)  # does not return
+        return mpi.run_mpirun(argv, env, verbose)
 
     settings = Settings(
         start_timeout=start_timeout(args.start_timeout), ssh_port=args.ssh_port,
