@@ -95,6 +95,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         elif name != config.backend:
             config = Config.from_env(**{**overrides, "backend": name})
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
+        _check_thread_affinity(config)      # before anything starts that would need stopping
         _warn_oversubscribed(config, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
@@ -179,14 +180,39 @@ def _choose_backend(config: Config, environ=os.environ) -> str:
     return config.backend
 
 
-def _pin_engine_thread(engine, config: Config, log) -> None:
-    """FUSE_THREAD_AFFINITY: local rank i pins its engine thread to the i-th listed core."""
+def _check_thread_affinity(config: Config) -> None:
+    """FUSE_THREAD_AFFINITY must name a core for this local rank that this process may use."""
     if not config.thread_affinity:
         return
-    cores = [int(c) for c in config.thread_affinity.split(",") if c.strip()]
+    cores = [int(c) for c in config.thread_affinity.split(",")]
     if config.local_rank >= len(cores):
         raise ValueError(f"FUSE_THREAD_AFFINITY lists {len(cores)} cores but this is local rank "
                          f"{config.local_rank}")
+    allowed = sorted(os.sched_getaffinity(0))
+    if cores[config.local_rank] not in allowed:
+        raise ValueError(f"FUSE_THREAD_AFFINITY={config.thread_affinity}: local rank "
+                         f"{config.local_rank} gets core {cores[config.local_rank]}, which this "
+                         f"process may not run on (its cores: {_core_ranges(allowed)})")
+
+
+def _core_ranges(cores: list[int]) -> str:
+    """0,1,2,5 -> '0-2,5'."""
+    out, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
+
+
+def _pin_engine_thread(engine, config: Config, log) -> None:
+    """FUSE_THREAD_AFFINITY: local rank i pins its engine thread to the i-th listed core
+    (checked by _check_thread_affinity before the engine started)."""
+    if not config.thread_affinity:
+        return
+    cores = [int(c) for c in config.thread_affinity.split(",")]
     os.sched_setaffinity(engine.thread_native_id, {cores[config.local_rank]})
     log.debug("engine thread pinned to core %d", cores[config.local_rank])
 

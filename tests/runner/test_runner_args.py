@@ -1,5 +1,6 @@
 """fuserun's flags -> worker environment, and --config-file: unit tests."""
 
+import os
 import sys
 
 import pytest
@@ -92,3 +93,21 @@ def test_config_file_without_yaml(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "yaml", None)  # import yaml now fails
     with pytest.raises(UsageError, match="PyYAML"):
         config_file_flags(str(cfg))
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FUSE_THREAD_AFFINITY": "99,100"},
+     "FUSE_THREAD_AFFINITY=99,100: local rank 0 gets core 99, which this process may not run on"),
+    ({"FUSE_SHM_THRESHOLD": "-1"}, "FUSE_SHM_THRESHOLD=-1 is out of range"),
+    ({"FUSE_GLOO_TIMEOUT_SECONDS": "0"}, "FUSE_GLOO_TIMEOUT_SECONDS=0.0 is out of range"),
+])
+def test_init_refuses_a_bad_knob_on_every_rank_by_name(env, message):
+    import subprocess
+    import sys
+    from runner_util import fuserun_argv
+    r = subprocess.run(fuserun_argv("-np", "2", sys.executable, "-c", "import fuse; fuse.init()"),
+                       capture_output=True, timeout=60, env={**os.environ, **env})
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert message in err and "ValueError" in err
+    assert "OverflowError" not in err and "OSError" not in err
