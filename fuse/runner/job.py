@@ -370,6 +370,10 @@ class Job:
             + thread_budget.shell_budget(env, env.get("FUSE_LOCAL_SIZE", "1")) +
             f"env {assigns} {cmd} </dev/null 3<&-\n"
         )
+        return self._ssh_base() + [host, "sh -c " + shlex.quote(script)]
+
+    def _ssh_base(self) -> list[str]:
+        st = self.settings
         argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
                 "-o", f"ConnectTimeout={max(1, int(st.start_timeout))}",
                 "-o", "ServerAliveInterval=15"]
@@ -378,8 +382,35 @@ class Job:
         if st.ssh_identity_file:
             argv += ["-i", st.ssh_identity_file]
         argv += shlex.split(os.environ.get("FUSE_SSH_ARGS", ""))  # e.g. -o UserKnownHostsFile=..
-        argv += [host, "sh -c " + shlex.quote(script)]
         return argv
+
+    def unreachable_hosts(self) -> dict[str, str]:
+        """The remote hosts that do not answer over ssh, each with ssh's last words: asked
+        all at once, before any worker starts (as horovodrun does), so that a typo in -H or a
+        missing key is one clear message instead of a half-started job."""
+        procs = {}
+        for host in self.remote_hosts:
+            try:
+                procs[host] = subprocess.Popen(self._ssh_base() + [host, "true"],
+                                               stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, start_new_session=True)
+            except OSError as err:
+                return {h: f"cannot run ssh: {err.strerror or err}" for h in self.remote_hosts}
+        failed = {}
+        deadline = time.monotonic() + self.settings.start_timeout + 5
+        for host, proc in procs.items():
+            try:
+                _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                failed[host] = f"no answer within {self.settings.start_timeout:g} s"
+                continue
+            if proc.returncode != 0:
+                words = err.decode(errors="replace").strip().splitlines()
+                failed[host] = (words[-1] if words else f"ssh exit code {proc.returncode}")
+        return failed
 
     def _output_files(self, rank: int) -> tuple[IO | None, IO | None]:
         d = self.settings.output_filename
@@ -485,10 +516,17 @@ class Job:
         drain_until: float | None = None
         try:
             self._workers = [_Worker(s, s.hostname in self.remote_hosts) for s in self.slots]
+            unreachable = self.unreachable_hosts() if self.remote_hosts else {}
+            if unreachable:
+                host = next(iter(unreachable))
+                rank = next(s.rank for s in self.slots if s.hostname == host)
+                failure = Failure(rank, host, "start", 255, detail="cannot reach " + "; ".join(
+                    f"{h} over ssh ({why})" for h, why in unreachable.items())
+                    + "; no worker was started")
             notice = self.budget_notice()
-            if notice:
+            if notice and failure is None:
                 self._say(notice)
-            for w in self._workers:
+            for w in self._workers if failure is None else ():
                 failure = self._start(w)
                 if failure is not None or self._signals:
                     break
