@@ -11,7 +11,6 @@ import atexit
 import os
 import pickle
 import socket
-import struct
 import sys
 import threading
 import traceback
@@ -99,7 +98,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         _warn_oversubscribed(config, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
-        ctl_fd, worker_fds = _connect_control_channel(backend, config)
+        ctl_fd, worker_fds = _connect_control_channel(backend, config, log)
 
         def create_group(ranks, group_id):
             return backend.create_group(ranks, group_id)
@@ -229,9 +228,11 @@ def _local_address_towards(addr: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
-def _connect_control_channel(backend, config: Config):
-    """Rank 0 listens; every other rank connects and says who it is.  Returns the engine's
-    (ctl_fd, worker_fds)."""
+def _connect_control_channel(backend, config: Config, log):
+    """Rank 0 listens; every other rank connects and proves it belongs to the job
+    (fuse.common.control_handshake).  Returns the engine's (ctl_fd, worker_fds)."""
+    from fuse.common import control_handshake as handshake
+
     if config.size == 1:
         return -1, [-1]
     timeout = max(config.gloo_timeout_seconds, 10.0)
@@ -240,46 +241,19 @@ def _connect_control_channel(backend, config: Config):
         host = os.environ.get("FUSE_CONTROLLER_ADDR") or _local_address_towards(
             config.rendezvous_addr)
         listener = socket.create_server(("0.0.0.0" if host != "127.0.0.1" else host, 0),
-                                        backlog=config.size)
-        listener.settimeout(timeout)
-        addr = pickle.dumps((host, listener.getsockname()[1]))
+                                        backlog=max(config.size, 128))
+        key = handshake.make_key()
+        # the key travels over the backend's connections, which the job already trusts
+        payload = pickle.dumps((host, listener.getsockname()[1], key))
     else:
-        addr = b""
-    coordinator = pickle.loads(backend.exchange(addr)[0])
+        payload = b""
+    host, port, key = pickle.loads(backend.exchange(payload)[0])
     if config.rank == 0:
-        fds = [-1] * config.size
         try:
-            for _ in range(config.size - 1):
-                conn, _peer = listener.accept()
-                conn.settimeout(timeout)
-                (peer_rank,) = struct.unpack("<i", _recv_exact(conn, 4))
-                if not 0 < peer_rank < config.size or fds[peer_rank] != -1:
-                    raise ConnectionError(f"unexpected control connection from rank {peer_rank}")
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.settimeout(None)
-                fds[peer_rank] = conn.detach()
-        except socket.timeout:
-            missing = [r for r in range(1, config.size) if fds[r] == -1]
-            raise ConnectionError(f"ranks {missing} did not connect to rank 0 within "
-                                  f"{timeout:g} s (FUSE_GLOO_TIMEOUT_SECONDS)") from None
+            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning)
         finally:
             listener.close()
-        return -1, fds
-    conn = socket.create_connection(coordinator, timeout=timeout)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    conn.sendall(struct.pack("<i", config.rank))
-    conn.settimeout(None)
-    return conn.detach(), []
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("control connection closed during start-up")
-        data += chunk
-    return data
+    return handshake.join_coordinator((host, port), config.rank, key, timeout), []
 
 
 def report_failure(exc: BaseException) -> None:
