@@ -265,7 +265,8 @@ def report_failure(exc: BaseException) -> None:
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     try:
         _report_error(text, "".join(traceback.format_exception(type(exc), exc,
-                                                               exc.__traceback__)))
+                                                               exc.__traceback__)),
+                      consequence=isinstance(exc, ShutdownError))
         engine.abort(text)
     except Exception:
         pass
@@ -277,13 +278,17 @@ def _excepthook(exc_type, exc, tb):
     (_state.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
 
-def _report_error(summary: str, full: str) -> None:
+def _report_error(summary: str, full: str, consequence: bool = False) -> None:
+    """Leave this rank's error in the launcher's store.  ``consequence``: we fail because
+    another rank did (a ShutdownError), so the launcher looks for that rank's own error."""
     cfg = _state.config
     if cfg is None:
         return
     from fuse.runner.store import store_from_config
     store = store_from_config(cfg)
     if store is not None:
+        if consequence:
+            store.set(f"errors/{cfg.rank}/consequence", b"1")
         store.set(f"errors/{cfg.rank}", full.encode(errors="replace"))
 
 

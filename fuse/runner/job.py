@@ -87,7 +87,7 @@ class Failure:
     """Why the job failed: the first worker that went wrong."""
     rank: int
     hostname: str
-    kind: str                      # "exit", "signal", "start", "timeout"
+    kind: str                      # "exit", "signal", "start", "timeout", "error"
     returncode: int | None = None  # exit code, or -signal
     detail: str = ""               # for "start"/"timeout": what happened
     error: str | None = None       # text the worker stored under errors/<rank>
@@ -252,6 +252,7 @@ class _Worker:
         self.started = not remote      # remote: set when the wrapper's marker arrives
         self.start_deadline = 0.0
         self.returncode: int | None = None
+        self.exit_order = -1            # 0 for the first worker seen to exit, and so on
 
     @property
     def running(self) -> bool:
@@ -495,6 +496,28 @@ class Job:
                         pass
                 w.signal_group(sig)
 
+    def _root_cause(self, first: Failure) -> Failure:
+        """The failure to report: ``first`` (the first worker seen to fail) unless it failed
+        only because another rank did (its stored error says so) and a rank that failed of
+        its own accord is known: the first of those to exit, by its own error."""
+        def consequence(rank: int) -> bool:
+            return self.server.get(f"errors/{rank}/consequence") is not None
+
+        if first.kind not in ("exit", "signal") or not consequence(first.rank):
+            return first
+        own = [w for w in self._workers
+               if w.returncode not in (None, 0) and w.slot.rank != first.rank
+               and self.server.get(f"errors/{w.slot.rank}") is not None
+               and not consequence(w.slot.rank)]
+        if not own:
+            return first
+        w = min(own, key=lambda x: x.exit_order if x.exit_order >= 0 else len(self._workers))
+        rc = w.returncode
+        if rc in (-signal.SIGTERM, -signal.SIGKILL):    # our stop overtook its own exit
+            return Failure(w.slot.rank, w.slot.hostname, "error", rc,
+                           detail="raised an error, and was stopped with the others")
+        return Failure(w.slot.rank, w.slot.hostname, "signal" if rc < 0 else "exit", rc)
+
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> JobResult:
         """Start every worker, forward output until all have exited, and return the outcome.
@@ -560,6 +583,7 @@ class Job:
                     if rc is None:
                         continue
                     w.returncode = rc
+                    w.exit_order = sum(x.exit_order >= 0 for x in self._workers)
                     if w.pidfd is not None:
                         self._sel.unregister(w.pidfd)
                         os.close(w.pidfd)
@@ -665,6 +689,7 @@ class Job:
         for s in self.slots:
             exit_codes.setdefault(s.rank, None)
         if failure is not None:
+            failure = self._root_cause(failure)
             raw = self.server.get(f"errors/{failure.rank}")
             if raw:
                 failure.error = raw.decode("utf-8", "replace")

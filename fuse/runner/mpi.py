@@ -270,13 +270,16 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
                 returncode = proc.wait()
         raw = {r: server.get(f"runfunc_result/{r}") for r in range(np)}
         errors = {r: server.get(f"errors/{r}") for r in range(np)}
+        consequences = {r: server.get(f"errors/{r}/consequence") for r in range(np)}
         sweep_mpi_segments(started)
     finally:
         server.stop()
     failure = None
     failed = [r for r in range(np) if errors[r] is not None]
+    # a rank that failed of its own accord before one that failed because another did
+    own = [r for r in failed if consequences[r] is None]
     if failed:
-        r = failed[0]
+        r = (own or failed)[0]
         failure = Failure(rank=r, hostname="?", kind="exit", returncode=1,
                           error=errors[r].decode("utf-8", "replace"))
     elif returncode != 0:
