@@ -8,7 +8,8 @@ its own launcher with that launcher's defaults (fuserun's thread budget, torchru
 OMP_NUM_THREADS=1), and nothing in this script sets a thread count. Models: ``step``, the
 ResNet-50-shaped parameter set (161 tensors, 25.6 M float32, almost no compute: the gradient
 allreduce dominates); ``cnn``, the small CNN on 32 synthetic 32x32 images per worker (compute
-dominates). Rank 0 writes the step times and the thread settings the workers ran with.
+dominates); ``allreduce``, one 64 MiB float32 allreduce per step (bandwidth). Rank 0 writes the
+step times and the thread settings the workers ran with.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from models import ShapedModel, SmallCNN, synthetic_images  # noqa: E402
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
 
+ALLREDUCE_BYTES = 64 << 20
+
+
 def model_and_loss(name: str, rank: int):
     """The model and a function computing its loss on this rank's fixed batch."""
     torch.manual_seed(0)
@@ -43,6 +47,10 @@ def model_and_loss(name: str, rank: int):
 def fuse_side(model_name: str):
     import fuse.torch as hvd
     hvd.init()
+    if model_name == "allreduce":
+        buf = torch.ones(ALLREDUCE_BYTES // 4)
+        return hvd.rank(), lambda: hvd.allreduce_(buf, op=hvd.Sum, name="buf"), hvd.barrier, \
+            hvd.shutdown
     model, loss = model_and_loss(model_name, hvd.rank())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9),
@@ -59,6 +67,9 @@ def ddp_side(model_name: str):
     import torch.distributed as dist
     dist.init_process_group("gloo")           # torchrun's env:// rendezvous
     rank = dist.get_rank()
+    if model_name == "allreduce":
+        buf = torch.ones(ALLREDUCE_BYTES // 4)
+        return rank, lambda: dist.all_reduce(buf), dist.barrier, dist.destroy_process_group
     base, loss = model_and_loss(model_name, rank)
     model = torch.nn.parallel.DistributedDataParallel(base)
     opt = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
@@ -73,7 +84,7 @@ def ddp_side(model_name: str):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--side", choices=("fuse", "ddp"), required=True)
-    ap.add_argument("--model", choices=("step", "cnn"), default="step")
+    ap.add_argument("--model", choices=("step", "cnn", "allreduce"), default="step")
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--json", default=None)
@@ -94,7 +105,9 @@ def main():
         print(f"{args.side} {args.model}: median step {common.median(times) * 1e3:.1f} ms, "
               f"threads {threads}", flush=True)
         common.write_json(args.json, {"side": args.side, "model": args.model,
-                                      "step_seconds": times, "threads": threads})
+                                      "step_seconds": times, "threads": threads,
+                                      "workers": int(os.environ.get("WORLD_SIZE") or
+                                                     os.environ.get("FUSE_SIZE") or 0)})
     close()
 
 

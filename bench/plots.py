@@ -132,11 +132,21 @@ def loaded_plot(w: dict, out_dir: str) -> list[str]:
                            os.path.join(out_dir, "loaded.png"))
 
 
+def multihost_plot(w: dict, out_dir: str) -> list[str]:
+    rows = job_rows(w, "multihost")
+    if not rows:
+        return []
+    return _step_time_plot(rows, [r["case"].replace(", ", "\n") for r in rows],
+                           "Across network-namespace hosts: fuse vs DDP",
+                           os.path.join(out_dir, "multihost.png"))
+
+
 def draw_all(results: dict[str, dict], out_dir: str) -> list[str]:
     os.makedirs(out_dir, exist_ok=True)
     paths = []
     for key, draw in (("allreduce", allreduce_plots), ("many_small", many_small_plot),
-                      ("training", training_plot), ("loaded", loaded_plot)):
+                      ("training", training_plot), ("loaded", loaded_plot),
+                      ("multihost", multihost_plot)):
         if key in results:
             paths += draw(results[key], out_dir)
     return paths

@@ -205,12 +205,43 @@ def loaded_section(w: dict) -> str:
         "images per worker (compute-bound).", "", "![beside busy processes](plots/loaded.png)"])
 
 
+def multihost_section(w: dict) -> str:
+    jobs = w.get("jobs", [])
+    skipped = [job.get("skipped") for job in jobs if job.get("skipped")]
+    if skipped:
+        return f"Not measured in this run: {skipped[0]}."
+    config = jobs[0].get("config", {}) if jobs else {}
+    rows = []
+    for r in job_rows(w, "multihost"):
+        med = r["median"]
+        bw = r.get("bandwidth_GBps")
+        cells = [r["case"], fmt_time(med["fuse"]), fmt_time(med["DDP"]), _ratio_cell(r["ratio"])]
+        if bw:
+            cells.append(f"{fmt_bandwidth(bw['fuse'])} / {fmt_bandwidth(bw['DDP'])} "
+                         f"(flat ring at link rate: {fmt_bandwidth(r['ring_limit_GBps'])})")
+        else:
+            cells.append("–")
+        rows.append(cells)
+    rate = config.get("rate", "?")
+    return "\n".join([
+        _table(["layout (hosts x ranks), workload", "fuse (fuserun -H)", "DDP (torchrun per host)",
+                "fuse/DDP", "algorithm bandwidth fuse / DDP"], rows), "",
+        f"Hosts are network namespaces on this machine (scripts/cluster.sh), each link capped at "
+        f"{rate} in both directions (tbf); fuse starts from the first host over ssh, DDP runs "
+        "one torchrun per host. The hosts share this machine's 2 cores, so both sides run with "
+        "OMP_NUM_THREADS=1. Bandwidth: 64 MiB / time per allreduce; the flat-ring limit is the "
+        "link rate over the 2(n-1)/n of the buffer each rank sends, shared by the ranks of a "
+        "host.", "", "![across hosts](plots/multihost.png)"])
+
+
 SECTIONS = (("allreduce", "1. Allreduce latency and bandwidth", allreduce_section),
             ("many_small", "2. Many small tensors (ResNet-50 gradient set)", many_small_section),
             ("training", "3. End-to-end training of a small CNN", training_section),
             ("overhead", "4. Engine overhead", overhead_section),
             ("loaded", "5. Each side launched its usual way, quiet and beside busy processes",
-             loaded_section))
+             loaded_section),
+            ("multihost", "6. Across hosts (network namespaces, capped links)",
+             multihost_section))
 
 
 def render(results: dict[str, dict], machine_line: str, command: str) -> str:

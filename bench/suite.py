@@ -14,6 +14,9 @@ writing one JSON record):
   loaded      bench/loaded.py: ResNet-50 gradient set and small CNN, fuse under fuserun vs DDP
               under torchrun (each launcher's own thread defaults), quiet and beside --load
               busy processes (default 1)
+  multihost   bench/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
+              layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
+              set and 64 MiB allreduce bandwidth
 
 Writes bench/results/<workload>.json, bench/plots/*.png and rewrites the generated part of
 bench/RESULTS.md from all result files present (so ``--only`` refreshes one workload and keeps
@@ -45,7 +48,7 @@ import report  # noqa: E402
 RESULTS_DIR = os.path.join(HERE, "results")
 PLOTS_DIR = os.path.join(HERE, "plots")
 RESULTS_MD = os.path.join(HERE, "RESULTS.md")
-WORKLOADS = ("allreduce", "many_small", "training", "overhead", "loaded")
+WORKLOADS = ("allreduce", "many_small", "training", "overhead", "loaded", "multihost")
 
 
 @dataclasses.dataclass
@@ -91,6 +94,11 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
         # 2 load levels x 2 models x rounds x 2 launches of a 2-worker job
         return [Job("loaded", ["loaded.py", "--load", str(load), *args], launcher="self",
                     timeout=600 if quick else 1800)]
+    if workload == "multihost":
+        args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
+                else ["--rounds", "3", "--steps", "5"])
+        return [Job("multihost", ["multihost.py", *args], launcher="self",
+                    timeout=900 if quick else 2400)]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 

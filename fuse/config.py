@@ -37,21 +37,39 @@ def _parse_log_level(text: str) -> str:
     return t
 
 
-def _knob(default, env: str, horovod: str | None = None, parse=None, doc: str = ""):
-    """A config field read from FUSE_<env> (and HOROVOD_<horovod> when Horovod has it)."""
+def _parse_cores(text: str) -> str:
+    cores = [c.strip() for c in text.split(",") if c.strip()]
+    if not all(c.isdigit() for c in cores):
+        raise ValueError("expected core numbers separated by commas, e.g. 0,1")
+    return ",".join(cores)
+
+
+# Sizes in bytes: anything up to 1 TiB (the engine keeps them as size_t; a negative or absurd
+# value must be refused here, by name, not overflow in C).
+_BYTES = (0, 1 << 40)
+
+
+def _knob(default, env: str, horovod: str | None = None, parse=None, doc: str = "",
+          bounds: tuple[float, float] | None = None):
+    """A config field read from FUSE_<env> (and HOROVOD_<horovod> when Horovod has it);
+    ``bounds`` = (lowest, highest) value accepted, both included."""
     return dataclasses.field(default=default, metadata={
-        "env": env, "horovod": horovod, "parse": parse, "doc": doc})
+        "env": env, "horovod": horovod, "parse": parse, "doc": doc, "bounds": bounds})
 
 
 @dataclasses.dataclass(frozen=True)
 class Config:
     # identity (set by fuserun / horovodrun-style launchers)
-    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process")
-    size: int = _knob(1, "SIZE", "SIZE", doc="number of processes")
-    local_rank: int = _knob(0, "LOCAL_RANK", "LOCAL_RANK", doc="rank on this host")
-    local_size: int = _knob(1, "LOCAL_SIZE", "LOCAL_SIZE", doc="processes on this host")
-    cross_rank: int = _knob(0, "CROSS_RANK", "CROSS_RANK", doc="index of this host")
-    cross_size: int = _knob(1, "CROSS_SIZE", "CROSS_SIZE", doc="number of hosts")
+    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process", bounds=(0, 1 << 30))
+    size: int = _knob(1, "SIZE", "SIZE", doc="number of processes", bounds=(1, 1 << 30))
+    local_rank: int = _knob(0, "LOCAL_RANK", "LOCAL_RANK", doc="rank on this host",
+                            bounds=(0, 1 << 30))
+    local_size: int = _knob(1, "LOCAL_SIZE", "LOCAL_SIZE", doc="processes on this host",
+                            bounds=(1, 1 << 30))
+    cross_rank: int = _knob(0, "CROSS_RANK", "CROSS_RANK", doc="index of this host",
+                            bounds=(0, 1 << 30))
+    cross_size: int = _knob(1, "CROSS_SIZE", "CROSS_SIZE", doc="number of hosts",
+                            bounds=(1, 1 << 30))
     hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME", doc="host identity")
     # backends
     backend: str = _knob("gloo", "BACKEND", doc="CPU backend plugin (entry point in fuse.backends)")
@@ -59,39 +77,43 @@ class Config:
     rendezvous_addr: str = _knob("", "GLOO_RENDEZVOUS_ADDR", "GLOO_RENDEZVOUS_ADDR",
                                  doc="address of the launcher's rendezvous store")
     rendezvous_port: int = _knob(-1, "GLOO_RENDEZVOUS_PORT", "GLOO_RENDEZVOUS_PORT",
-                                 doc="port of the launcher's rendezvous store")
+                                 doc="port of the launcher's rendezvous store", bounds=(-1, 65535))
     gloo_iface: str = _knob("", "GLOO_IFACE", "GLOO_IFACE", doc="network interface for Gloo")
     gloo_timeout_seconds: float = _knob(30.0, "GLOO_TIMEOUT_SECONDS", "GLOO_TIMEOUT_SECONDS",
-                                        doc="rendezvous and collective timeout")
+                                        doc="rendezvous and collective timeout", bounds=(1.0, 1e7))
     # engine
     fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
-                                  doc="fusion buffer size in bytes; 0 disables fusion")
+                                  doc="fusion buffer size in bytes; 0 disables fusion",
+                                  bounds=_BYTES)
     zero_copy_threshold: int = _knob(4 * 1024 * 1024, "ZERO_COPY_THRESHOLD",
                                      doc="allreduces larger than this many bytes are reduced in "
-                                         "place, not copied through the fusion buffer")
+                                         "place, not copied through the fusion buffer",
+                                     bounds=_BYTES)
     split_threshold: int = _knob(4 * 1024 * 1024, "SPLIT_THRESHOLD",
                                  doc="allreduces of at least this many bytes are reduced as two "
                                      "halves at once, over two connections (native backends "
-                                     "such as Gloo); 0 turns this off")
+                                     "such as Gloo); 0 turns this off", bounds=_BYTES)
     shm_threshold: int = _knob(256 * 1024, "SHM_THRESHOLD",
                                doc="when every rank is on one host, allreduces of at least "
                                    "this many bytes are reduced through shared memory instead "
                                    "of the backend (any backend; the world's process set); "
-                                   "0 turns this off")
+                                   "0 turns this off", bounds=_BYTES)
     inline_threshold: int = _knob(64 * 1024, "INLINE_THRESHOLD",
                                   doc="allreduces (and broadcasts) whose size times the set size "
                                       "is at most this many bytes travel with the negotiation "
-                                      "and are reduced by the coordinator; 0 turns this off")
+                                      "and are reduced by the coordinator; 0 turns this off",
+                                  bounds=_BYTES)
     spin_time_us: float = _knob(100.0, "SPIN_TIME_US",
                                 doc="microseconds a thread waiting for the only collective in "
                                     "flight runs the engine loop itself, polling, before it "
                                     "sleeps (latency of small synchronous calls); 0 turns "
-                                    "this off")
+                                    "this off", bounds=(0.0, 1e6))
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
-                                     "partly submitted, to fuse them")
+                                     "partly submitted, to fuse them", bounds=(0.0, 60000.0))
     cache_capacity: int = _knob(1024, "CACHE_CAPACITY", "CACHE_CAPACITY",
-                                doc="response cache entries; 0 disables the cache")
+                                doc="response cache entries; 0 disables the cache",
+                                bounds=(0, 1 << 24))
     disable_group_fusion: bool = _knob(False, "DISABLE_GROUP_FUSION", "DISABLE_GROUP_FUSION",
                                        _parse_bool, "fuse grouped tensors only with their group")
     dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
@@ -102,10 +124,12 @@ class Config:
                                       _parse_bool, "turn off the stall inspector")
     stall_check_time_seconds: float = _knob(60.0, "STALL_CHECK_TIME_SECONDS",
                                             "STALL_CHECK_TIME_SECONDS",
-                                            doc="warn about ranks missing for this long")
+                                            doc="warn about ranks missing for this long",
+                                            bounds=(0.0, 1e7))
     stall_shutdown_time_seconds: float = _knob(0.0, "STALL_SHUTDOWN_TIME_SECONDS",
                                                "STALL_SHUTDOWN_TIME_SECONDS",
-                                               doc="fail the job after this long (0: never)")
+                                               doc="fail the job after this long (0: never)",
+                                               bounds=(0.0, 1e7))
     log_level: str = _knob("warning", "LOG_LEVEL", "LOG_LEVEL", _parse_log_level,
                            "trace, debug, info, warning, error or fatal")
     log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", _parse_bool,
@@ -117,17 +141,21 @@ class Config:
     autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG",
                               doc="CSV of autotune samples (rank 0)")
     autotune_warmup_samples: int = _knob(3, "AUTOTUNE_WARMUP_SAMPLES", "AUTOTUNE_WARMUP_SAMPLES",
-                                         doc="autotune samples discarded before tuning")
+                                         doc="autotune samples discarded before tuning",
+                                         bounds=(0, 1 << 20))
     autotune_steps_per_sample: int = _knob(10, "AUTOTUNE_STEPS_PER_SAMPLE",
                                            "AUTOTUNE_STEPS_PER_SAMPLE",
-                                           doc="coordinator cycles (with allreduces) per sample")
+                                           doc="coordinator cycles (with allreduces) per sample",
+                                           bounds=(1, 1 << 20))
     autotune_bayes_opt_max_samples: int = _knob(20, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
                                                 "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-                                                doc="samples before autotune fixes the best")
+                                                doc="samples before autotune fixes the best",
+                                                bounds=(1, 1 << 20))
     autotune_gaussian_process_noise: float = _knob(0.8, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
                                                    "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
-                                                   doc="Gaussian-process noise, in [0, 1]")
-    thread_affinity: str = _knob("", "THREAD_AFFINITY", "THREAD_AFFINITY",
+                                                   doc="Gaussian-process noise, in [0, 1]",
+                                                   bounds=(0.0, 1.0))
+    thread_affinity: str = _knob("", "THREAD_AFFINITY", "THREAD_AFFINITY", _parse_cores,
                                  doc="cores for the engine thread, one per local rank")
     # where the value of each field came from: name -> env variable (only fields set by env)
     explicit: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
@@ -156,23 +184,17 @@ class Config:
         return cfg
 
     def _validate(self) -> None:
-        if self.size < 1 or not 0 <= self.rank < self.size:
-            raise ValueError(f"invalid identity: rank {self.rank} of size {self.size}")
-        if self.fusion_threshold < 0:
-            raise ValueError("FUSE_FUSION_THRESHOLD must be >= 0")
-        if self.cycle_time_ms < 0:
-            raise ValueError("FUSE_CYCLE_TIME must be >= 0")
-        if self.spin_time_us < 0:
-            raise ValueError("FUSE_SPIN_TIME_US must be >= 0")
-        if self.cache_capacity < 0:
-            raise ValueError("FUSE_CACHE_CAPACITY must be >= 0")
-        if self.autotune_warmup_samples < 0 or self.autotune_steps_per_sample < 1:
-            raise ValueError("FUSE_AUTOTUNE_WARMUP_SAMPLES must be >= 0 and "
-                             "FUSE_AUTOTUNE_STEPS_PER_SAMPLE >= 1")
-        if self.autotune_bayes_opt_max_samples < 1:
-            raise ValueError("FUSE_AUTOTUNE_BAYES_OPT_MAX_SAMPLES must be >= 1")
-        if not 0.0 <= self.autotune_gaussian_process_noise <= 1.0:
-            raise ValueError("FUSE_AUTOTUNE_GAUSSIAN_PROCESS_NOISE must be in [0, 1]")
+        for f in dataclasses.fields(self):
+            bounds = f.metadata.get("bounds") if f.metadata else None
+            value = getattr(self, f.name)
+            if bounds is not None and not bounds[0] <= value <= bounds[1]:  # NaN fails too
+                var = self.explicit.get(f.name, "FUSE_" + f.metadata["env"])
+                where = "argument " + f.name if var == "argument" else var
+                raise ValueError(f"{where}={value!r} is out of range: it must be "
+                                 f"{_describe_bounds(*bounds)}")
+        if not self.rank < self.size or not self.local_rank < self.local_size:
+            raise ValueError(f"invalid identity: rank {self.rank} of size {self.size}, local "
+                             f"rank {self.local_rank} of {self.local_size}")
 
     @classmethod
     def describe(cls) -> list[tuple[str, str | None, Any, str]]:
@@ -185,6 +207,12 @@ class Config:
             alias = "HOROVOD_" + m["horovod"] if m["horovod"] else None
             rows.append(("FUSE_" + m["env"], alias, f.default, m["doc"]))
         return rows
+
+
+def _describe_bounds(low: float, high: float) -> str:
+    def text(v):
+        return f"2**{int(v).bit_length() - 1}" if isinstance(v, int) and v >= 1 << 20 else f"{v:g}"
+    return f"from {text(low)} to {text(high)}"
 
 
 @functools.cache

@@ -11,7 +11,6 @@ import atexit
 import os
 import pickle
 import socket
-import struct
 import sys
 import threading
 import traceback
@@ -95,10 +94,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         elif name != config.backend:
             config = Config.from_env(**{**overrides, "backend": name})
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
+        _check_thread_affinity(config)      # before anything starts that would need stopping
         _warn_oversubscribed(config, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
-        ctl_fd, worker_fds = _connect_control_channel(backend, config)
+        ctl_fd, worker_fds = _connect_control_channel(backend, config, log)
 
         def create_group(ranks, group_id):
             return backend.create_group(ranks, group_id)
@@ -179,14 +179,39 @@ def _choose_backend(config: Config, environ=os.environ) -> str:
     return config.backend
 
 
-def _pin_engine_thread(engine, config: Config, log) -> None:
-    """FUSE_THREAD_AFFINITY: local rank i pins its engine thread to the i-th listed core."""
+def _check_thread_affinity(config: Config) -> None:
+    """FUSE_THREAD_AFFINITY must name a core for this local rank that this process may use."""
     if not config.thread_affinity:
         return
-    cores = [int(c) for c in config.thread_affinity.split(",") if c.strip()]
+    cores = [int(c) for c in config.thread_affinity.split(",")]
     if config.local_rank >= len(cores):
         raise ValueError(f"FUSE_THREAD_AFFINITY lists {len(cores)} cores but this is local rank "
                          f"{config.local_rank}")
+    allowed = sorted(os.sched_getaffinity(0))
+    if cores[config.local_rank] not in allowed:
+        raise ValueError(f"FUSE_THREAD_AFFINITY={config.thread_affinity}: local rank "
+                         f"{config.local_rank} gets core {cores[config.local_rank]}, which this "
+                         f"process may not run on (its cores: {_core_ranges(allowed)})")
+
+
+def _core_ranges(cores: list[int]) -> str:
+    """0,1,2,5 -> '0-2,5'."""
+    out, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
+
+
+def _pin_engine_thread(engine, config: Config, log) -> None:
+    """FUSE_THREAD_AFFINITY: local rank i pins its engine thread to the i-th listed core
+    (checked by _check_thread_affinity before the engine started)."""
+    if not config.thread_affinity:
+        return
+    cores = [int(c) for c in config.thread_affinity.split(",")]
     os.sched_setaffinity(engine.thread_native_id, {cores[config.local_rank]})
     log.debug("engine thread pinned to core %d", cores[config.local_rank])
 
@@ -203,9 +228,11 @@ def _local_address_towards(addr: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
-def _connect_control_channel(backend, config: Config):
-    """Rank 0 listens; every other rank connects and says who it is.  Returns the engine's
-    (ctl_fd, worker_fds)."""
+def _connect_control_channel(backend, config: Config, log):
+    """Rank 0 listens; every other rank connects and proves it belongs to the job
+    (fuse.common.control_handshake).  Returns the engine's (ctl_fd, worker_fds)."""
+    from fuse.common import control_handshake as handshake
+
     if config.size == 1:
         return -1, [-1]
     timeout = max(config.gloo_timeout_seconds, 10.0)
@@ -214,46 +241,19 @@ def _connect_control_channel(backend, config: Config):
         host = os.environ.get("FUSE_CONTROLLER_ADDR") or _local_address_towards(
             config.rendezvous_addr)
         listener = socket.create_server(("0.0.0.0" if host != "127.0.0.1" else host, 0),
-                                        backlog=config.size)
-        listener.settimeout(timeout)
-        addr = pickle.dumps((host, listener.getsockname()[1]))
+                                        backlog=max(config.size, 128))
+        key = handshake.make_key()
+        # the key travels over the backend's connections, which the job already trusts
+        payload = pickle.dumps((host, listener.getsockname()[1], key))
     else:
-        addr = b""
-    coordinator = pickle.loads(backend.exchange(addr)[0])
+        payload = b""
+    host, port, key = pickle.loads(backend.exchange(payload)[0])
     if config.rank == 0:
-        fds = [-1] * config.size
         try:
-            for _ in range(config.size - 1):
-                conn, _peer = listener.accept()
-                conn.settimeout(timeout)
-                (peer_rank,) = struct.unpack("<i", _recv_exact(conn, 4))
-                if not 0 < peer_rank < config.size or fds[peer_rank] != -1:
-                    raise ConnectionError(f"unexpected control connection from rank {peer_rank}")
-                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-                conn.settimeout(None)
-                fds[peer_rank] = conn.detach()
-        except socket.timeout:
-            missing = [r for r in range(1, config.size) if fds[r] == -1]
-            raise ConnectionError(f"ranks {missing} did not connect to rank 0 within "
-                                  f"{timeout:g} s (FUSE_GLOO_TIMEOUT_SECONDS)") from None
+            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning)
         finally:
             listener.close()
-        return -1, fds
-    conn = socket.create_connection(coordinator, timeout=timeout)
-    conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    conn.sendall(struct.pack("<i", config.rank))
-    conn.settimeout(None)
-    return conn.detach(), []
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = sock.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("control connection closed during start-up")
-        data += chunk
-    return data
+    return handshake.join_coordinator((host, port), config.rank, key, timeout), []
 
 
 def report_failure(exc: BaseException) -> None:
@@ -265,7 +265,8 @@ def report_failure(exc: BaseException) -> None:
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     try:
         _report_error(text, "".join(traceback.format_exception(type(exc), exc,
-                                                               exc.__traceback__)))
+                                                               exc.__traceback__)),
+                      consequence=isinstance(exc, ShutdownError))
         engine.abort(text)
     except Exception:
         pass
@@ -277,13 +278,17 @@ def _excepthook(exc_type, exc, tb):
     (_state.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
 
-def _report_error(summary: str, full: str) -> None:
+def _report_error(summary: str, full: str, consequence: bool = False) -> None:
+    """Leave this rank's error in the launcher's store.  ``consequence``: we fail because
+    another rank did (a ShutdownError), so the launcher looks for that rank's own error."""
     cfg = _state.config
     if cfg is None:
         return
     from fuse.runner.store import store_from_config
     store = store_from_config(cfg)
     if store is not None:
+        if consequence:
+            store.set(f"errors/{cfg.rank}/consequence", b"1")
         store.set(f"errors/{cfg.rank}", full.encode(errors="replace"))
 
 

@@ -33,24 +33,46 @@ class WorkerError(RuntimeError):
 
 
 def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
-        np: int | None = None, hosts: str | None = None, hostfile: str | None = None,
-        start_timeout: float | None = None, ssh_port: int | None = None,
-        ssh_identity_file: str | None = None, output_filename: str | None = None,
+        num_proc: int | None = None, min_num_proc: int | None = None,
+        max_num_proc: int | None = None, slots: int | None = None,
+        reset_limit: int | None = None, cooldown_range: tuple[int, int] | None = None,
+        hosts: str | None = None, hostfile: str | None = None,
+        host_discovery_script: str | None = None, start_timeout: float | None = None,
+        ssh_port: int | None = None, ssh_identity_file: str | None = None,
+        disable_cache: bool | None = None, output_filename: str | None = None,
         verbose: bool | None = None, use_gloo: bool | None = None, use_mpi: bool | None = None,
-        mpi_args: str | None = None, network_interfaces: Sequence[str] | str | None = None,
-        executable: str | None = None, env: Mapping[str, str] | None = None,
-        num_proc: int | None = None) -> list[Any]:
-    """Run ``func(*args, **kwargs)`` on ``np`` workers and return their results in rank order.
+        mpi_args: str | None = None, network_interface: str | None = None,
+        network_interfaces: Sequence[str] | str | None = None, executable: str | None = None,
+        np: int | None = None, min_np: int | None = None, max_np: int | None = None,
+        env: Mapping[str, str] | None = None) -> list[Any]:
+    """Run ``func(*args, **kwargs)`` on ``num_proc`` workers and return their results in rank
+    order.  The arguments are ``horovod.run``'s, in its order, and ``env``.
 
-    ``np`` (alias ``num_proc``) defaults to 1, or to all slots of ``hosts``/``hostfile``.
+    ``num_proc`` (alias ``np``) defaults to 1, or to all slots of ``hosts``/``hostfile``.
     ``hosts`` is ``"host1:2,host2:2"``; ``hostfile`` has lines ``host slots=N``.
     ``env`` is the workers' whole environment (default: this process's); ``executable`` the
     Python interpreter the workers run (default: this one).  ``func`` travels with cloudpickle.
+    ``disable_cache`` is accepted and has no effect (nothing is cached); ``network_interface``
+    is the deprecated one-interface spelling of ``network_interfaces``.  The elastic arguments
+    (``min_num_proc``, ``max_num_proc``, ``slots``, ``reset_limit``, ``cooldown_range``,
+    ``host_discovery_script``, ``min_np``, ``max_np``) raise NotImplementedError for now.
 
     If a worker fails, the others are stopped and this raises: the worker's own exception when
     it can be unpickled here (chained from a :class:`WorkerError` carrying the rank and the
     remote traceback), otherwise a :class:`WorkerError`.
     """
+    elastic = {name: value for name, value in (
+        ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc), ("slots", slots),
+        ("reset_limit", reset_limit), ("cooldown_range", cooldown_range),
+        ("host_discovery_script", host_discovery_script), ("min_np", min_np),
+        ("max_np", max_np)) if value is not None}
+    if elastic:
+        raise NotImplementedError(f"fuse.run: elastic mode ({', '.join(elastic)}) is not "
+                                  "supported yet")
+    if network_interface:
+        if isinstance(network_interfaces, str):
+            network_interfaces = [network_interfaces]
+        network_interfaces = [network_interface, *(network_interfaces or [])]
     import cloudpickle
 
     if np is not None and num_proc is not None and np != num_proc:

@@ -87,7 +87,7 @@ class Failure:
     """Why the job failed: the first worker that went wrong."""
     rank: int
     hostname: str
-    kind: str                      # "exit", "signal", "start", "timeout"
+    kind: str                      # "exit", "signal", "start", "timeout", "error"
     returncode: int | None = None  # exit code, or -signal
     detail: str = ""               # for "start"/"timeout": what happened
     error: str | None = None       # text the worker stored under errors/<rank>
@@ -252,6 +252,7 @@ class _Worker:
         self.started = not remote      # remote: set when the wrapper's marker arrives
         self.start_deadline = 0.0
         self.returncode: int | None = None
+        self.exit_order = -1            # 0 for the first worker seen to exit, and so on
 
     @property
     def running(self) -> bool:
@@ -370,6 +371,10 @@ class Job:
             + thread_budget.shell_budget(env, env.get("FUSE_LOCAL_SIZE", "1")) +
             f"env {assigns} {cmd} </dev/null 3<&-\n"
         )
+        return self._ssh_base() + [host, "sh -c " + shlex.quote(script)]
+
+    def _ssh_base(self) -> list[str]:
+        st = self.settings
         argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
                 "-o", f"ConnectTimeout={max(1, int(st.start_timeout))}",
                 "-o", "ServerAliveInterval=15"]
@@ -378,8 +383,35 @@ class Job:
         if st.ssh_identity_file:
             argv += ["-i", st.ssh_identity_file]
         argv += shlex.split(os.environ.get("FUSE_SSH_ARGS", ""))  # e.g. -o UserKnownHostsFile=..
-        argv += [host, "sh -c " + shlex.quote(script)]
         return argv
+
+    def unreachable_hosts(self) -> dict[str, str]:
+        """The remote hosts that do not answer over ssh, each with ssh's last words: asked
+        all at once, before any worker starts (as horovodrun does), so that a typo in -H or a
+        missing key is one clear message instead of a half-started job."""
+        procs = {}
+        for host in self.remote_hosts:
+            try:
+                procs[host] = subprocess.Popen(self._ssh_base() + [host, "true"],
+                                               stdin=subprocess.DEVNULL,
+                                               stdout=subprocess.DEVNULL,
+                                               stderr=subprocess.PIPE, start_new_session=True)
+            except OSError as err:
+                return {h: f"cannot run ssh: {err.strerror or err}" for h in self.remote_hosts}
+        failed = {}
+        deadline = time.monotonic() + self.settings.start_timeout + 5
+        for host, proc in procs.items():
+            try:
+                _, err = proc.communicate(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                _, err = proc.communicate()
+                failed[host] = f"no answer within {self.settings.start_timeout:g} s"
+                continue
+            if proc.returncode != 0:
+                words = err.decode(errors="replace").strip().splitlines()
+                failed[host] = (words[-1] if words else f"ssh exit code {proc.returncode}")
+        return failed
 
     def _output_files(self, rank: int) -> tuple[IO | None, IO | None]:
         d = self.settings.output_filename
@@ -464,6 +496,28 @@ class Job:
                         pass
                 w.signal_group(sig)
 
+    def _root_cause(self, first: Failure) -> Failure:
+        """The failure to report: ``first`` (the first worker seen to fail) unless it failed
+        only because another rank did (its stored error says so) and a rank that failed of
+        its own accord is known: the first of those to exit, by its own error."""
+        def consequence(rank: int) -> bool:
+            return self.server.get(f"errors/{rank}/consequence") is not None
+
+        if first.kind not in ("exit", "signal") or not consequence(first.rank):
+            return first
+        own = [w for w in self._workers
+               if w.returncode not in (None, 0) and w.slot.rank != first.rank
+               and self.server.get(f"errors/{w.slot.rank}") is not None
+               and not consequence(w.slot.rank)]
+        if not own:
+            return first
+        w = min(own, key=lambda x: x.exit_order if x.exit_order >= 0 else len(self._workers))
+        rc = w.returncode
+        if rc in (-signal.SIGTERM, -signal.SIGKILL):    # our stop overtook its own exit
+            return Failure(w.slot.rank, w.slot.hostname, "error", rc,
+                           detail="raised an error, and was stopped with the others")
+        return Failure(w.slot.rank, w.slot.hostname, "signal" if rc < 0 else "exit", rc)
+
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> JobResult:
         """Start every worker, forward output until all have exited, and return the outcome.
@@ -485,10 +539,17 @@ class Job:
         drain_until: float | None = None
         try:
             self._workers = [_Worker(s, s.hostname in self.remote_hosts) for s in self.slots]
+            unreachable = self.unreachable_hosts() if self.remote_hosts else {}
+            if unreachable:
+                host = next(iter(unreachable))
+                rank = next(s.rank for s in self.slots if s.hostname == host)
+                failure = Failure(rank, host, "start", 255, detail="cannot reach " + "; ".join(
+                    f"{h} over ssh ({why})" for h, why in unreachable.items())
+                    + "; no worker was started")
             notice = self.budget_notice()
-            if notice:
+            if notice and failure is None:
                 self._say(notice)
-            for w in self._workers:
+            for w in self._workers if failure is None else ():
                 failure = self._start(w)
                 if failure is not None or self._signals:
                     break
@@ -522,6 +583,7 @@ class Job:
                     if rc is None:
                         continue
                     w.returncode = rc
+                    w.exit_order = sum(x.exit_order >= 0 for x in self._workers)
                     if w.pidfd is not None:
                         self._sel.unregister(w.pidfd)
                         os.close(w.pidfd)
@@ -627,6 +689,7 @@ class Job:
         for s in self.slots:
             exit_codes.setdefault(s.rank, None)
         if failure is not None:
+            failure = self._root_cause(failure)
             raw = self.server.get(f"errors/{failure.rank}")
             if raw:
                 failure.error = raw.decode("utf-8", "replace")

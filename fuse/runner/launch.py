@@ -62,9 +62,9 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--verbose", action="store_true", default=None,
                    help="print what the launcher does")
     g.add_argument("--config-file", dest="config_file",
-                   help="YAML file with parameters (horovodrun's sections: params, autotune, "
-                        "timeline, stall_check, library_options, logging); it overrides flags "
-                        "before it and is overridden by flags after it")
+                   help="YAML file with parameters (horovodrun's: controller, params, autotune, "
+                        "timeline, stall_check, library_options, logging); flags given on the "
+                        "command line win over it, as in horovodrun")
     g.add_argument("--backend", dest="backend",
                    help="CPU backend plugin for the workers (sets FUSE_BACKEND)")
 
@@ -208,6 +208,10 @@ _CONFIG_KEYS: dict[tuple[str, str], Any] = {
 }
 
 
+# horovodrun's top-level "controller:" setting -> fuserun's flag
+_CONTROLLERS = {"gloo": "--gloo", "mpi": "--mpi", "jsrun": "--jsrun"}
+
+
 def config_file_flags(path: str) -> list[str]:
     """The flags equivalent to a horovodrun YAML config file."""
     try:
@@ -226,6 +230,13 @@ def config_file_flags(path: str) -> list[str]:
         raise UsageError(f"--config-file {path}: expected a mapping of sections")
     flags: list[str] = []
     for section, values in data.items():
+        if section == "controller":
+            flag = _CONTROLLERS.get(str(values).strip().lower())
+            if flag is None:
+                raise UsageError(f"--config-file {path}: controller must be one of "
+                                 f"{', '.join(_CONTROLLERS)}, got {values!r}")
+            flags.append(flag)
+            continue
         if not isinstance(values, dict):
             raise UsageError(f"--config-file {path}: section {section!r} must be a mapping")
         for key, value in values.items():
@@ -248,14 +259,15 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser = make_parser()
     args = parser.parse_args(argv)
     if args.config_file:
+        # As in horovodrun, every flag given on the command line wins over the file, wherever
+        # it stands: the file's settings go first, so that later flags override them.
         argv = list(argv)
         n_opts = len(argv) - len(args.command)
         opts, command = argv[:n_opts], argv[n_opts:]
-        pos = max(i for i, a in enumerate(opts)
-                  if a == "--config-file" or a.startswith("--config-file="))
-        insert_at = pos + (1 if "=" in opts[pos] else 2)
-        opts[insert_at:insert_at] = config_file_flags(args.config_file)
-        args = parser.parse_args(opts + command)
+        from_file = config_file_flags(args.config_file)
+        if any(a in opts for a in _CONTROLLERS.values()):
+            from_file = [a for a in from_file if a not in _CONTROLLERS.values()]
+        args = parser.parse_args(from_file + opts + command)
     if args.command and args.command[0] == "--":
         args.command = args.command[1:]
     return args
@@ -424,7 +436,7 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
             ssh_identity_file=args.ssh_identity_file, network_interfaces=nics,
             output_filename=args.output_filename, prefix_timestamp=bool(args.prefix_timestamp),
             binding_args=args.binding_args)
-        mpi.exec_mpirun(argv, env, verbose)  # does not return
+        return mpi.run_mpirun(argv, env, verbose)
 
     settings = Settings(
         start_timeout=start_timeout(args.start_timeout), ssh_port=args.ssh_port,

@@ -18,6 +18,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from typing import Mapping, Sequence
 
 from fuse.common import thread_budget
@@ -123,15 +124,88 @@ def apply_thread_budget(command: Sequence[str], env: dict[str, str], np: int,
     return ["sh", "-c", script + 'exec "$@"', "fuse-thread-budget", *command], notice
 
 
-def exec_mpirun(argv: Sequence[str], env: Mapping[str, str], verbose: bool = False) -> None:
-    """Replace this process with mpirun (does not return)."""
-    env = dict(env)
-    if os.geteuid() == 0:
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT", "1")
-        env.setdefault("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1")
+def run_mpirun(argv: Sequence[str], env: Mapping[str, str], verbose: bool = False) -> int:
+    """Run mpirun to its end and return its exit status (128 + N if signal N ended it).
+
+    The launcher stays mpirun's parent rather than exec'ing it, so that afterwards it can
+    remove the shared-memory files MPICH leaves in /dev/shm when a rank is killed
+    (:func:`sweep_mpi_segments`).  SIGTERM and SIGHUP sent to us go on to mpirun; a terminal's
+    SIGINT reaches both, and mpirun stops the ranks."""
+    import signal
+
+    env = _root_env(env)
     if verbose:
         print("fuserun: " + shlex.join(argv), flush=True)
-    os.execve(argv[0], list(argv), env)
+    started = time.time()
+    proc = subprocess.Popen(list(argv), env=env)
+
+    def forward(signum, _frame):
+        try:
+            proc.send_signal(signum)
+        except ProcessLookupError:
+            pass
+    old = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    old[signal.SIGINT] = signal.signal(signal.SIGINT, lambda *_: None)  # mpirun got it too
+    try:
+        rc = proc.wait()
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+        sweep_mpi_segments(started)
+    return 128 - rc if rc < 0 else rc
+
+
+# MPICH's shared-memory files; Open MPI keeps its own under a session directory it cleans.
+_MPI_SEGMENT_PREFIXES = ("mpich_shm_",)
+
+
+def sweep_mpi_segments(since: float, shm_dir: str = "/dev/shm") -> list[str]:
+    """Remove the MPI shared-memory files a finished job left: ours, made since ``since``
+    (a time.time()), and mapped or held open by no process.  Returns what was removed."""
+    try:
+        names = [n for n in os.listdir(shm_dir) if n.startswith(_MPI_SEGMENT_PREFIXES)]
+    except OSError:
+        return []
+    candidates = []
+    for name in names:
+        path = os.path.join(shm_dir, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        if st.st_uid == os.geteuid() and st.st_ctime >= since - 1.0:
+            candidates.append(path)
+    if not candidates:
+        return []
+    in_use = _paths_in_use()
+    removed = []
+    for path in candidates:
+        if path not in in_use:
+            try:
+                os.unlink(path)
+                removed.append(path)
+            except OSError:
+                pass
+    return removed
+
+
+def _paths_in_use() -> set[str]:
+    """Every file that a process we can inspect maps or holds open."""
+    used: set[str] = set()
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as f:
+                for line in f:
+                    fields = line.split(None, 5)
+                    if len(fields) == 6:
+                        used.add(fields[5].rstrip("\n").removesuffix(" (deleted)"))
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                used.add(os.readlink(f"/proc/{pid}/fd/{fd}"))
+        except OSError:
+            continue
+    return used
 
 
 def _root_env(env: Mapping[str, str]) -> dict[str, str]:
@@ -181,6 +255,7 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
                            output_filename=output_filename)
         if verbose:
             print("fuse.run: " + shlex.join(argv), flush=True)
+        started = time.time()
         proc = subprocess.Popen(argv, env=env, start_new_session=True)
         interrupted = None
         try:
@@ -195,12 +270,16 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
                 returncode = proc.wait()
         raw = {r: server.get(f"runfunc_result/{r}") for r in range(np)}
         errors = {r: server.get(f"errors/{r}") for r in range(np)}
+        consequences = {r: server.get(f"errors/{r}/consequence") for r in range(np)}
+        sweep_mpi_segments(started)
     finally:
         server.stop()
     failure = None
     failed = [r for r in range(np) if errors[r] is not None]
+    # a rank that failed of its own accord before one that failed because another did
+    own = [r for r in failed if consequences[r] is None]
     if failed:
-        r = failed[0]
+        r = (own or failed)[0]
         failure = Failure(rank=r, hostname="?", kind="exit", returncode=1,
                           error=errors[r].decode("utf-8", "replace"))
     elif returncode != 0:

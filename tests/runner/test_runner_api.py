@@ -78,3 +78,35 @@ def test_argument_checks():
     with pytest.raises(ValueError):
         run(rank_times, use_gloo=True, use_mpi=True)
     # use_mpi=True itself works now: tests/mpi runs the parallel suite through it
+
+
+# horovod.run's parameters, in its order (shared/reference/horovod.md, section 3.5)
+HOROVOD_RUN = ["func", "args", "kwargs", "num_proc", "min_num_proc", "max_num_proc", "slots",
+               "reset_limit", "cooldown_range", "hosts", "hostfile", "host_discovery_script",
+               "start_timeout", "ssh_port", "ssh_identity_file", "disable_cache",
+               "output_filename", "verbose", "use_gloo", "use_mpi", "mpi_args",
+               "network_interface", "network_interfaces", "executable", "np", "min_np",
+               "max_np"]
+
+
+def test_every_argument_of_horovod_run_in_its_order():
+    import inspect
+    params = list(inspect.signature(run).parameters)
+    assert params[:len(HOROVOD_RUN)] == HOROVOD_RUN
+    # positionally too, as horovod.run(fn, args, kwargs, num_proc)
+    assert run(_rank_and, (3,), {"extra": 1}, 2, disable_cache=True,
+                    network_interface="lo") == [(0, 3, 1), (1, 3, 1)]
+
+
+def _rank_and(value, extra=0):
+    import fuse
+    fuse.init()
+    return (fuse.rank(), value, extra)
+
+
+@pytest.mark.parametrize("elastic", [{"min_num_proc": 1}, {"max_np": 4},
+                                     {"host_discovery_script": "discover.sh"},
+                                     {"reset_limit": 3}])
+def test_elastic_arguments_say_they_are_not_supported(elastic):
+    with pytest.raises(NotImplementedError, match="elastic mode .* is not supported yet"):
+        run(_rank_and, (1,), np=2, **elastic)

@@ -2,6 +2,7 @@
 
 import argparse
 import os
+import re
 import sys
 
 import pytest
@@ -76,9 +77,9 @@ def test_config_file_order(tmp_path):
     pytest.importorskip("yaml")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG)
-    # flags before the file are overridden by it, flags after it win
+    # as in horovodrun, a flag on the command line wins over the file wherever it stands
     e = env("--cycle-time-ms", "9", "--config-file", str(cfg), "--fusion-threshold-mb", "1")
-    assert e["FUSE_CYCLE_TIME"] == "4"
+    assert e["FUSE_CYCLE_TIME"] == "9"
     assert e["FUSE_FUSION_THRESHOLD"] == str(1024 * 1024)
     assert e["FUSE_HIERARCHICAL_ALLREDUCE"] == "0"
     assert e["FUSE_AUTOTUNE"] == "1" and e["FUSE_STALL_CHECK_DISABLE"] == "1"
@@ -131,3 +132,83 @@ def test_flags_whose_setting_nothing_reads_say_so_in_help():
                 ignored.append(flag)
     assert {"--torus-allreduce", "--hierarchical-allreduce",
             "--num-nccl-streams"} <= set(ignored), ignored
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FUSE_THREAD_AFFINITY": "99,100"},       # whichever rank fails first is reported
+     r"FUSE_THREAD_AFFINITY=99,100: local rank [01] gets core (99|100), which this process may "
+     r"not run on"),
+    ({"FUSE_SHM_THRESHOLD": "-1"}, r"FUSE_SHM_THRESHOLD=-1 is out of range"),
+    ({"FUSE_GLOO_TIMEOUT_SECONDS": "0"}, r"FUSE_GLOO_TIMEOUT_SECONDS=0\.0 is out of range"),
+])
+def test_init_refuses_a_bad_knob_on_every_rank_by_name(env, message):
+    import subprocess
+    import sys
+    from runner_util import fuserun_argv
+    r = subprocess.run(fuserun_argv("-np", "2", sys.executable, "-c", "import fuse; fuse.init()"),
+                       capture_output=True, timeout=60, env={**os.environ, **env})
+    assert r.returncode == 1
+    err = r.stderr.decode()
+    assert re.search(message, err) and "ValueError" in err
+    assert "OverflowError" not in err and "OSError" not in err
+
+
+HOROVOD_TEST_CONFIG = """controller: gloo
+
+params:
+  fusion_threshold_mb: 32
+  cycle_time_ms: 10
+  cache_capacity: 2048
+  hierarchical_allreduce: true
+  hierarchical_allgather: true
+
+autotune:
+  enabled: true
+  log_file: 'autotune_log.txt'
+  warmup_samples: 5
+  steps_per_sample: 20
+  bayes_opt_max_samples: 50
+  gaussian_process_noise: 0.9
+
+timeline:
+  filename: 'timeline.json'
+  mark_cycles: true
+
+stall_check:
+  enabled: true
+  warning_time_seconds: 120
+  shutdown_time_seconds: 240
+
+library_options:
+  mpi_threads_disable: true
+  num_nccl_streams: 2
+  gloo_timeout_seconds: 60
+
+logging:
+  level: INFO
+  hide_timestamp: true
+"""
+
+
+def test_horovods_config_file_layout_with_its_controller(tmp_path):
+    """A config file as horovodrun reads it (a top-level controller: and every section)."""
+    pytest.importorskip("yaml")
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text(HOROVOD_TEST_CONFIG)
+    args = parse_args(["--config-file", str(cfg), "-np", "2", "python", "x.py"])
+    assert args.use_gloo and not args.use_mpi
+    e = env_from_args(args)
+    assert e["FUSE_FUSION_THRESHOLD"] == str(32 * 1024 * 1024)
+    assert e["FUSE_CYCLE_TIME"] == "10" and e["FUSE_CACHE_CAPACITY"] == "2048"
+    assert e["FUSE_AUTOTUNE"] == "1" and e["FUSE_AUTOTUNE_WARMUP_SAMPLES"] == "5"
+    assert e["FUSE_TIMELINE"] == "timeline.json" and e["FUSE_TIMELINE_MARK_CYCLES"] == "1"
+    assert e["FUSE_STALL_SHUTDOWN_TIME_SECONDS"] == "240"
+    assert e["FUSE_GLOO_TIMEOUT_SECONDS"] == "60" and e["FUSE_LOG_LEVEL"] == "INFO"
+    # the command line wins, the controller included
+    args = parse_args(["--mpi", "--config-file", str(cfg), "--cycle-time-ms", "3", "-np", "2",
+                       "python", "x.py"])
+    assert args.use_mpi and not args.use_gloo
+    assert env_from_args(args)["FUSE_CYCLE_TIME"] == "3"
+    cfg.write_text("controller: slurm\n")
+    with pytest.raises(UsageError, match="controller must be one of gloo, mpi, jsrun"):
+        parse_args(["--config-file", str(cfg), "python", "x.py"])

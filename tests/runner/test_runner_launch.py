@@ -364,3 +364,29 @@ def test_ssh_path(script, tmp_path):
         assert len(pids) == 3 and wait_dead(pids, 10) == []
     finally:
         subprocess.run(["bash", CLUSTER_SH, "down"], env=cenv, capture_output=True, timeout=60)
+
+
+BLAME = """
+import sys, time
+import numpy as np
+import fuse
+fuse.init()
+fuse.allreduce(np.ones(4), name="a")
+if fuse.rank() == int(sys.argv[1]):
+    time.sleep(0.2)
+    raise ZeroDivisionError("the real cause")
+fuse.allreduce(np.ones(4), name="b")    # the others fail here, because of it
+"""
+
+
+@pytest.mark.parametrize("culprit", [1, 0])
+def test_the_rank_that_raised_is_blamed_not_its_victims(script, culprit):
+    path = script(BLAME)
+    for _ in range(4):      # which rank exits first varies from run to run; the report must not
+        r = run_fuserun("-np", "3", PY, path, str(culprit), timeout=60)
+        assert r.returncode == 1, r.stderr.decode()
+        err = r.stderr.decode()
+        assert f"rank {culprit} (host localhost) failed first" in err, err
+        report = err[err.index("failed first"):]
+        assert "ZeroDivisionError: the real cause" in report
+        assert "ShutdownError" not in report

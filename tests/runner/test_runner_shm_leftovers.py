@@ -1,7 +1,9 @@
 """Shared-memory segments leave nothing in /dev/shm, even when every worker of a job is killed
 while they are in use (a real 2-rank job on one host, SIGKILLed)."""
 
+import importlib.util
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -73,3 +75,31 @@ def test_a_process_killed_right_after_making_a_segment_leaves_nothing():
         proc.kill()
         proc.wait()
     assert _fuse_files() == before
+
+
+MPI_WORKER = """
+import os, signal
+import numpy as np
+import fuse
+fuse.init()
+fuse.allreduce(np.ones(1 << 20, np.float32), name="big")
+if fuse.rank() == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+import time; time.sleep(60)
+"""
+
+
+def _mpi_files():
+    return {n for n in os.listdir("/dev/shm") if n.startswith("mpich_shm_")}
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system")
+@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None
+                    or not (shutil.which("mpiexec") or shutil.which("mpirun")),
+                    reason="no mpiexec/mpi4py (pip install 'fuse[mpi]')")
+def test_fuserun_mpi_removes_what_mpi_left_after_a_killed_rank(script):
+    before = _mpi_files()
+    r = subprocess.run(fuserun_argv("--mpi", "-np", "2", sys.executable, script(MPI_WORKER)),
+                       capture_output=True, timeout=90)
+    assert r.returncode != 0, r.stderr.decode()
+    assert _mpi_files() - before == set()

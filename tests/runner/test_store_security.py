@@ -133,6 +133,25 @@ def test_idle_connections_are_bounded_and_time_out(server):
     assert store.try_get("gloo/0/g0/0") == b"rank 0's address"   # still serving
 
 
+def test_a_worker_killed_mid_request_is_not_a_traceback(server):
+    """A connection reset in the middle of a request (a SIGKILLed worker) is no error at all."""
+    import struct
+    from fuse.runner import store as store_mod
+    for partial in (b"PUT /errors/1 HTTP/1.1\r\nContent-Length: 100\r\n"
+                    + f"{store_mod._AUTH_HEADER}: ".encode()
+                    + store_mod._request_mac(server.secret, "PUT", "/errors/1", 100).encode()
+                    + b"\r\n\r\nhalf a body", b"GET /gloo/0/g0/0 HTT"):
+        s = socket.create_connection(("127.0.0.1", server.port))
+        s.sendall(partial)
+        time.sleep(0.1)
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        s.close()                               # RST, as the kernel does for a killed process
+    time.sleep(0.3)
+    assert server.lines == [] and server.get("errors/1") is None
+    store = HTTPStore("127.0.0.1", server.port, secret=server.secret)
+    assert store.try_get("gloo/0/g0/0") == b"rank 0's address"
+
+
 def test_refusals_are_reported_in_a_few_lines(server):
     for _ in range(20):
         raw(server, "GET", "/x")

@@ -127,6 +127,10 @@ def test_render_builds_every_section_from_records():
                                         "DDP": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None,
                                                 "torch.get_num_threads()": 1}})
     results["loaded"] = workload(("loaded", [loaded]))
+    hop = common.comparison("2x2, 64 MiB allreduce", {"fuse": [0.5], "DDP": [1.0]}, unit="s")
+    hop["bandwidth_GBps"] = {"fuse": 0.134, "DDP": 0.067}
+    hop["ring_limit_GBps"] = 0.083
+    results["multihost"] = workload(("multihost", [hop]))
     results["many_small"]["notes"].append("torch_step_x skipped: mpi4py not installed")
     text = report.render(results, "2 cores", "bash scripts/bench.sh")
     assert "| 4 B | 100.0 µs" in text
@@ -137,7 +141,8 @@ def test_render_builds_every_section_from_records():
     assert "skipped: mpi4py not installed" in text
     assert "| small CNN, load 1 | 100.0 ms | 200.0 ms | 0.50x | OMP=1 MKL=1 torch 1 | " \
            "OMP=1 torch 1 |" in text
-    assert "5.0 min of workloads" in text
+    assert "| 2x2, 64 MiB allreduce | 500.0 ms | 1.00 s | 0.50x |" in text
+    assert "6.0 min of workloads" in text
 
 
 def test_suite_jobs_and_unknown_workload():
@@ -145,7 +150,7 @@ def test_suite_jobs_and_unknown_workload():
     assert names == ["allreduce_gloo", "allreduce_mpi", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
-                     "overhead", "loaded"]
+                     "overhead", "loaded", "multihost"]
     loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
     assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]

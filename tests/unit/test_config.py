@@ -75,3 +75,28 @@ def test_readme_lists_every_knob():
         # rows may group knobs: FUSE_GLOO_RENDEZVOUS_ADDR, `_PORT` or FUSE_RANK, FUSE_SIZE, ...
         assert re.search(rf"`FUSE_{stem}`|`_{stem.rsplit('_', 1)[-1]}`|FUSE_{stem}\b", table), (
             f"README configuration table misses {env}")
+
+
+@pytest.mark.parametrize("env, message", [
+    ({"FUSE_SHM_THRESHOLD": "-1"},
+     "FUSE_SHM_THRESHOLD=-1 is out of range: it must be from 0 to 2**40"),
+    ({"FUSE_ZERO_COPY_THRESHOLD": "-1"}, "FUSE_ZERO_COPY_THRESHOLD=-1 is out of range"),
+    ({"FUSE_SPLIT_THRESHOLD": "-1"}, "FUSE_SPLIT_THRESHOLD=-1 is out of range"),
+    ({"FUSE_INLINE_THRESHOLD": "-1"}, "FUSE_INLINE_THRESHOLD=-1 is out of range"),
+    ({"FUSE_INLINE_THRESHOLD": "1e20"}, "FUSE_INLINE_THRESHOLD=100000000000000000000 is out of"),
+    ({"FUSE_GLOO_TIMEOUT_SECONDS": "0"}, "FUSE_GLOO_TIMEOUT_SECONDS=0.0 is out of range: it must "
+                                         "be from 1 to 1e+07"),
+    ({"HOROVOD_CYCLE_TIME": "nan"}, "HOROVOD_CYCLE_TIME=nan is out of range"),
+    ({"HOROVOD_CACHE_CAPACITY": "-5"}, "HOROVOD_CACHE_CAPACITY=-5 is out of range"),
+    ({"FUSE_THREAD_AFFINITY": "0,x"}, "FUSE_THREAD_AFFINITY='0,x': expected core numbers"),
+    ({"FUSE_LOCAL_RANK": "2", "FUSE_LOCAL_SIZE": "2"}, "local rank 2 of 2"),
+])
+def test_out_of_range_values_are_refused_by_name_with_the_range(env, message):
+    with pytest.raises(ValueError) as err:
+        Config.from_env(env)
+    assert message in str(err.value)
+
+
+def test_an_argument_out_of_range_is_named_as_such():
+    with pytest.raises(ValueError, match="argument fusion_threshold=-3 is out of range"):
+        Config.from_env({}, fusion_threshold=-3)
