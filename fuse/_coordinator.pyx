@@ -101,7 +101,7 @@ cdef class Coordinator:
                 put[uint32_t](frame, gen)
                 self.link.send_to(rank, frame)
         if rd.bad:
-            self.link.abort_job(rank, _cs("sent a corrupt request message"), 0)
+            self.link.abort_job(rank, _cs("sent a corrupt request message"), ERR_INTERNAL)
 
     cdef bint step(self) noexcept nogil:
         """Check for stalls, emit ready responses; True if it emitted."""
@@ -177,7 +177,7 @@ cdef class Coordinator:
             entry.warned = False
             entry.is_ready = False
             entry.all_data = True
-            entry.error_kind = 0
+            entry.error_kind = ERR_INTERNAL
         entry = &self.table[key]
         if entry.have[pos]:
             return
@@ -260,7 +260,7 @@ cdef class Coordinator:
         resp.slots.push_back(NO_SLOT)
         resp.gens.push_back(0)
         resp.error = why
-        resp.error_kind = 0
+        resp.error_kind = ERR_INTERNAL
         resp.last_joined = -1
         put[uint8_t](frame, MSG_RESPONSES)
         put[uint32_t](frame, 1)
@@ -310,13 +310,13 @@ cdef class Coordinator:
         if joined_problem.size():
             self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
                               "(only allreduce is): a rank called join() while tensor '") +
-                              first.name + _cs("' was outstanding"), 0)
+                              first.name + _cs("' was outstanding"), ERR_INTERNAL)
             return
         if not complete:
             if missing_gone.size():
                 self._error_ready(key, missing_gone + _cs(" has already shut down (called "
                                   "fuse.shutdown() or exited), so collective '") + first.name +
-                                  _cs("' can never complete"), 2)
+                                  _cs("' can never complete"), ERR_SHUTDOWN)
             return
         entry.is_ready = True
         if tl_on(self.tl):
@@ -474,7 +474,7 @@ cdef class Coordinator:
         resp.error_kind = entry.error_kind
         if resp.error.size() == 0:
             resp.error = self._validate(entry)
-            resp.error_kind = 1
+            resp.error_kind = ERR_MISMATCH
         if resp.error.size():
             return resp
         if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST:
@@ -696,7 +696,7 @@ cdef class Coordinator:
             self.link.abort_job(-1, _cs("stall: some ranks did not submit collectives the others have "
                                     "waited on for more than ") + _i2s(<int64_t>self.stall_shutdown_s) +
                             _cs(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
-                                "and their tensors:") + report, 3)
+                                "and their tensors:") + report, ERR_STALL)
             return
         if any_new and report.size():
             with gil:

@@ -73,6 +73,12 @@ cdef extern from "<poll.h>" nogil:
     int c_poll "poll"(pollfd*, unsigned long, int)
     enum: POLLIN, POLLHUP, POLLERR
 
+# a worker's control connection, as rank 0 sees it (Engine.worker_state)
+cdef enum WorkerState:
+    W_LIVE = 0          # connected and taking part
+    W_LEAVING = 1       # said goodbye (MSG_BYE): its connection closing next is a clean exit
+    W_GONE = 2          # its connection is closed
+
 # what one pass of the loop did (Engine._iterate)
 cdef enum:
     STEP_PROGRESS = 0
@@ -110,7 +116,7 @@ cdef class Engine(CoordinatorLink):
     cdef int64_t next_handle
     cdef int state
     cdef string failure
-    cdef int failure_kind
+    cdef int failure_kind               # an ErrorKind
     cdef int wake_fd
     cdef IdleWait* idle                 # what the idle engine thread sleeps on
     # control channel
@@ -118,7 +124,7 @@ cdef class Engine(CoordinatorLink):
     cdef string ctl_inbox
     cdef vector[int] worker_fds
     cdef vector[string] worker_inbox
-    cdef vector[int] worker_state      # 0 live, 1 said bye, 2 gone
+    cdef vector[int] worker_state      # a WorkerState per rank
     cdef deque[string] local_frames    # frames from the coordinator to rank 0 itself
     # knobs (the coordinator's are in it)
     cdef size_t inline_threshold
@@ -188,7 +194,7 @@ cdef class Engine(CoordinatorLink):
         for fd in worker_fds:
             # (a typed local: Cython passes a conditional expression to push_back by a
             # reference to a temporary that is already gone)
-            live = 0 if fd >= 0 else 2
+            live = W_LIVE if fd >= 0 else W_GONE
             self.worker_fds.push_back(fd)
             self.worker_inbox.push_back(string(b""))
             self.worker_state.push_back(live)
@@ -486,13 +492,13 @@ cdef class Engine(CoordinatorLink):
         if self.state != S_RUNNING:
             lock_release(self.lock)
             return
-        self._fail_locked(_cs("rank ") + _i2s(self.rank) + _cs(" failed: ") + msg, 0)
+        self._fail_locked(_cs("rank ") + _i2s(self.rank) + _cs(" failed: ") + msg, ERR_INTERNAL)
         lock_release(self.lock)
         if self.rank == 0:
             frame.clear()
             put[uint8_t](frame, MSG_ABORT_ALL)
-            put[int](frame, 0)
-            put[int](frame, 0)
+            put[int](frame, 0)              # who: this rank
+            put[int](frame, ERR_INTERNAL)
             put_str(frame, msg)
             self._broadcast_frame(frame)
         elif self.ctl_fd >= 0:
@@ -519,7 +525,7 @@ cdef class Engine(CoordinatorLink):
         if self.state == S_STOPPING:
             self.state = S_STOPPED
             self.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
-            self.failure_kind = 2
+            self.failure_kind = ERR_SHUTDOWN
         self._fail_pending_locked()
         lock_release(self.lock)
         if self.rank == 0:
@@ -659,7 +665,7 @@ cdef class Engine(CoordinatorLink):
         cdef size_t i
         with nogil:
             for i in range(1, self.worker_fds.size()):
-                if self.worker_fds[i] >= 0 and self.worker_state[i] == 0:
+                if self.worker_fds[i] >= 0 and self.worker_state[i] == W_LIVE:
                     send_frame(self.worker_fds[i], frame)
 
     # ------------------------------------------------------------------ background thread
@@ -826,7 +832,7 @@ cdef class Engine(CoordinatorLink):
         else:
             if send_frame(self.ctl_fd, msg) != 0:
                 self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
-                               "requests: rank 0 exited or crashed"), 2)
+                               "requests: rank 0 exited or crashed"), ERR_SHUTDOWN)
 
     cdef bint _drivable(self, Request& r) noexcept nogil:
         """Whether a thread waiting for ``r`` alone may run the loop itself (_drive): when
@@ -884,7 +890,7 @@ cdef class Engine(CoordinatorLink):
         if self.rank == 0:
             self._ingest(0, msg)
         elif send_frame(self.ctl_fd, msg) != 0:
-            self._fail(_cs("lost the connection to the coordinator (rank 0)"), 2)
+            self._fail(_cs("lost the connection to the coordinator (rank 0)"), ERR_SHUTDOWN)
 
     # ---- worker side: reading the response stream
 
@@ -904,7 +910,7 @@ cdef class Engine(CoordinatorLink):
             lock_acquire(self.lock)
             if self.state == S_RUNNING:
                 self._fail_locked(_cs("lost the connection to the coordinator (rank 0): rank 0 "
-                                      "exited or crashed without reporting an error"), 2)
+                                      "exited or crashed without reporting an error"), ERR_SHUTDOWN)
             lock_release(self.lock)
             return True
         return got
@@ -923,7 +929,7 @@ cdef class Engine(CoordinatorLink):
             for i in range(n):
                 resp = _read_response(rd)
                 if rd.bad:
-                    self._fail(_cs("corrupt response from the coordinator"), 0)
+                    self._fail(_cs("corrupt response from the coordinator"), ERR_INTERNAL)
                     return
                 self._execute(resp)
                 lock_acquire(self.lock)
@@ -944,7 +950,7 @@ cdef class Engine(CoordinatorLink):
             lock_acquire(self.lock)
             if self.state == S_RUNNING:
                 self._fail_locked(_cs("rank 0 has shut down (it called fuse.shutdown() or "
-                                      "exited); no further collectives are possible"), 2)
+                                      "exited); no further collectives are possible"), ERR_SHUTDOWN)
             lock_release(self.lock)
 
     # ---- completing handles
@@ -997,6 +1003,14 @@ cdef class Engine(CoordinatorLink):
         self._fail_pending_locked()
         wake_fd_signal(self.wake_fd)
 
+    cdef void _amend_failure_locked(self, const string& detail, int kind) noexcept nogil:
+        """Already failed: append ``detail`` to the failure message and make ``kind`` its
+        ErrorKind, for future calls and for handles still pending."""
+        self.failure.append(detail)
+        self.failure_kind = kind
+        self._fail_pending_locked()
+        wake_fd_signal(self.wake_fd)
+
     cdef void _fail_pending_locked(self) noexcept nogil:
         cdef unordered_map[int64_t, HandleState].iterator it = self.handles.begin()
         cdef string why = self.failure
@@ -1006,7 +1020,7 @@ cdef class Engine(CoordinatorLink):
             if deref_hs(it).status == H_PENDING:
                 deref_hs(it).status = H_ERROR
                 deref_hs(it).error = why
-                deref_hs(it).error_kind = self.failure_kind if self.failure_kind else 2
+                deref_hs(it).error_kind = self.failure_kind if self.failure_kind else ERR_SHUTDOWN
             inc_hs(it)
         self.npending = 0
         self.names_in_flight.clear()
@@ -1023,7 +1037,7 @@ cdef class Engine(CoordinatorLink):
         cdef string frame
         self._apply_tuning()
         for r in range(1, self.worker_fds.size()):
-            if self.worker_fds[r] < 0 or self.worker_state[r] == 2:
+            if self.worker_fds[r] < 0 or self.worker_state[r] == W_GONE:
                 continue
             n = recv_some(self.worker_fds[r], self.worker_inbox[r])
             while pop_frame(self.worker_inbox[r], frame):
@@ -1048,14 +1062,14 @@ cdef class Engine(CoordinatorLink):
     cdef void _worker_gone(self, int r) noexcept nogil:
         c_close(self.worker_fds[r])
         self.worker_fds[r] = -1
-        if self.worker_state[r] == 1:      # said goodbye first: a clean exit
-            self.worker_state[r] = 2
+        if self.worker_state[r] == W_LEAVING:     # said goodbye first: a clean exit
+            self.worker_state[r] = W_GONE
             self.coord.rank_left(r)
             return
-        self.worker_state[r] = 2
+        self.worker_state[r] = W_GONE
         self.abort_job(r, _cs("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
-                              "to rank 0 closed"), 0)
+                              "to rank 0 closed"), ERR_INTERNAL)
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         """Tell every rank the job failed, then fail here too (CoordinatorLink)."""
@@ -1066,7 +1080,7 @@ cdef class Engine(CoordinatorLink):
         put[int](frame, kind)
         put_str(frame, msg)
         for i in range(1, self.worker_fds.size()):
-            if self.worker_fds[i] >= 0 and self.worker_state[i] == 0 and <int>i != who:
+            if self.worker_fds[i] >= 0 and self.worker_state[i] == W_LIVE and <int>i != who:
                 send_frame(self.worker_fds[i], frame)
         self._fail_from(who, msg, kind)
 
@@ -1077,21 +1091,21 @@ cdef class Engine(CoordinatorLink):
         if t == MSG_REQUESTS:
             self.coord.ingest_requests(rank, rd)
         elif t == MSG_ABORT:
-            self.abort_job(rank, get_str(rd), 0)
+            self.abort_job(rank, get_str(rd), ERR_INTERNAL)
         elif t == MSG_BYE:
-            self.worker_state[rank] = 1
+            self.worker_state[rank] = W_LEAVING
             self.coord.rank_left(rank)
 
     cdef void send_to(self, int rank, const string& frame) noexcept nogil:
         """(CoordinatorLink)"""
         if rank == 0:
             self.local_frames.push_back(frame)
-        elif self.worker_fds[rank] >= 0 and self.worker_state[rank] == 0:
+        elif self.worker_fds[rank] >= 0 and self.worker_state[rank] == W_LIVE:
             send_frame(self.worker_fds[rank], frame)   # a failure shows up as EOF on read
 
     cdef bint rank_gone(self, int rank) noexcept nogil:
         """(CoordinatorLink)"""
-        return self.worker_state[rank] != 0
+        return self.worker_state[rank] != W_LIVE
 
     # ------------------------------------------------------------------ execution
 
@@ -1201,12 +1215,12 @@ cdef class Engine(CoordinatorLink):
             resp.names[0] + _cs("' failed in the backend: ") + err
         self._await_cause(3.0)
         lock_acquire(self.lock)
-        if self.state == S_FAILED:
-            why = self.failure + _cs(" (while running ") + _cs(_kind_name(resp.kind)) + \
-                _cs(" of tensor '") + resp.names[0] + _cs("': ") + err + _cs(")")
-            self.failure = why
-            self.state = S_RUNNING    # re-enter below so pending handles carry the full message
-        self._fail_locked(why, 4)
+        if self.state == S_FAILED:      # the cause arrived: name the collective it broke
+            self._amend_failure_locked(_cs(" (while running ") + _cs(_kind_name(resp.kind)) +
+                                       _cs(" of tensor '") + resp.names[0] + _cs("': ") + err +
+                                       _cs(")"), ERR_BACKEND)
+        else:
+            self._fail_locked(why, ERR_BACKEND)
         lock_release(self.lock)
 
     cdef void _await_cause(self, double seconds) noexcept nogil:
@@ -1220,7 +1234,7 @@ cdef class Engine(CoordinatorLink):
         while now_seconds() < deadline and self._state() == S_RUNNING:
             if self.rank == 0:
                 for r in range(1, self.worker_fds.size()):
-                    if self.worker_fds[r] < 0 or self.worker_state[r] == 2:
+                    if self.worker_fds[r] < 0 or self.worker_state[r] == W_GONE:
                         continue
                     n = recv_some(self.worker_fds[r], self.worker_inbox[r])
                     while pop_frame(self.worker_inbox[r], frame):
@@ -1238,7 +1252,7 @@ cdef class Engine(CoordinatorLink):
                     c_close(self.ctl_fd)
                     self.ctl_fd = -1
                     self._fail(_cs("lost the connection to the coordinator (rank 0): rank 0 "
-                                   "exited or crashed"), 2)
+                                   "exited or crashed"), ERR_SHUTDOWN)
             else:
                 return
             if self._state() != S_RUNNING:
@@ -1250,7 +1264,7 @@ cdef class Engine(CoordinatorLink):
                 p.fd = self.ctl_fd
                 fds.push_back(p)
             for r in range(1, self.worker_fds.size()):
-                if self.worker_fds[r] >= 0 and self.worker_state[r] != 2:
+                if self.worker_fds[r] >= 0 and self.worker_state[r] != W_GONE:
                     p.fd = self.worker_fds[r]
                     fds.push_back(p)
             if fds.size() == 0:
@@ -1272,7 +1286,7 @@ cdef class Engine(CoordinatorLink):
         if rc == EX_BACKEND:
             self._backend_failed(resp, err)
         elif rc == EX_LOCAL:
-            self._finish_all(resp, H_ERROR, err, 0)
+            self._finish_all(resp, H_ERROR, err, ERR_INTERNAL)
         else:
             self._finish_all(resp, H_DONE, string(b""), 0)
 
@@ -1302,7 +1316,7 @@ cdef class Engine(CoordinatorLink):
         if rc == EX_BACKEND:
             self._backend_failed(resp, err)
         elif rc == EX_LOCAL:
-            self._finish_request(key, H_ERROR, err, 0)
+            self._finish_request(key, H_ERROR, err, ERR_INTERNAL)
         else:
             self._finish_request(key, H_DONE, string(b""), 0)
 
@@ -1317,7 +1331,7 @@ cdef class Engine(CoordinatorLink):
                 member = True
         self._py_add_group(resp.rank_dims, new_id, member, err)
         if err.size():
-            self._finish_request(key, H_ERROR, err, 4)
+            self._finish_request(key, H_ERROR, err, ERR_BACKEND)
         else:
             self._finish_ok(key, new_id)
 
@@ -1351,6 +1365,6 @@ cdef class Engine(CoordinatorLink):
 
 def _make_error(int kind, str message):
     from fuse import exceptions as ex
-    cls = {1: ex.MismatchError, 2: ex.ShutdownError, 3: ex.StallError,
-           4: ex.BackendError}.get(kind, ex.FuseInternalError)
+    cls = {ERR_MISMATCH: ex.MismatchError, ERR_SHUTDOWN: ex.ShutdownError,
+           ERR_STALL: ex.StallError, ERR_BACKEND: ex.BackendError}.get(kind, ex.FuseInternalError)
     return cls(message)

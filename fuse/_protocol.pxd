@@ -61,6 +61,15 @@ cdef enum: S_STOPPING = 1
 cdef enum: S_STOPPED = 2
 cdef enum: S_FAILED = 3
 
+# How a failure reaches the user: the exception class _core._make_error raises.  Travels in
+# Response.error_kind and in MSG_ABORT_ALL frames, and is kept in HandleState.error_kind.
+cdef enum ErrorKind:
+    ERR_INTERNAL = 0    # FuseInternalError: a rank raised or died, or a local error
+    ERR_MISMATCH = 1    # MismatchError: the ranks disagree about a collective
+    ERR_SHUTDOWN = 2    # ShutdownError: a rank shut down or its connection closed
+    ERR_STALL = 3       # StallError: the stall check gave up
+    ERR_BACKEND = 4     # BackendError: a backend collective failed
+
 cdef enum: ERRLEN = 1024
 cdef extern from *:
     """
@@ -105,7 +114,7 @@ cdef struct Response:
     vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
                                 # add_process_set: the new id then the ranks
     string error
-    int error_kind              # how the error reaches the user (see _make_error)
+    int error_kind              # an ErrorKind
     int last_joined
     cbool inline_data           # the coordinator computed the result: it is in payloads
     vector[string] payloads
@@ -119,7 +128,7 @@ cdef struct Pending:
     cbool warned
     cbool is_ready
     string error              # set when the coordinator already knows the collective fails
-    int error_kind
+    int error_kind            # an ErrorKind
     string acc                # small collectives: the running reduction (or the root's data)
     cbool all_data            # every contribution so far carried its data
 
@@ -143,7 +152,7 @@ cdef struct HandleState:
     string error
     int64_t value
     vector[int64_t] aux
-    int error_kind          # 0 internal, 1 mismatch, 2 shutdown, 3 stall, 4 backend
+    int error_kind          # an ErrorKind
     bint drivable           # settled by negotiation alone: its waiter may drive (Engine._drive)
 
 
