@@ -398,42 +398,42 @@ cdef class Coordinator:
                             _cs(" in dimension ") + _i2s(j) + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
                             _shape_str(a.shape) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + \
                             _shape_str(b.shape) + _cs("; only the first dimension may differ")
-            if a.kind == K_PSET_ADD and not vec_eq(b.splits, a.splits):
+            if a.kind == K_PSET_ADD and not vec_eq(b.args, a.args):
                 return _cs("Mismatched add_process_set calls: rank ") + _i2s(ra) + _cs(" asked for ranks ") + \
-                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" for ") + _shape_str(b.splits)
-            if a.kind == K_PSET_REMOVE and not vec_eq(b.splits, a.splits):
+                    _shape_str(a.args) + _cs(", rank ") + _i2s(b.rank) + _cs(" for ") + _shape_str(b.args)
+            if a.kind == K_PSET_REMOVE and not vec_eq(b.args, a.args):
                 return _cs("Mismatched remove_process_set calls: rank ") + _i2s(ra) + _cs(" removed set ") + \
-                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" removed ") + _shape_str(b.splits)
+                    _shape_str(a.args) + _cs(", rank ") + _i2s(b.rank) + _cs(" removed ") + _shape_str(b.args)
         if a.kind == K_ALLTOALL:
             for i in range(entry.have.size()):
                 b = &entry.reqs[i]
-                if b.splits.size() and b.splits.size() != ps.ranks.size():
+                if b.args.size() and b.args.size() != ps.ranks.size():
                     return _cs("alltoall splits") + what + _cs(" on rank ") + _i2s(b.rank) + _cs(" has ") + \
-                        _i2s(b.splits.size()) + _cs(" entries; the process set has ") + \
+                        _i2s(b.args.size()) + _cs(" entries; the process set has ") + \
                         _i2s(ps.ranks.size()) + _cs(" ranks")
-                if b.splits.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
+                if b.args.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
                     return _cs("alltoall without splits") + what + _cs(" needs the first dimension to be "
                         "divisible by the number of ranks: rank ") + _i2s(b.rank) + _cs(" sent ") + \
                         _shape_str(b.shape) + _cs(" to ") + _i2s(ps.ranks.size()) + _cs(" ranks")
         if a.kind == K_PSET_ADD:
-            if a.splits.size() == 0:
+            if a.args.size() == 0:
                 return _cs("add_process_set needs at least one rank")
-            for i in range(a.splits.size()):
-                if a.splits[i] < 0 or a.splits[i] >= self.size or (i and a.splits[i] <= a.splits[i - 1]):
-                    return _cs("add_process_set: ranks ") + _shape_str(a.splits) + \
+            for i in range(a.args.size()):
+                if a.args[i] < 0 or a.args[i] >= self.size or (i and a.args[i] <= a.args[i - 1]):
+                    return _cs("add_process_set: ranks ") + _shape_str(a.args) + \
                         _cs(" must be distinct, sorted and below ") + _i2s(self.size)
             for p in self.psets[0]:
-                if p.second.ranks.size() == a.splits.size():
+                if p.second.ranks.size() == a.args.size():
                     total = 1
-                    for i in range(a.splits.size()):
-                        if p.second.ranks[i] != a.splits[i]:
+                    for i in range(a.args.size()):
+                        if p.second.ranks[i] != a.args[i]:
                             total = 0
                     if total:
-                        return _cs("add_process_set: a process set with ranks ") + _shape_str(a.splits) + \
+                        return _cs("add_process_set: a process set with ranks ") + _shape_str(a.args) + \
                             _cs(" already exists (id ") + _i2s(p.first) + _cs(")")
         if a.kind == K_PSET_REMOVE:
-            if a.splits.size() != 1 or a.splits[0] == 0 or self.psets.count(<int>a.splits[0]) == 0:
-                return _cs("remove_process_set: no such process set ") + _shape_str(a.splits) + \
+            if a.args.size() != 1 or a.args[0] == 0 or self.psets.count(<int>a.args[0]) == 0:
+                return _cs("remove_process_set: no such process set ") + _shape_str(a.args) + \
                     _cs(" (the global set cannot be removed)")
         return string(b"")
 
@@ -481,28 +481,28 @@ cdef class Coordinator:
             self._finish_inline(entry, &resp)
         if a.kind == K_ALLGATHER:
             for i in range(entry.reqs.size()):
-                resp.rank_dims.push_back(entry.reqs[i].shape[0])
+                resp.args.push_back(entry.reqs[i].shape[0])
         elif a.kind == K_ALLTOALL:
             for i in range(entry.reqs.size()):
-                if entry.reqs[i].splits.size():
-                    for j in range(entry.reqs[i].splits.size()):
-                        resp.rank_dims.push_back(entry.reqs[i].splits[j])
+                if entry.reqs[i].args.size():
+                    for j in range(entry.reqs[i].args.size()):
+                        resp.args.push_back(entry.reqs[i].args[j])
                 else:
                     n = entry.reqs[i].shape[0] // <int64_t>ps.ranks.size()
                     for j in range(ps.ranks.size()):
-                        resp.rank_dims.push_back(n)
+                        resp.args.push_back(n)
         elif a.kind == K_JOIN:
             resp.last_joined = ps.last_joined
             ps.joined.assign(ps.ranks.size(), 0)
             ps.joined_count = 0
             ps.last_joined = -1
         elif a.kind == K_PSET_ADD:
-            resp.rank_dims.push_back(self.next_pset_id)
+            resp.args.push_back(self.next_pset_id)
             self.next_pset_id += 1
-            for i in range(a.splits.size()):
-                resp.rank_dims.push_back(a.splits[i])
+            for i in range(a.args.size()):
+                resp.args.push_back(a.args[i])
         elif a.kind == K_PSET_REMOVE:
-            resp.rank_dims.push_back(a.splits[0])
+            resp.args.push_back(a.args[0])
         return resp
 
     cdef bint _fusable(self, Response* r, Pending* entry) noexcept nogil:

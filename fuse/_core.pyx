@@ -30,7 +30,6 @@ The engine is four extension modules, cut where the state is owned:
   the background loop, and wires the other three together.
 """
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport PyObject
@@ -48,6 +47,7 @@ from fuse._wire cimport *
 from fuse._protocol cimport *
 from fuse._executor cimport Executor, SharedSegments, EX_OK, EX_BACKEND, EX_LOCAL
 from fuse._coordinator cimport Coordinator, CoordinatorLink
+from fuse._request cimport RequestSpec
 
 import threading
 
@@ -147,7 +147,7 @@ cdef class Engine(CoordinatorLink):
     cdef Executor executor
     cdef vector[Request*] exec_reqs    # scratch: this rank's request per tensor of a response
     # Python side
-    cdef object _records        # handle -> [input owner, output owner, allocator, result, aux]
+    cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _groups         # pset id -> backend Group (keeps it alive)
     cdef object _backend
     cdef object _thread
@@ -342,63 +342,26 @@ cdef class Engine(CoordinatorLink):
     def enqueue(self, list specs):
         """Queue requests atomically; returns their handles.
 
-        Each spec is a tuple ``(kind, name, input, output, dtype, shape, op, prescale,
-        postscale, root, splits, pset, allocator, group_key)``.  ``input``/``output`` export the
-        buffer protocol (C-contiguous; output writable) or are None; ``allocator(shape)``
-        returns ``(result, writable_buffer)`` for outputs whose size negotiation decides.
-        """
+        ``specs``: :class:`fuse._request.RequestSpec` objects, one per tensor.  Each becomes
+        its handle's record, holding the views of its buffers until :meth:`wait` returns."""
         cdef vector[Request] reqs
         cdef Request r
-        cdef Py_buffer view
-        cdef size_t nbytes
+        cdef RequestSpec spec
+        try:
+            for spec in specs:
+                spec.bind(r, self.rank, len(specs))
+                reqs.push_back(r)
+            return self._enqueue_bound(reqs, specs)
+        except BaseException:
+            for spec in specs:
+                spec.release()
+            raise
+
+    cdef list _enqueue_bound(self, vector[Request]& reqs, list specs):
+        """Check the bound requests against what is in flight, then queue them."""
         cdef list handles = []
-        cdef list records = []
         cdef string key
         cdef int i
-        for spec in specs:
-            (kind, name, inp, out, dtype, shape, op, prescale, postscale, root, splits, pset,
-             allocator, group_key) = spec
-            r.kind = kind
-            r.dtype = dtype
-            r.op = op
-            r.pset = pset
-            r.root = root
-            r.prescale = prescale
-            r.postscale = postscale
-            r.shape.clear()
-            for d in shape:
-                r.shape.push_back(d)
-            r.splits.clear()
-            if splits is not None:
-                for d in splits:
-                    r.splits.push_back(d)
-            r.name = name.encode()
-            r.group_key = group_key.encode() if group_key else b""
-            r.group_size = len(specs) if group_key else 0
-            r.rank = self.rank
-            r.inp = NULL
-            r.out = NULL
-            nbytes = <size_t>_numel(r.shape) * dtype_size(dtype)
-            if inp is not None:
-                PyObject_GetBuffer(inp, &view, PyBUF_C_CONTIGUOUS)
-                try:
-                    if <size_t>view.len != nbytes:
-                        raise ValueError(f"tensor {name!r}: buffer has {view.len} bytes, shape "
-                                         f"{tuple(shape)} of {DTYPE_NAMES[dtype]} needs {nbytes}")
-                    r.inp = view.buf
-                finally:
-                    PyBuffer_Release(&view)
-            if out is not None:
-                PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-                try:
-                    if <size_t>view.len != nbytes:
-                        raise ValueError(f"tensor {name!r}: output has {view.len} bytes, "
-                                         f"expected {nbytes}")
-                    r.out = view.buf
-                finally:
-                    PyBuffer_Release(&view)
-            reqs.push_back(r)
-            records.append([inp, out, allocator, None, None])
         _acquire(self.lock)
         if self.state != S_RUNNING:
             msg = self._failure_text()
@@ -435,7 +398,7 @@ cdef class Engine(CoordinatorLink):
             self.npending += 1
             self.queue.push_back(reqs[i])
             handles.append(reqs[i].handle)
-            self._records[reqs[i].handle] = records[i]
+            self._records[reqs[i].handle] = specs[i]
         lock_release(self.lock)
         wake_fd_signal(self.wake_fd)
         return handles
@@ -452,8 +415,8 @@ cdef class Engine(CoordinatorLink):
         return done
 
     def wait(self, int64_t handle):
-        """Block until the handle completes; return ``(value, aux, record)`` and forget it, or
-        raise the error it completed with.  Ctrl-C interrupts the wait."""
+        """Block until the handle completes; return ``(value, aux, spec)`` and forget it, or
+        raise the error it completed with (``spec``: the RequestSpec it was enqueued with).  Ctrl-C interrupts the wait."""
         cdef int status = H_PENDING
         cdef HandleState hs
         cdef bint known = True
@@ -480,6 +443,8 @@ cdef class Engine(CoordinatorLink):
                 break
             PyErr_CheckSignals()        # lets Ctrl-C through
         record = self._records.pop(handle, None)
+        if record is not None:
+            (<RequestSpec>record).release()     # the engine is done with its memory
         if status == H_ERROR:
             raise _make_error(hs.error_kind, hs.error.decode(errors="replace"))
         return hs.value, list(hs.aux), record
@@ -1322,23 +1287,23 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _exec_pset_add(self, Response& resp) noexcept nogil:
         cdef string key = _key(resp.pset, resp.names[0])
-        cdef int new_id = <int>resp.rank_dims[0]
+        cdef int new_id = <int>resp.args[0]       # then the new set's ranks
         cdef string err
         cdef bint member = False
         cdef size_t i
-        for i in range(1, resp.rank_dims.size()):
-            if resp.rank_dims[i] == self.rank:
+        for i in range(1, resp.args.size()):
+            if resp.args[i] == self.rank:
                 member = True
-        self._py_add_group(resp.rank_dims, new_id, member, err)
+        self._py_add_group(resp.args, new_id, member, err)
         if err.size():
             self._finish_request(key, H_ERROR, err, ERR_BACKEND)
         else:
             self._finish_ok(key, new_id)
 
-    cdef void _py_add_group(self, vector[int64_t]& rank_dims, int new_id, bint member,
+    cdef void _py_add_group(self, vector[int64_t]& args, int new_id, bint member,
                             string& err) noexcept with gil:
         try:
-            ranks = [int(x) for x in list(rank_dims)[1:]]
+            ranks = [int(x) for x in list(args)[1:]]
             group = self._create_group(ranks, new_id) if member else None
             self._install_group(new_id, ranks, group)
         except BaseException as e:
@@ -1355,7 +1320,7 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _exec_pset_remove(self, Response& resp) noexcept nogil:
         cdef string key = _key(resp.pset, resp.names[0])
-        cdef int pid = <int>resp.rank_dims[0]
+        cdef int pid = <int>resp.args[0]        # the set's id
         self._py_drop_group(pid)
         lock_acquire(self.lock)
         self.psets.erase(pid)

@@ -31,7 +31,7 @@ cdef class Executor:
     cdef size_t split_bytes     # allreduces of at least this size run as two concurrent halves
     cdef Lane* lane             # runs the second half (created on first use)
     cdef Timeline* tl           # the engine's; spans around copies and the backend call
-    cdef object records         # the engine's handle -> record dict (the caller's allocator)
+    cdef object records         # the engine's handle -> RequestSpec dict (for its allocator)
     # counters for diagnostics and benchmarks (engine thread only; read approximately)
     cdef double st_copy_s
     cdef double st_backend_s

@@ -22,6 +22,7 @@ from libcpp.vector cimport vector
 
 from fuse._wire cimport *
 from fuse._protocol cimport *
+from fuse._request cimport RequestSpec
 
 import numpy as np
 
@@ -451,9 +452,9 @@ cdef class Executor:
         cdef int64_t rows = 0
         cdef void* out
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
-        for i in range(resp.rank_dims.size()):
-            recvbytes.push_back(<size_t>resp.rank_dims[i] * row)
-            rows += resp.rank_dims[i]
+        for i in range(resp.args.size()):
+            recvbytes.push_back(<size_t>resp.args[i] * row)
+            rows += resp.args[i]
         out_shape = r.shape
         out_shape[0] = rows
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
@@ -475,10 +476,10 @@ cdef class Executor:
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         recv_splits.clear()
         for j in range(n):
-            sendbytes.push_back(<size_t>resp.rank_dims[me * n + j] * row)
-            recvbytes.push_back(<size_t>resp.rank_dims[j * n + me] * row)
-            rows += resp.rank_dims[j * n + me]
-            recv_splits.push_back(resp.rank_dims[j * n + me])
+            sendbytes.push_back(<size_t>resp.args[me * n + j] * row)
+            recvbytes.push_back(<size_t>resp.args[j * n + me] * row)
+            rows += resp.args[j * n + me]
+            recv_splits.push_back(resp.args[j * n + me])
         out_shape = r.shape
         out_shape[0] = rows
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
@@ -532,22 +533,12 @@ cdef class Executor:
     cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
                          string& err) noexcept with gil:
         """Ask the caller's allocator for an output whose size only negotiation could tell."""
-        cdef Py_buffer view
         cdef void* ptr = NULL
         try:
-            record = self.records.get(handle)
-            if record is None:
+            spec = self.records.get(handle)
+            if spec is None:
                 raise RuntimeError(f"no record for handle {handle}")
-            result, buf = record[2](tuple(shape))
-            record[3] = result
-            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            try:
-                if <size_t>view.len != nbytes:
-                    raise ValueError(f"allocator returned {view.len} bytes, need {nbytes}")
-                ptr = view.buf
-            finally:
-                PyBuffer_Release(&view)
-            record[4] = buf
+            ptr = (<RequestSpec>spec).take_output(tuple(shape), nbytes)
         except BaseException as e:
             err = _cs("could not allocate the output: ") + _exc_text(e)
             return NULL

@@ -88,7 +88,8 @@ cdef struct Request:
     double prescale
     double postscale
     vector[int64_t] shape
-    vector[int64_t] splits   # alltoall splits; ranks for add_process_set; pset id for remove
+    vector[int64_t] args     # by kind: ALLTOALL the rows sent to each member (empty: even);
+                             # PSET_ADD the new set's ranks; PSET_REMOVE the set's id
     string name
     string group_key
     int group_size
@@ -111,8 +112,9 @@ cdef struct Response:
     vector[vector[int64_t]] shapes
     vector[uint32_t] slots
     vector[uint32_t] gens
-    vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
-                                # add_process_set: the new id then the ranks
+    vector[int64_t] args        # by kind: ALLGATHER dim 0 per member; ALLTOALL the
+                                # members x members rows sent (row: sender); PSET_ADD the new
+                                # set's id, then its ranks; PSET_REMOVE the set's id
     string error
     int error_kind              # an ErrorKind
     int last_joined

@@ -57,9 +57,9 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
     cdef size_t i
     for i in range(r.shape.size()):
         put[int64_t](out, r.shape[i])
-    put[uint32_t](out, <uint32_t>r.splits.size())
-    for i in range(r.splits.size()):
-        put[int64_t](out, r.splits[i])
+    put[uint32_t](out, <uint32_t>r.args.size())
+    for i in range(r.args.size()):
+        put[int64_t](out, r.args[i])
     put_str(out, r.name)
     put_str(out, r.group_key)
     put[int](out, r.group_size)
@@ -85,7 +85,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
     for i in range(n):
         if rd.bad:
             break
-        r.splits.push_back(get[int64_t](rd))
+        r.args.push_back(get[int64_t](rd))
     r.name = get_str(rd)
     r.group_key = get_str(rd)
     r.group_size = get[int](rd)
@@ -113,9 +113,9 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
         put[uint32_t](out, <uint32_t>r.shapes[i].size())
         for j in range(r.shapes[i].size()):
             put[int64_t](out, r.shapes[i][j])
-    put[uint32_t](out, <uint32_t>r.rank_dims.size())
-    for i in range(r.rank_dims.size()):
-        put[int64_t](out, r.rank_dims[i])
+    put[uint32_t](out, <uint32_t>r.args.size())
+    for i in range(r.args.size()):
+        put[int64_t](out, r.args[i])
     put_str(out, r.error)
     put[int](out, r.error_kind)
     put[int](out, r.last_joined)
@@ -154,7 +154,7 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
     for i in range(n):
         if rd.bad:
             break
-        r.rank_dims.push_back(get[int64_t](rd))
+        r.args.push_back(get[int64_t](rd))
     r.error = get_str(rd)
     r.error_kind = get[int](rd)
     r.last_joined = get[int](rd)
