@@ -7,16 +7,16 @@ from libcpp.vector cimport vector
 
 from fuse._wire cimport *
 from fuse._protocol cimport Request, Response, Pending, CacheEntry, PSet
+from fuse._channel cimport ControlChannel
 
 
 cdef class CoordinatorLink:
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil
-    cdef bint rank_gone(self, int rank) noexcept nogil     # said goodbye, exited or died
 
 
 cdef class Coordinator:
     cdef CoordinatorLink link          # the engine (set to None when its thread ends)
+    cdef ControlChannel channel        # the engine's: frames to the workers
     cdef object log
     cdef int size
     cdef unordered_map[int, PSet]* psets   # the engine's; the joined state in them is ours

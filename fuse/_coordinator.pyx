@@ -11,9 +11,10 @@ allreduces into one response up to the fusion threshold, handles join and proces
 add/remove, and names the ranks that keep others waiting (the stall inspector).
 
 It does no I/O of its own: the engine (_core) reads the workers' sockets and hands it request
-messages, and it answers through the small :class:`CoordinatorLink` interface the engine
-implements (send a frame to a rank, fail the whole job, is a rank gone).  That is the whole
-seam between the two, so the negotiation logic reads without the transport around it.  Every
+messages; it sends frames to a rank and asks whether a rank is gone through the control
+channel (_channel), and fails the whole job through the one-method :class:`CoordinatorLink`
+the engine implements.  That is the whole seam, so the negotiation logic reads without the
+transport around it.  Every
 rank builds one (its knobs answer ``Engine.tuning()``); only rank 0's receives requests.
 Everything runs on the engine thread without the GIL, except the stall warning's log call.
 """
@@ -31,22 +32,17 @@ from fuse._protocol cimport *
 
 cdef class CoordinatorLink:
     """What the coordinator needs from the engine it runs in; :class:`fuse._core.Engine`
-    implements it.  (These bodies are never called.)"""
-
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
-        pass
+    implements it.  (This body is never called.)"""
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         pass
 
-    cdef bint rank_gone(self, int rank) noexcept nogil:
-        return False
-
 
 cdef class Coordinator:
 
-    def __init__(self, CoordinatorLink link, config, log):
+    def __init__(self, CoordinatorLink link, ControlChannel channel, config, log):
         self.link = link
+        self.channel = channel
         self.log = log
         self.size = config.size
         self.fusion_threshold = config.fusion_threshold
@@ -99,7 +95,7 @@ cdef class Coordinator:
                 put[uint8_t](frame, MSG_STALE)
                 put[uint32_t](frame, slot)
                 put[uint32_t](frame, gen)
-                self.link.send_to(rank, frame)
+                self.channel.send_to(rank, frame)
         if rd.bad:
             self.link.abort_job(rank, _cs("sent a corrupt request message"), ERR_INTERNAL)
 
@@ -265,7 +261,7 @@ cdef class Coordinator:
         put[uint8_t](frame, MSG_RESPONSES)
         put[uint32_t](frame, 1)
         _write_response(frame, resp)
-        self.link.send_to(req.rank, frame)
+        self.channel.send_to(req.rank, frame)
 
     cdef void _recheck_pset(self, int pset) noexcept nogil:
         cdef vector[string] keys
@@ -305,7 +301,7 @@ cdef class Coordinator:
                     joined_problem = _cs(_kind_name(first.kind))
                 continue
             complete = False
-            if ps.ranks[i] != 0 and self.link.rank_gone(ps.ranks[i]):
+            if ps.ranks[i] != 0 and self.channel.rank_gone(ps.ranks[i]):
                 missing_gone = _cs("rank ") + _i2s(ps.ranks[i])
         if joined_problem.size():
             self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
@@ -640,7 +636,7 @@ cdef class Coordinator:
             put[uint8_t](frame, MSG_RESPONSES)
             put[uint32_t](frame, counts[k])
             frame.append(bodies[k])
-            self.link.send_to(<int>k, frame)
+            self.channel.send_to(<int>k, frame)
         self.last_emit = now_seconds()
 
     cdef void _check_stalls(self, double now) noexcept nogil:

@@ -35,19 +35,18 @@ from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
-from libcpp.deque cimport deque
 from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.unordered_set cimport unordered_set
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
-from posix.unistd cimport close as c_close
 
 from fuse._wire cimport *
 from fuse._protocol cimport *
 from fuse._executor cimport Executor, SharedSegments, EX_OK, EX_BACKEND, EX_LOCAL
 from fuse._coordinator cimport Coordinator, CoordinatorLink
 from fuse._request cimport RequestSpec
+from fuse._channel cimport ControlChannel, PEER_LEAVING
 
 import threading
 
@@ -55,29 +54,6 @@ from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCA
                             JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
                             KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
 from fuse._executor import FusionBufferManager, reduce_arrays, scale_array
-
-cdef extern from "idle_wait.h" namespace "fuse" nogil:
-    cppclass IdleWait:
-        pass
-    IdleWait* idle_new(int wake_fd)
-    void idle_free(IdleWait*)
-    cbool idle_add_socket(IdleWait*, int fd)
-    void idle_wait(IdleWait*, int timeout_ms)
-    void idle_mute_sockets(IdleWait*, cbool mute)
-
-cdef extern from "<poll.h>" nogil:
-    struct pollfd:
-        int fd
-        short events
-        short revents
-    int c_poll "poll"(pollfd*, unsigned long, int)
-    enum: POLLIN, POLLHUP, POLLERR
-
-# a worker's control connection, as rank 0 sees it (Engine.worker_state)
-cdef enum WorkerState:
-    W_LIVE = 0          # connected and taking part
-    W_LEAVING = 1       # said goodbye (MSG_BYE): its connection closing next is a clean exit
-    W_GONE = 2          # its connection is closed
 
 # what one pass of the loop did (Engine._iterate)
 cdef enum:
@@ -98,14 +74,16 @@ cdef inline void _acquire(Lock* lock) noexcept:
 cdef class Engine(CoordinatorLink):
     """The per-process engine.  Built by :func:`fuse.common.basics.init`; not for direct use.
 
-    It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: frames go
-    out over the control channel it owns, and a job-wide failure ends here too."""
+    It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: a job-wide
+    failure ends here."""
 
     cdef int rank, size
     cdef Lock* lock
-    # Whoever holds ``drive`` runs the loop: the engine thread, or a thread waiting for a lone
-    # collective while the engine thread sleeps (see _drive).  Taken before ``lock``, never after.
-    cdef Lock* drive
+    # Whoever holds ``loop_lock`` owns the loop (_iterate) and every field marked "loop" below:
+    # the engine thread, a thread waiting for a lone collective while the engine thread sleeps
+    # (_drive), or one adding a shared region (_add_shared_region).  Taken before ``lock``,
+    # never after; other threads take it through _take_loop and _hand_back_loop.
+    cdef Lock* loop_lock
     cdef double spin_s
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
     cdef int64_t npending               # handles not yet completed (under the lock)
@@ -117,15 +95,7 @@ cdef class Engine(CoordinatorLink):
     cdef int state
     cdef string failure
     cdef int failure_kind               # an ErrorKind
-    cdef int wake_fd
-    cdef IdleWait* idle                 # what the idle engine thread sleeps on
-    # control channel
-    cdef int ctl_fd
-    cdef string ctl_inbox
-    cdef vector[int] worker_fds
-    cdef vector[string] worker_inbox
-    cdef vector[int] worker_state      # a WorkerState per rank
-    cdef deque[string] local_frames    # frames from the coordinator to rank 0 itself
+    cdef ControlChannel channel         # the sockets to the other ranks; the idle sleep
     # knobs (the coordinator's are in it)
     cdef size_t inline_threshold
     cdef uint32_t cache_capacity
@@ -157,24 +127,12 @@ cdef class Engine(CoordinatorLink):
 
     def __cinit__(self):
         self.lock = lock_new()
-        self.drive = lock_new()
+        self.loop_lock = lock_new()
         self.tl = tl_new()
-        self.wake_fd = -1
-        self.idle = NULL
-        self.ctl_fd = -1
 
     def __dealloc__(self):
-        cdef size_t i
-        idle_free(self.idle)
-        if self.wake_fd >= 0:
-            c_close(self.wake_fd)
-        if self.ctl_fd >= 0:
-            c_close(self.ctl_fd)
-        for i in range(self.worker_fds.size()):
-            if self.worker_fds[i] >= 0:
-                c_close(self.worker_fds[i])
         lock_free(self.lock)
-        lock_free(self.drive)
+        lock_free(self.loop_lock)
         tl_free(self.tl)
 
     def __init__(self, config, backend, world_group, int ctl_fd, worker_fds, log, create_group):
@@ -186,25 +144,10 @@ cdef class Engine(CoordinatorLink):
         self.cache_capacity = config.cache_capacity
         self.spin_s = config.spin_time_us / 1e6
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
-        self.coord = Coordinator(self, config, log)
+        self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
+        self.coord = Coordinator(self, self.channel, config, log)
         self.coord.psets = &self.psets
         self.coord.tl = self.tl
-        self.ctl_fd = ctl_fd
-        cdef int live
-        for fd in worker_fds:
-            # (a typed local: Cython passes a conditional expression to push_back by a
-            # reference to a temporary that is already gone)
-            live = W_LIVE if fd >= 0 else W_GONE
-            self.worker_fds.push_back(fd)
-            self.worker_inbox.push_back(string(b""))
-            self.worker_state.push_back(live)
-        self.wake_fd = wake_fd_new()
-        self.idle = idle_new(self.wake_fd)
-        if self.idle == NULL:
-            raise OSError("fuse: cannot create the engine's epoll descriptors")
-        for fd in [ctl_fd] + list(worker_fds):
-            if fd >= 0 and not idle_add_socket(self.idle, fd):
-                raise OSError(f"fuse: cannot watch control socket {fd}")
         self.state = S_RUNNING
         self.next_handle = 1
         self._records = {}
@@ -308,14 +251,11 @@ cdef class Engine(CoordinatorLink):
         if segments is None:
             raise RuntimeError("shared memory is not in use in this job")
         with nogil:
-            lock_acquire(self.drive)    # no allreduce runs while the region list grows
-            idle_mute_sockets(self.idle, True)  # (whoever holds the loop mutes: see _loop)
+            self._take_loop(True)       # no allreduce runs while the region list grows
         try:
             (<SharedSegments>segments).add_region(maps, sizes)
         finally:
-            idle_mute_sockets(self.idle, False)
-            lock_release(self.drive)
-            wake_fd_signal(self.wake_fd)    # it may have woken for work and found the loop taken
+            self._hand_back_loop(True)
 
     @property
     def shared_memory(self):
@@ -400,7 +340,7 @@ cdef class Engine(CoordinatorLink):
             handles.append(reqs[i].handle)
             self._records[reqs[i].handle] = specs[i]
         lock_release(self.lock)
-        wake_fd_signal(self.wake_fd)
+        self.channel.wake()
         return handles
 
     def poll(self, int64_t handle):
@@ -465,13 +405,14 @@ cdef class Engine(CoordinatorLink):
             put[int](frame, 0)              # who: this rank
             put[int](frame, ERR_INTERNAL)
             put_str(frame, msg)
-            self._broadcast_frame(frame)
-        elif self.ctl_fd >= 0:
+            with nogil:
+                self.channel.send_all(frame, -1)
+        else:
             put[uint8_t](frame, MSG_ABORT)
             put_str(frame, msg)
             with nogil:
-                send_frame(self.ctl_fd, frame)
-        wake_fd_signal(self.wake_fd)
+                self.channel.send_up(frame)
+        self.channel.wake()
 
     def shutdown(self, double timeout=5.0):
         """Stop the background thread.  Pending collectives fail with ShutdownError."""
@@ -479,7 +420,7 @@ cdef class Engine(CoordinatorLink):
         if self.state == S_RUNNING:
             self.state = S_STOPPING
         lock_release(self.lock)
-        wake_fd_signal(self.wake_fd)
+        self.channel.wake()
         if self._thread is not None:
             self._thread.join(timeout)
         self._finish_shutdown()
@@ -495,11 +436,12 @@ cdef class Engine(CoordinatorLink):
         lock_release(self.lock)
         if self.rank == 0:
             put[uint8_t](frame, MSG_COORD_BYE)
-            self._broadcast_frame(frame)
-        elif self.ctl_fd >= 0:
+            with nogil:
+                self.channel.send_all(frame, -1)
+        else:
             put[uint8_t](frame, MSG_BYE)
             with nogil:
-                send_frame(self.ctl_fd, frame)
+                self.channel.send_up(frame)
         if self._thread is None or not self._thread.is_alive():
             self.coord.link = None  # (the thread never ran, or has ended: see _run)
         for g in list(self._groups.values()):
@@ -569,7 +511,7 @@ cdef class Engine(CoordinatorLink):
             self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
             self.tune_pending = True
             lock_release(self.lock)
-            wake_fd_signal(self.wake_fd)
+            self.channel.wake()
 
     def tuning(self):
         """The values the coordinator uses now: (fusion threshold, cycle time ms, cache)."""
@@ -626,38 +568,31 @@ cdef class Engine(CoordinatorLink):
             return self.failure.decode(errors="replace")
         return "fuse has been shut down on this rank"
 
-    cdef void _broadcast_frame(self, const string& frame) noexcept:
-        cdef size_t i
-        with nogil:
-            for i in range(1, self.worker_fds.size()):
-                if self.worker_fds[i] >= 0 and self.worker_state[i] == W_LIVE:
-                    send_frame(self.worker_fds[i], frame)
-
     # ------------------------------------------------------------------ background thread
 
     cdef void _loop(self) noexcept nogil:
         cdef int step
         cdef int timeout_ms = -1
         while True:
-            if not lock_try(self.drive):
-                # A waiting thread drives the loop (with the sockets muted): sleep until it
+            if not lock_try(self.loop_lock):
+                # Another thread holds the loop (with the sockets muted): sleep until it
                 # hands the loop back or new work is signalled, rather than on the lock, which
                 # would wake this thread once more only to find nothing left to do.
-                idle_wait(self.idle, -1)
+                self.channel.sleep(-1)
                 continue
             step = self._iterate()
             if step == STEP_IDLE:
                 timeout_ms = self._idle_timeout_ms()
-            lock_release(self.drive)
+            lock_release(self.loop_lock)
             if step == STEP_STOP:
                 return
             if step == STEP_IDLE:
-                idle_wait(self.idle, timeout_ms)
+                self.channel.sleep(timeout_ms)
 
     cdef int _iterate(self) noexcept nogil:
-        """One pass of the loop (the caller holds ``drive``): submit what was queued, read the
-        control channel, negotiate (rank 0) and execute what is ready.  Never blocks on the
-        network; returns STEP_PROGRESS, STEP_IDLE (nothing to do) or STEP_STOP (shut down)."""
+        """One pass of the loop (the caller holds ``loop_lock``): submit what was queued, read
+        the control channel, negotiate (rank 0) and execute what is ready.  Waits for the
+        network only inside the backend collectives it runs; returns STEP_PROGRESS, STEP_IDLE (nothing to do) or STEP_STOP (shut down)."""
         cdef vector[Request] batch
         cdef string frame
         cdef int state
@@ -682,12 +617,10 @@ cdef class Engine(CoordinatorLink):
         if self.rank == 0:
             if self._coordinator_step():
                 progressed = True
-            while self.local_frames.size():
-                frame = self.local_frames.front()
-                self.local_frames.pop_front()
+            while self.channel.next_local(frame):
                 self._handle_coordinator_frame(frame)
                 progressed = True
-        elif self._read_coordinator():
+        elif self._read_control(False):
             progressed = True
         if progressed and cycle_ts >= 0:
             tl_cycle(self.tl, cycle_ts)
@@ -717,9 +650,8 @@ cdef class Engine(CoordinatorLink):
             lock_release(self.lock)
             return
         lock_release(self.lock)
-        if not lock_try(self.drive):
+        if not self._take_loop(False):
             return                      # the engine thread is at work
-        idle_mute_sockets(self.idle, True)
         idle_since = now_seconds()
         while True:
             step = self._iterate()
@@ -735,15 +667,31 @@ cdef class Engine(CoordinatorLink):
                 idle_since = now_seconds()
             elif now_seconds() - idle_since > self.spin_s:
                 break
-        timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under ``drive``)
-        idle_mute_sockets(self.idle, False)
-        lock_release(self.drive)
+        timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under loop_lock)
+        self._hand_back_loop(not done or timed)
+
+    cdef bint _take_loop(self, bint block) noexcept nogil:
+        """A thread other than the engine thread takes the loop (waiting for it if ``block``,
+        else only if it is free) and mutes the sockets, so that what it reads does not wake the
+        sleeping engine thread.  Returns whether it has the loop; see _hand_back_loop."""
+        if block:
+            lock_acquire(self.loop_lock)
+        elif not lock_try(self.loop_lock):
+            return False
+        self.channel.mute(True)
+        return True
+
+    cdef void _hand_back_loop(self, bint wake) noexcept nogil:
+        """Give the loop back to the engine thread after _take_loop; wake it if ``wake`` or if
+        it has work."""
+        self.channel.mute(False)
+        lock_release(self.loop_lock)
         # Checked after the loop is released: a request queued, or a failure, while this thread
         # held it may have woken the engine thread only to find the loop taken (_loop), and it
         # sleeps again unless told.  Anything queued before this check is seen here; anything
         # later signals the engine thread itself, which then finds the loop free.
-        if not done or timed or self._engine_has_work():
-            wake_fd_signal(self.wake_fd)
+        if wake or self._engine_has_work():
+            self.channel.wake()
 
     cdef bint _engine_has_work(self) noexcept nogil:
         """Whether anything is queued or in flight, or the engine is stopping: what the engine
@@ -795,7 +743,7 @@ cdef class Engine(CoordinatorLink):
         if self.rank == 0:
             self._ingest(0, msg)
         else:
-            if send_frame(self.ctl_fd, msg) != 0:
+            if self.channel.send_up(msg) != 0:
                 self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
                                "requests: rank 0 exited or crashed"), ERR_SHUTDOWN)
 
@@ -854,28 +802,55 @@ cdef class Engine(CoordinatorLink):
         put[uint32_t](msg, 0)
         if self.rank == 0:
             self._ingest(0, msg)
-        elif send_frame(self.ctl_fd, msg) != 0:
+        elif self.channel.send_up(msg) != 0:
             self._fail(_cs("lost the connection to the coordinator (rank 0)"), ERR_SHUTDOWN)
 
     # ---- worker side: reading the response stream
 
-    cdef bint _read_coordinator(self) noexcept nogil:
-        cdef ssize_t n
+    cdef bint _read_control(self, bint notices_only) noexcept nogil:
+        """Read the control channel and handle what arrived: rank 0 the workers' messages, a
+        worker the coordinator's.  ``notices_only``: handle only failure notices and drop the
+        rest (_await_cause: a collective has failed, nothing else will run).  Returns whether
+        anything was handled."""
         cdef string frame
         cdef bint got = False
-        if self.ctl_fd < 0:
+        cdef bint still_open
+        cdef int r
+        cdef uint8_t t
+        if self.rank == 0:
+            for r in range(1, <int>self.channel.fds.size()):
+                if not self.channel.readable(r):
+                    continue
+                still_open = self.channel.receive(r)
+                while self.channel.next_frame(r, frame):
+                    if notices_only and _frame_type(frame) != MSG_ABORT:
+                        continue
+                    self._ingest(r, frame)
+                    got = True
+                if not still_open:
+                    self._worker_gone(r)
+                    got = True
+                if self._state() != S_RUNNING:
+                    return True
+            return got
+        if not self.channel.readable(0):
             return False
-        n = recv_some(self.ctl_fd, self.ctl_inbox)
-        while pop_frame(self.ctl_inbox, frame):
+        still_open = self.channel.receive(0)
+        while self.channel.next_frame(0, frame):
+            t = _frame_type(frame)
+            if notices_only and t != MSG_ABORT_ALL and t != MSG_COORD_BYE:
+                continue
             self._handle_coordinator_frame(frame)
             got = True
-        if n == 0 or n == -1:
-            c_close(self.ctl_fd)
-            self.ctl_fd = -1
+        if not still_open:
+            self.channel.close(0)
             lock_acquire(self.lock)
             if self.state == S_RUNNING:
                 self._fail_locked(_cs("lost the connection to the coordinator (rank 0): rank 0 "
-                                      "exited or crashed without reporting an error"), ERR_SHUTDOWN)
+                                      "exited or crashed") if notices_only else
+                                  _cs("lost the connection to the coordinator (rank 0): rank 0 "
+                                      "exited or crashed without reporting an error"),
+                                  ERR_SHUTDOWN)
             lock_release(self.lock)
             return True
         return got
@@ -966,7 +941,7 @@ cdef class Engine(CoordinatorLink):
         self.failure = why
         self.failure_kind = kind
         self._fail_pending_locked()
-        wake_fd_signal(self.wake_fd)
+        self.channel.wake()
 
     cdef void _amend_failure_locked(self, const string& detail, int kind) noexcept nogil:
         """Already failed: append ``detail`` to the failure message and make ``kind`` its
@@ -974,7 +949,7 @@ cdef class Engine(CoordinatorLink):
         self.failure.append(detail)
         self.failure_kind = kind
         self._fail_pending_locked()
-        wake_fd_signal(self.wake_fd)
+        self.channel.wake()
 
     cdef void _fail_pending_locked(self) noexcept nogil:
         cdef unordered_map[int64_t, HandleState].iterator it = self.handles.begin()
@@ -996,23 +971,11 @@ cdef class Engine(CoordinatorLink):
     cdef bint _coordinator_step(self) noexcept nogil:
         """Read what the workers sent, then let the coordinator check for stalls and emit ready
         responses."""
-        cdef bint progressed = False
-        cdef size_t r
-        cdef ssize_t n
-        cdef string frame
+        cdef bint progressed
         self._apply_tuning()
-        for r in range(1, self.worker_fds.size()):
-            if self.worker_fds[r] < 0 or self.worker_state[r] == W_GONE:
-                continue
-            n = recv_some(self.worker_fds[r], self.worker_inbox[r])
-            while pop_frame(self.worker_inbox[r], frame):
-                self._ingest(<int>r, frame)
-                progressed = True
-            if n == 0 or n == -1:
-                self._worker_gone(<int>r)
-                progressed = True
-            if self._state() != S_RUNNING:
-                return True
+        progressed = self._read_control(False)
+        if self._state() != S_RUNNING:
+            return True
         if self.coord.step():
             progressed = True
         return progressed
@@ -1025,13 +988,10 @@ cdef class Engine(CoordinatorLink):
         return s
 
     cdef void _worker_gone(self, int r) noexcept nogil:
-        c_close(self.worker_fds[r])
-        self.worker_fds[r] = -1
-        if self.worker_state[r] == W_LEAVING:     # said goodbye first: a clean exit
-            self.worker_state[r] = W_GONE
+        """Rank 0: worker ``r``'s connection closed."""
+        if self.channel.close(r) == PEER_LEAVING:     # said goodbye first: a clean exit
             self.coord.rank_left(r)
             return
-        self.worker_state[r] = W_GONE
         self.abort_job(r, _cs("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
                               "to rank 0 closed"), ERR_INTERNAL)
@@ -1039,14 +999,11 @@ cdef class Engine(CoordinatorLink):
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         """Tell every rank the job failed, then fail here too (CoordinatorLink)."""
         cdef string frame
-        cdef size_t i
         put[uint8_t](frame, MSG_ABORT_ALL)
         put[int](frame, who)
         put[int](frame, kind)
         put_str(frame, msg)
-        for i in range(1, self.worker_fds.size()):
-            if self.worker_fds[i] >= 0 and self.worker_state[i] == W_LIVE and <int>i != who:
-                send_frame(self.worker_fds[i], frame)
+        self.channel.send_all(frame, who)
         self._fail_from(who, msg, kind)
 
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil:
@@ -1058,19 +1015,8 @@ cdef class Engine(CoordinatorLink):
         elif t == MSG_ABORT:
             self.abort_job(rank, get_str(rd), ERR_INTERNAL)
         elif t == MSG_BYE:
-            self.worker_state[rank] = W_LEAVING
+            self.channel.mark_leaving(rank)
             self.coord.rank_left(rank)
-
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
-        """(CoordinatorLink)"""
-        if rank == 0:
-            self.local_frames.push_back(frame)
-        elif self.worker_fds[rank] >= 0 and self.worker_state[rank] == W_LIVE:
-            send_frame(self.worker_fds[rank], frame)   # a failure shows up as EOF on read
-
-    cdef bint rank_gone(self, int rank) noexcept nogil:
-        """(CoordinatorLink)"""
-        return self.worker_state[rank] != W_LIVE
 
     # ------------------------------------------------------------------ execution
 
@@ -1189,52 +1135,12 @@ cdef class Engine(CoordinatorLink):
         lock_release(self.lock)
 
     cdef void _await_cause(self, double seconds) noexcept nogil:
-        """Read control traffic for up to ``seconds`` looking only for failure notices."""
+        """Read only failure notices from the control channel for up to ``seconds``."""
         cdef double deadline = now_seconds() + seconds
-        cdef string frame
-        cdef ssize_t n
-        cdef size_t r
-        cdef vector[pollfd] fds
-        cdef pollfd p
         while now_seconds() < deadline and self._state() == S_RUNNING:
-            if self.rank == 0:
-                for r in range(1, self.worker_fds.size()):
-                    if self.worker_fds[r] < 0 or self.worker_state[r] == W_GONE:
-                        continue
-                    n = recv_some(self.worker_fds[r], self.worker_inbox[r])
-                    while pop_frame(self.worker_inbox[r], frame):
-                        if frame.size() and <uint8_t>frame[0] == MSG_ABORT:
-                            self._ingest(<int>r, frame)
-                    if n == 0 or n == -1:
-                        self._worker_gone(<int>r)
-            elif self.ctl_fd >= 0:
-                n = recv_some(self.ctl_fd, self.ctl_inbox)
-                while pop_frame(self.ctl_inbox, frame):
-                    if frame.size() and (<uint8_t>frame[0] == MSG_ABORT_ALL
-                                         or <uint8_t>frame[0] == MSG_COORD_BYE):
-                        self._handle_coordinator_frame(frame)
-                if n == 0 or n == -1:
-                    c_close(self.ctl_fd)
-                    self.ctl_fd = -1
-                    self._fail(_cs("lost the connection to the coordinator (rank 0): rank 0 "
-                                   "exited or crashed"), ERR_SHUTDOWN)
-            else:
+            self._read_control(True)
+            if self._state() != S_RUNNING or not self.channel.poll_open(50):
                 return
-            if self._state() != S_RUNNING:
-                return
-            fds.clear()
-            p.events = POLLIN
-            p.revents = 0
-            if self.ctl_fd >= 0:
-                p.fd = self.ctl_fd
-                fds.push_back(p)
-            for r in range(1, self.worker_fds.size()):
-                if self.worker_fds[r] >= 0 and self.worker_state[r] != W_GONE:
-                    p.fd = self.worker_fds[r]
-                    fds.push_back(p)
-            if fds.size() == 0:
-                return
-            c_poll(fds.data(), fds.size(), 50)
 
     # ---- the collectives: the executor moves the data, the engine completes the handles
 

@@ -269,3 +269,8 @@ cdef inline int _position(PSet* ps, int rank) noexcept nogil:
         if ps.ranks[i] == rank:
             return <int>i
     return -1
+
+
+cdef inline uint8_t _frame_type(const string& frame) noexcept nogil:
+    """A control frame's message type (MSG_*), 0 for an empty frame."""
+    return <uint8_t>frame[0] if frame.size() else 0
