@@ -47,6 +47,8 @@ from fuse._executor cimport Executor, SharedSegments, EX_OK, EX_BACKEND, EX_LOCA
 from fuse._coordinator cimport Coordinator, CoordinatorLink
 from fuse._request cimport RequestSpec
 from fuse._channel cimport ControlChannel, PEER_LEAVING
+from fuse._psets cimport ProcessSets
+from fuse._submitter cimport Submitter
 
 import threading
 
@@ -97,7 +99,6 @@ cdef class Engine(CoordinatorLink):
     cdef int failure_kind               # an ErrorKind
     cdef ControlChannel channel         # the sockets to the other ranks; the idle sleep
     # knobs (the coordinator's are in it)
-    cdef size_t inline_threshold
     cdef uint32_t cache_capacity
     # autotune: values set_tuning() left for the engine thread (under the lock)
     cdef cbool tune_pending
@@ -105,12 +106,8 @@ cdef class Engine(CoordinatorLink):
     cdef double tune_cycle_time_s
     cdef cbool tune_cache_enabled
     # this rank's view
-    cdef unordered_map[string, Request] inflight
-    cdef unordered_map[string, WorkerCache] wcache
-    cdef unordered_map[uint32_t, string] wslot_owner
-    cdef unordered_map[uint64_t, string] sent_hits
-    cdef unordered_map[int, PSet] psets
-    cdef unordered_set[int] joined_psets
+    cdef Submitter submitter            # loop: this rank's requests in flight, its cache slots
+    cdef ProcessSets psets              # id -> process set; see _psets.pyx for who writes it
     # negotiation: every rank has a coordinator, only rank 0's gets requests
     cdef Coordinator coord
     # executing responses
@@ -118,11 +115,9 @@ cdef class Engine(CoordinatorLink):
     cdef vector[Request*] exec_reqs    # scratch: this rank's request per tensor of a response
     # Python side
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
-    cdef object _groups         # pset id -> backend Group (keeps it alive)
     cdef object _backend
     cdef object _thread
     cdef object _log
-    cdef object _create_group   # callable(ranks, id) -> Group, for dynamic process sets
     cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
 
     def __cinit__(self):
@@ -140,13 +135,15 @@ cdef class Engine(CoordinatorLink):
         ``worker_fds``: rank 0 only, a socket per rank (index 0 unused: -1)."""
         self.rank = config.rank
         self.size = config.size
-        self.inline_threshold = config.inline_threshold
         self.cache_capacity = config.cache_capacity
         self.spin_s = config.spin_time_us / 1e6
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
         self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
+        self.psets = ProcessSets(self.rank, create_group)
+        self.psets.lock = self.lock
+        self.submitter = Submitter(self.rank, self.psets, config)
         self.coord = Coordinator(self, self.channel, config, log)
-        self.coord.psets = &self.psets
+        self.coord.psets = &self.psets.map
         self.coord.tl = self.tl
         self.state = S_RUNNING
         self.next_handle = 1
@@ -155,10 +152,8 @@ cdef class Engine(CoordinatorLink):
         self.executor.split_bytes = config.split_threshold
         self.executor.shm_bytes = config.shm_threshold
         self.executor.tl = self.tl
-        self._groups = {}
         self._backend = backend
         self._log = log
-        self._create_group = create_group
         self._install_group(0, list(range(self.size)), world_group)
 
     # ------------------------------------------------------------------ Python-facing API
@@ -181,68 +176,13 @@ cdef class Engine(CoordinatorLink):
         return self.size
 
     def _install_group(self, int pset_id, ranks, group):
-        """Record a process set.  ``group`` is the backend Group, or None on non-members."""
-        cdef PSet ps
-        cdef fuse_group_ops* native = NULL
-        for r in sorted(ranks):
-            ps.ranks.push_back(r)
-        ps.index = -1
-        for i, r in enumerate(sorted(ranks)):
-            if r == self.rank:
-                ps.index = i
-        ps.joined.assign(ps.ranks.size(), 0)
-        ps.joined_count = 0
-        ps.last_joined = -1
-        ps.pygroup = NULL
-        ps.native = NULL
-        ps.twin = NULL
-        ps.shm = NULL
-        if group is not None:
-            self._groups[pset_id] = group
-            ps.pygroup = <PyObject*>group
-            capsule = group.native_ops()
-            if capsule is not None:
-                if not PyCapsule_IsValid(capsule, b"fuse.group_ops.v1"):
-                    raise TypeError(f"{type(group).__name__}.native_ops() must return a "
-                                    "'fuse.group_ops.v1' capsule")
-                native = <fuse_group_ops*>PyCapsule_GetPointer(capsule, b"fuse.group_ops.v1")
-                if native.api_version != FUSE_BACKEND_API_VERSION:
-                    raise TypeError(f"backend ops table has API version {native.api_version}, "
-                                    f"fuse expects {FUSE_BACKEND_API_VERSION}")
-                self._groups[(pset_id, "capsule")] = capsule
-                ps.native = native
-        _acquire(self.lock)
-        self.psets[pset_id] = ps
-        lock_release(self.lock)
+        self.psets.install(pset_id, ranks, group)
 
     def _install_twin(self, int pset_id, group):
-        """Give a process set a second connection to its ranks (a backend Group with native
-        ops, built by every member), over which large allreduces send half their data
-        concurrently (FUSE_SPLIT_THRESHOLD).  Groups without native ops are ignored."""
-        capsule = group.native_ops()
-        if capsule is None or not PyCapsule_IsValid(capsule, b"fuse.group_ops.v1"):
-            return False
-        cdef fuse_group_ops* native = <fuse_group_ops*>PyCapsule_GetPointer(
-            capsule, b"fuse.group_ops.v1")
-        if native.api_version != FUSE_BACKEND_API_VERSION:
-            return False
-        self._groups[(pset_id, "twin")] = group
-        self._groups[(pset_id, "twin capsule")] = capsule
-        _acquire(self.lock)
-        if self.psets.count(pset_id):
-            self.psets[pset_id].twin = native
-        lock_release(self.lock)
-        return True
+        return self.psets.install_twin(pset_id, group)
 
     def _install_shm(self, int pset_id, SharedSegments segments):
-        """Let a process set whose members share this host reduce its large allreduces
-        (FUSE_SHM_THRESHOLD) through their shared-memory segments instead of the backend.
-        Every member installs its own view of the same segments before the engine starts."""
-        self._groups[(pset_id, "shm")] = segments
-        _acquire(self.lock)
-        if self.psets.count(pset_id):
-            self.psets[pset_id].shm = segments.impl
-        lock_release(self.lock)
+        self.psets.install_shm(pset_id, segments)
 
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
@@ -260,24 +200,13 @@ cdef class Engine(CoordinatorLink):
     @property
     def shared_memory(self):
         """The world's SharedSegments, or None when its ranks do not share memory."""
-        return self._groups.get((0, "shm"))
+        return self.psets.shared_memory
 
     def process_set_ranks(self, int pset_id):
-        cdef unordered_map[int, PSet].iterator it
-        _acquire(self.lock)
-        it = self.psets.find(pset_id)
-        if it == self.psets.end():
-            lock_release(self.lock)
-            return None
-        ranks = list(self.psets[pset_id].ranks)
-        lock_release(self.lock)
-        return ranks
+        return self.psets.ranks(pset_id)
 
     def process_set_ids(self):
-        _acquire(self.lock)
-        ids = sorted(p.first for p in self.psets)
-        lock_release(self.lock)
-        return ids
+        return self.psets.ids()
 
     def enqueue(self, list specs):
         """Queue requests atomically; returns their handles.
@@ -321,11 +250,11 @@ cdef class Engine(CoordinatorLink):
                     lock_release(self.lock)
                     raise ValueError(f"tensor name {reqs[i].name.decode()!r} appears twice "
                                      "in one grouped call")
-        if reqs.size() and reqs[0].pset != 0 and self.psets.count(reqs[0].pset) == 0:
+        if reqs.size() and reqs[0].pset != 0 and self.psets.map.count(reqs[0].pset) == 0:
             lock_release(self.lock)
             raise ValueError(f"process set {reqs[0].pset} does not exist (or was removed)")
         for i in range(<int>reqs.size()):
-            if self.psets.count(reqs[i].pset) and self.psets[reqs[i].pset].index < 0:
+            if self.psets.map.count(reqs[i].pset) and self.psets.map[reqs[i].pset].index < 0:
                 lock_release(self.lock)
                 raise ValueError(f"this rank ({self.rank}) is not a member of process set "
                                  f"{reqs[i].pset}")
@@ -444,13 +373,7 @@ cdef class Engine(CoordinatorLink):
                 self.channel.send_up(frame)
         if self._thread is None or not self._thread.is_alive():
             self.coord.link = None  # (the thread never ran, or has ended: see _run)
-        for g in list(self._groups.values()):
-            if hasattr(g, "close"):
-                try:
-                    g.close()
-                except Exception:
-                    pass
-        self._groups.clear()
+        self.psets.close()
 
     @property
     def failed(self):
@@ -494,7 +417,7 @@ cdef class Engine(CoordinatorLink):
         # (every rank reads the same knobs; autotune moves only the fusion threshold, whose
         # being non-zero is all that matters here)
         cdef size_t members = len(self.process_set_ranks(pset_id))
-        return (not self._inlines(nbytes, members) and self.coord.fusion_threshold > 0
+        return (not self.submitter.inlines(nbytes, members) and self.coord.fusion_threshold > 0
                 and nbytes <= self.coord.zero_copy_bytes)
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
@@ -711,41 +634,17 @@ cdef class Engine(CoordinatorLink):
     # ---- submitting this rank's requests
 
     cdef void _submit(self, vector[Request]& batch) noexcept nogil:
+        """Ask the coordinator for this rank's queued requests."""
         cdef string msg
-        cdef string full
-        cdef string hits
-        cdef uint32_t nfull = 0
-        cdef uint32_t nhits = 0
-        cdef string key
-        cdef unordered_map[string, WorkerCache].iterator it
-        for r in batch:
-            key = _key(r.pset, r.name)
-            self._attach_inline(r)
-            self.inflight[key] = r
-            if r.kind == K_JOIN:
-                self.joined_psets.insert(r.pset)
-            it = self.wcache.find(key)
-            if (self.cache_capacity and it != self.wcache.end()
-                    and _same_signature(r, deref_wc(it).sig) and r.group_key.size() == 0):
-                put[uint32_t](hits, deref_wc(it).slot)
-                put[uint32_t](hits, deref_wc(it).gen)
-                put_str(hits, r.data)
-                self.sent_hits[(<uint64_t>deref_wc(it).slot << 32) | deref_wc(it).gen] = key
-                nhits += 1
-            else:
-                _write_request(full, r)
-                nfull += 1
-        put[uint8_t](msg, MSG_REQUESTS)
-        put[uint32_t](msg, nfull)
-        msg.append(full)
-        put[uint32_t](msg, nhits)
-        msg.append(hits)
+        self.submitter.pack(batch, msg)
+        self._send_requests(msg, _cs(" while sending requests: rank 0 exited or crashed"))
+
+    cdef void _send_requests(self, const string& msg, const string& when) noexcept nogil:
         if self.rank == 0:
             self._ingest(0, msg)
-        else:
-            if self.channel.send_up(msg) != 0:
-                self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
-                               "requests: rank 0 exited or crashed"), ERR_SHUTDOWN)
+        elif self.channel.send_up(msg) != 0:
+            self._fail(_cs("lost the connection to the coordinator (rank 0)") + when,
+                       ERR_SHUTDOWN)
 
     cdef bint _drivable(self, Request& r) noexcept nogil:
         """Whether a thread waiting for ``r`` alone may run the loop itself (_drive): when
@@ -755,55 +654,12 @@ cdef class Engine(CoordinatorLink):
         cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
         if r.kind == K_BARRIER or r.kind == K_JOIN or self.backend_in_caller:
             return True
-        if self.psets.count(r.pset) == 0:
+        if self.psets.map.count(r.pset) == 0:
             return False
-        if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self._inlines(
-                nbytes, self.psets[r.pset].ranks.size()):
+        if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self.submitter.inlines(
+                nbytes, self.psets.map[r.pset].ranks.size()):
             return True
-        return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets[r.pset], nbytes)
-
-    cdef bint _inlines(self, size_t nbytes, size_t members) noexcept nogil:
-        return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold
-
-    cdef void _attach_inline(self, Request& r) noexcept nogil:
-        """Small allreduces (and a small broadcast's root) send their values with the request:
-        the coordinator then computes the result itself and no backend collective runs.  One
-        round trip instead of negotiation plus a ring, for latency-bound tensors."""
-        cdef size_t nbytes
-        cdef size_t members
-        if self.inline_threshold == 0 or self.psets.count(r.pset) == 0:
-            return
-        if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
-            return
-        members = self.psets[r.pset].ranks.size()
-        nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
-        if not self._inlines(nbytes, members):
-            return
-        r.data.assign(<const char*>r.inp, nbytes)
-        if r.kind == K_ALLREDUCE:
-            scale_buffer(<void*>r.data.data(), nbytes // dtype_size(r.dtype), r.dtype, r.prescale)
-
-    cdef void _resend_full(self, uint32_t slot, uint32_t gen) noexcept nogil:
-        """The coordinator evicted a cache slot we used: send the full request instead."""
-        cdef uint64_t k = (<uint64_t>slot << 32) | gen
-        cdef string msg
-        cdef string key
-        if self.sent_hits.count(k) == 0:
-            return
-        key = self.sent_hits[k]
-        self.sent_hits.erase(k)
-        if self.wcache.count(key) and self.wcache[key].gen == gen:
-            self.wcache.erase(key)
-        if self.inflight.count(key) == 0:
-            return
-        put[uint8_t](msg, MSG_REQUESTS)
-        put[uint32_t](msg, 1)
-        _write_request(msg, self.inflight[key])
-        put[uint32_t](msg, 0)
-        if self.rank == 0:
-            self._ingest(0, msg)
-        elif self.channel.send_up(msg) != 0:
-            self._fail(_cs("lost the connection to the coordinator (rank 0)"), ERR_SHUTDOWN)
+        return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
 
     # ---- worker side: reading the response stream
 
@@ -880,7 +736,8 @@ cdef class Engine(CoordinatorLink):
         elif t == MSG_STALE:
             slot = get[uint32_t](rd)
             gen = get[uint32_t](rd)
-            self._resend_full(slot, gen)
+            if self.submitter.repack(slot, gen, msg):
+                self._send_requests(msg, string(b""))
         elif t == MSG_ABORT_ALL:      # (who, error kind, message); who < 0: the job itself
             who = get[int](rd)
             kind = get[int](rd)
@@ -909,13 +766,13 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _finish_request(self, const string& key, int status, const string& error,
                               int error_kind) noexcept nogil:
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        if it == self.inflight.end():
+        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
+        if it == self.submitter.inflight.end():
             return
         cdef int64_t handle = deref_req(it).handle
         if tl_on(self.tl):          # before the handle completes (see tl_close)
             self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
-        self.inflight.erase(it)
+        self.submitter.inflight.erase(it)
         lock_acquire(self.lock)
         self.names_in_flight.erase(key)
         self._complete_locked(handle, status, error, error_kind)
@@ -1059,12 +916,12 @@ cdef class Engine(CoordinatorLink):
         if resp.kind == K_PSET_ADD:
             self._exec_pset_add(resp)
             return
-        if self.psets.count(resp.pset) == 0:
+        if self.psets.map.count(resp.pset) == 0:
             return
-        ps = &self.psets[resp.pset]
+        ps = &self.psets.map[resp.pset]
         if ps.index < 0:
             return
-        self._learn_cache(resp)
+        self.submitter.learn(resp)
         if resp.kind == K_ALLREDUCE:
             self._exec_allreduce(resp, ps)
         elif resp.kind <= K_REDUCESCATTER:
@@ -1072,41 +929,13 @@ cdef class Engine(CoordinatorLink):
         elif resp.kind == K_BARRIER:
             self._finish_ok(_key(resp.pset, resp.names[0]), 0)
         elif resp.kind == K_JOIN:
-            self.joined_psets.erase(resp.pset)
             self._finish_ok(_key(resp.pset, resp.names[0]), resp.last_joined)
         elif resp.kind == K_PSET_REMOVE:
             self._exec_pset_remove(resp)
 
-    cdef void _learn_cache(self, Response& resp) noexcept nogil:
-        """Remember the slots the coordinator assigned, so the next submission is a hit."""
-        cdef size_t i
-        cdef string key
-        cdef string old
-        cdef WorkerCache wc
-        for i in range(resp.names.size()):
-            if resp.slots[i] == NO_SLOT:
-                continue
-            key = _key(resp.pset, resp.names[i])
-            if self.wslot_owner.count(resp.slots[i]):
-                old = self.wslot_owner[resp.slots[i]]
-                if old != key and self.wcache.count(old) and self.wcache[old].slot == resp.slots[i]:
-                    self.wcache.erase(old)
-            wc.slot = resp.slots[i]
-            wc.gen = resp.gens[i]
-            wc.sig.kind = resp.kind
-            wc.sig.dtype = resp.dtype
-            wc.sig.op = resp.op
-            wc.sig.pset = resp.pset
-            wc.sig.root = resp.root
-            wc.sig.prescale = resp.prescale
-            wc.sig.postscale = resp.postscale
-            wc.sig.shape = resp.shapes[i]
-            self.wcache[key] = wc
-            self.wslot_owner[resp.slots[i]] = key
-
     cdef void _finish_ok(self, const string& key, int64_t value) noexcept nogil:
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        if it == self.inflight.end():
+        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
+        if it == self.submitter.inflight.end():
             return
         lock_acquire(self.lock)
         if self.handles.count(deref_req(it).handle):
@@ -1151,8 +980,8 @@ cdef class Engine(CoordinatorLink):
         cdef int rc
         self.exec_reqs.clear()
         for i in range(resp.names.size()):
-            it = self.inflight.find(_key(resp.pset, resp.names[i]))
-            self.exec_reqs.push_back(&deref_req(it) if it != self.inflight.end() else NULL)
+            it = self.submitter.inflight.find(_key(resp.pset, resp.names[i]))
+            self.exec_reqs.push_back(&deref_req(it) if it != self.submitter.inflight.end() else NULL)
         rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
         if rc == EX_BACKEND:
             self._backend_failed(resp, err)
@@ -1164,12 +993,12 @@ cdef class Engine(CoordinatorLink):
     cdef void _exec_single(self, Response& resp, PSet* ps) noexcept nogil:
         """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
         cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
+        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
         cdef Request* r
         cdef string err
         cdef vector[int64_t] recv_splits
         cdef int rc
-        if it == self.inflight.end():
+        if it == self.submitter.inflight.end():
             return
         r = &deref_req(it)
         if resp.kind == K_BROADCAST:
@@ -1193,45 +1022,17 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _exec_pset_add(self, Response& resp) noexcept nogil:
         cdef string key = _key(resp.pset, resp.names[0])
-        cdef int new_id = <int>resp.args[0]       # then the new set's ranks
         cdef string err
-        cdef bint member = False
-        cdef size_t i
-        for i in range(1, resp.args.size()):
-            if resp.args[i] == self.rank:
-                member = True
-        self._py_add_group(resp.args, new_id, member, err)
+        cdef int new_id = self.psets.add(resp.args, err)
         if err.size():
             self._finish_request(key, H_ERROR, err, ERR_BACKEND)
         else:
             self._finish_ok(key, new_id)
 
-    cdef void _py_add_group(self, vector[int64_t]& args, int new_id, bint member,
-                            string& err) noexcept with gil:
-        try:
-            ranks = [int(x) for x in list(args)[1:]]
-            group = self._create_group(ranks, new_id) if member else None
-            self._install_group(new_id, ranks, group)
-        except BaseException as e:
-            err = _cs("add_process_set failed: ") + _exc_text(e)
-
-    cdef void _py_drop_group(self, int pid) noexcept with gil:
-        group = self._groups.pop(pid, None)
-        self._groups.pop((pid, "capsule"), None)
-        if group is not None:
-            try:
-                group.close()
-            except Exception:
-                pass
-
     cdef void _exec_pset_remove(self, Response& resp) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef int pid = <int>resp.args[0]        # the set's id
-        self._py_drop_group(pid)
-        lock_acquire(self.lock)
-        self.psets.erase(pid)
-        lock_release(self.lock)
-        self._finish_ok(key, pid)
+        cdef int pset_id = <int>resp.args[0]
+        self.psets.remove(pset_id)
+        self._finish_ok(_key(resp.pset, resp.names[0]), pset_id)
 
 
 def _make_error(int kind, str message):
