@@ -49,6 +49,7 @@ from fuse._request cimport RequestSpec
 from fuse._channel cimport ControlChannel, PEER_LEAVING
 from fuse._psets cimport ProcessSets
 from fuse._submitter cimport Submitter
+from fuse._handles cimport HandleTable
 
 import threading
 
@@ -79,8 +80,11 @@ cdef class Engine(CoordinatorLink):
     It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: a job-wide
     failure ends here."""
 
+    # Ownership: a field marked "lock" is guarded by ``lock`` (the handle table's), one marked
+    # "loop" belongs to whoever holds ``loop_lock``; unmarked ones are set in __init__ only.
     cdef int rank, size
-    cdef Lock* lock
+    cdef HandleTable table              # lock: handles, the queue, the failure state
+    cdef Lock* lock                     # table.lock: guards the table, the tune_* fields, psets
     # Whoever holds ``loop_lock`` owns the loop (_iterate) and every field marked "loop" below:
     # the engine thread, a thread waiting for a lone collective while the engine thread sleeps
     # (_drive), or one adding a shared region (_add_shared_region).  Taken before ``lock``,
@@ -88,19 +92,11 @@ cdef class Engine(CoordinatorLink):
     cdef Lock* loop_lock
     cdef double spin_s
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
-    cdef int64_t npending               # handles not yet completed (under the lock)
-    cdef int64_t st_driven              # waits that completed while their thread drove
-    cdef vector[Request] queue
-    cdef unordered_set[string] names_in_flight
-    cdef unordered_map[int64_t, HandleState] handles
-    cdef int64_t next_handle
-    cdef int state
-    cdef string failure
-    cdef int failure_kind               # an ErrorKind
-    cdef ControlChannel channel         # the sockets to the other ranks; the idle sleep
+    cdef int64_t st_driven              # loop: waits that completed while their thread drove
+    cdef ControlChannel channel         # loop (its send_* and wake: any thread); the idle sleep
     # knobs (the coordinator's are in it)
     cdef uint32_t cache_capacity
-    # autotune: values set_tuning() left for the engine thread (under the lock)
+    # lock: values set_tuning() left for the loop
     cdef cbool tune_pending
     cdef size_t tune_fusion_threshold
     cdef double tune_cycle_time_s
@@ -108,11 +104,11 @@ cdef class Engine(CoordinatorLink):
     # this rank's view
     cdef Submitter submitter            # loop: this rank's requests in flight, its cache slots
     cdef ProcessSets psets              # id -> process set; see _psets.pyx for who writes it
-    # negotiation: every rank has a coordinator, only rank 0's gets requests
+    # loop: negotiation (every rank has a coordinator, only rank 0's gets requests)
     cdef Coordinator coord
-    # executing responses
+    # loop: executing responses
     cdef Executor executor
-    cdef vector[Request*] exec_reqs    # scratch: this rank's request per tensor of a response
+    cdef vector[Request*] exec_reqs    # loop scratch: this rank's request per tensor
     # Python side
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _backend
@@ -121,12 +117,10 @@ cdef class Engine(CoordinatorLink):
     cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
 
     def __cinit__(self):
-        self.lock = lock_new()
         self.loop_lock = lock_new()
         self.tl = tl_new()
 
     def __dealloc__(self):
-        lock_free(self.lock)
         lock_free(self.loop_lock)
         tl_free(self.tl)
 
@@ -139,14 +133,14 @@ cdef class Engine(CoordinatorLink):
         self.spin_s = config.spin_time_us / 1e6
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
         self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
+        self.table = HandleTable(self.channel)
+        self.lock = self.table.lock
         self.psets = ProcessSets(self.rank, create_group)
         self.psets.lock = self.lock
         self.submitter = Submitter(self.rank, self.psets, config)
         self.coord = Coordinator(self, self.channel, config, log)
         self.coord.psets = &self.psets.map
         self.coord.tl = self.tl
-        self.state = S_RUNNING
-        self.next_handle = 1
         self._records = {}
         self.executor = Executor(self._records)
         self.executor.split_bytes = config.split_threshold
@@ -232,14 +226,14 @@ cdef class Engine(CoordinatorLink):
         cdef string key
         cdef int i
         _acquire(self.lock)
-        if self.state != S_RUNNING:
-            msg = self._failure_text()
+        if self.table.state != S_RUNNING:
+            msg = self.table.failure_text()
             lock_release(self.lock)
             from fuse.exceptions import ShutdownError
             raise ShutdownError(msg)
         for i in range(<int>reqs.size()):
             key = _key(reqs[i].pset, reqs[i].name)
-            if self.names_in_flight.count(key):
+            if self.table.names_in_flight.count(key):
                 lock_release(self.lock)
                 raise ValueError(
                     f"tensor name {reqs[i].name.decode()!r} was submitted again while a "
@@ -259,13 +253,13 @@ cdef class Engine(CoordinatorLink):
                 raise ValueError(f"this rank ({self.rank}) is not a member of process set "
                                  f"{reqs[i].pset}")
         for i in range(<int>reqs.size()):
-            reqs[i].handle = self.next_handle
-            self.next_handle += 1
-            self.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
-            self.handles[reqs[i].handle].status = H_PENDING
-            self.handles[reqs[i].handle].drivable = self._drivable(reqs[i])
-            self.npending += 1
-            self.queue.push_back(reqs[i])
+            reqs[i].handle = self.table.next_handle
+            self.table.next_handle += 1
+            self.table.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
+            self.table.handles[reqs[i].handle].status = H_PENDING
+            self.table.handles[reqs[i].handle].drivable = self._drivable(reqs[i])
+            self.table.npending += 1
+            self.table.queue.push_back(reqs[i])
             handles.append(reqs[i].handle)
             self._records[reqs[i].handle] = specs[i]
         lock_release(self.lock)
@@ -276,10 +270,10 @@ cdef class Engine(CoordinatorLink):
         """True once the handle has completed (successfully or not)."""
         cdef bint done
         _acquire(self.lock)
-        if self.handles.count(handle) == 0:
+        if self.table.handles.count(handle) == 0:
             lock_release(self.lock)
             raise ValueError(f"unknown handle {handle}")
-        done = self.handles[handle].status != H_PENDING
+        done = self.table.handles[handle].status != H_PENDING
         lock_release(self.lock)
         return done
 
@@ -295,16 +289,16 @@ cdef class Engine(CoordinatorLink):
         while True:
             with nogil:                 # the lock is only ever waited for without the GIL
                 lock_acquire(self.lock)
-                if self.handles.count(handle) == 0:
+                if self.table.handles.count(handle) == 0:
                     known = False
                 else:
-                    status = self.handles[handle].status
+                    status = self.table.handles[handle].status
                     if status == H_PENDING:
                         lock_wait_ms(self.lock, 100.0)
-                        status = self.handles[handle].status
+                        status = self.table.handles[handle].status
                     if status != H_PENDING:
-                        hs = self.handles[handle]
-                        self.handles.erase(handle)
+                        hs = self.table.handles[handle]
+                        self.table.handles.erase(handle)
                 lock_release(self.lock)
             if not known:
                 raise ValueError(f"unknown handle {handle} (already synchronized?)")
@@ -323,10 +317,10 @@ cdef class Engine(CoordinatorLink):
         cdef string msg = message.encode(errors="replace")
         cdef string frame
         _acquire(self.lock)
-        if self.state != S_RUNNING:
+        if self.table.state != S_RUNNING:
             lock_release(self.lock)
             return
-        self._fail_locked(_cs("rank ") + _i2s(self.rank) + _cs(" failed: ") + msg, ERR_INTERNAL)
+        self.table.fail_locked(_cs("rank ") + _i2s(self.rank) + _cs(" failed: ") + msg, ERR_INTERNAL)
         lock_release(self.lock)
         if self.rank == 0:
             frame.clear()
@@ -346,8 +340,8 @@ cdef class Engine(CoordinatorLink):
     def shutdown(self, double timeout=5.0):
         """Stop the background thread.  Pending collectives fail with ShutdownError."""
         _acquire(self.lock)
-        if self.state == S_RUNNING:
-            self.state = S_STOPPING
+        if self.table.state == S_RUNNING:
+            self.table.state = S_STOPPING
         lock_release(self.lock)
         self.channel.wake()
         if self._thread is not None:
@@ -357,11 +351,11 @@ cdef class Engine(CoordinatorLink):
     def _finish_shutdown(self):
         cdef string frame
         _acquire(self.lock)
-        if self.state == S_STOPPING:
-            self.state = S_STOPPED
-            self.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
-            self.failure_kind = ERR_SHUTDOWN
-        self._fail_pending_locked()
+        if self.table.state == S_STOPPING:
+            self.table.state = S_STOPPED
+            self.table.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
+            self.table.failure_kind = ERR_SHUTDOWN
+        self.table.fail_pending_locked()
         lock_release(self.lock)
         if self.rank == 0:
             put[uint8_t](frame, MSG_COORD_BYE)
@@ -378,14 +372,14 @@ cdef class Engine(CoordinatorLink):
     @property
     def failed(self):
         _acquire(self.lock)
-        f = self.state == S_FAILED
+        f = self.table.state == S_FAILED
         lock_release(self.lock)
         return f
 
     @property
     def failure(self):
         _acquire(self.lock)
-        text = self.failure.decode(errors="replace")
+        text = self.table.failure.decode(errors="replace")
         lock_release(self.lock)
         return text
 
@@ -486,11 +480,6 @@ cdef class Engine(CoordinatorLink):
     def fusion_buffer_bytes(self):
         return self.executor.fusion.size
 
-    cdef object _failure_text(self):
-        if self.failure.size():
-            return self.failure.decode(errors="replace")
-        return "fuse has been shut down on this rank"
-
     # ------------------------------------------------------------------ background thread
 
     cdef void _loop(self) noexcept nogil:
@@ -523,14 +512,14 @@ cdef class Engine(CoordinatorLink):
         cdef Request r
         cdef int64_t cycle_ts
         lock_acquire(self.lock)
-        state = self.state
-        batch.swap(self.queue)
+        state = self.table.state
+        batch.swap(self.table.queue)
         lock_release(self.lock)
         if state != S_RUNNING:
             if batch.size():
                 lock_acquire(self.lock)
                 for r in batch:
-                    self._complete_locked(r.handle, H_ERROR, self.failure, self.failure_kind)
+                    self.table.complete_locked(r.handle, H_ERROR, self.table.failure, self.table.failure_kind)
                 lock_release(self.lock)
             return STEP_STOP
         cycle_ts = tl_clock(self.tl) if tl_cycles_on(self.tl) else -1
@@ -568,8 +557,8 @@ cdef class Engine(CoordinatorLink):
         cdef bint done = False
         cdef bint timed
         lock_acquire(self.lock)
-        if self.npending != 1 or self.state != S_RUNNING or self.handles.count(handle) == 0 \
-                or self.handles[handle].status != H_PENDING or not self.handles[handle].drivable:
+        if self.table.npending != 1 or self.table.state != S_RUNNING or self.table.handles.count(handle) == 0 \
+                or self.table.handles[handle].status != H_PENDING or not self.table.handles[handle].drivable:
             lock_release(self.lock)
             return
         lock_release(self.lock)
@@ -581,7 +570,7 @@ cdef class Engine(CoordinatorLink):
             if step == STEP_STOP:
                 break
             lock_acquire(self.lock)
-            done = self.handles.count(handle) == 0 or self.handles[handle].status != H_PENDING
+            done = self.table.handles.count(handle) == 0 or self.table.handles[handle].status != H_PENDING
             lock_release(self.lock)
             if done:
                 self.st_driven += 1
@@ -613,17 +602,8 @@ cdef class Engine(CoordinatorLink):
         # held it may have woken the engine thread only to find the loop taken (_loop), and it
         # sleeps again unless told.  Anything queued before this check is seen here; anything
         # later signals the engine thread itself, which then finds the loop free.
-        if wake or self._engine_has_work():
+        if wake or self.table.has_work():
             self.channel.wake()
-
-    cdef bint _engine_has_work(self) noexcept nogil:
-        """Whether anything is queued or in flight, or the engine is stopping: what the engine
-        thread must pick up after another thread held the loop."""
-        cdef bint busy
-        lock_acquire(self.lock)
-        busy = self.queue.size() != 0 or self.npending != 0 or self.state != S_RUNNING
-        lock_release(self.lock)
-        return busy
 
     cdef int _idle_timeout_ms(self) noexcept nogil:
         """How long the thread may sleep: forever when nothing is pending anywhere."""
@@ -643,7 +623,7 @@ cdef class Engine(CoordinatorLink):
         if self.rank == 0:
             self._ingest(0, msg)
         elif self.channel.send_up(msg) != 0:
-            self._fail(_cs("lost the connection to the coordinator (rank 0)") + when,
+            self.table.fail(_cs("lost the connection to the coordinator (rank 0)") + when,
                        ERR_SHUTDOWN)
 
     cdef bint _drivable(self, Request& r) noexcept nogil:
@@ -686,7 +666,7 @@ cdef class Engine(CoordinatorLink):
                 if not still_open:
                     self._worker_gone(r)
                     got = True
-                if self._state() != S_RUNNING:
+                if self.table.current_state() != S_RUNNING:
                     return True
             return got
         if not self.channel.readable(0):
@@ -701,8 +681,8 @@ cdef class Engine(CoordinatorLink):
         if not still_open:
             self.channel.close(0)
             lock_acquire(self.lock)
-            if self.state == S_RUNNING:
-                self._fail_locked(_cs("lost the connection to the coordinator (rank 0): rank 0 "
+            if self.table.state == S_RUNNING:
+                self.table.fail_locked(_cs("lost the connection to the coordinator (rank 0): rank 0 "
                                       "exited or crashed") if notices_only else
                                   _cs("lost the connection to the coordinator (rank 0): rank 0 "
                                       "exited or crashed without reporting an error"),
@@ -725,11 +705,11 @@ cdef class Engine(CoordinatorLink):
             for i in range(n):
                 resp = _read_response(rd)
                 if rd.bad:
-                    self._fail(_cs("corrupt response from the coordinator"), ERR_INTERNAL)
+                    self.table.fail(_cs("corrupt response from the coordinator"), ERR_INTERNAL)
                     return
                 self._execute(resp)
                 lock_acquire(self.lock)
-                state = self.state
+                state = self.table.state
                 lock_release(self.lock)
                 if state == S_FAILED:
                     return
@@ -742,27 +722,15 @@ cdef class Engine(CoordinatorLink):
             who = get[int](rd)
             kind = get[int](rd)
             msg = get_str(rd)
-            self._fail_from(who, msg, kind)
+            self.table.fail_from(who, msg, kind)
         elif t == MSG_COORD_BYE:
             lock_acquire(self.lock)
-            if self.state == S_RUNNING:
-                self._fail_locked(_cs("rank 0 has shut down (it called fuse.shutdown() or "
+            if self.table.state == S_RUNNING:
+                self.table.fail_locked(_cs("rank 0 has shut down (it called fuse.shutdown() or "
                                       "exited); no further collectives are possible"), ERR_SHUTDOWN)
             lock_release(self.lock)
 
     # ---- completing handles
-
-    cdef void _complete_locked(self, int64_t handle, int status, const string& error,
-                               int error_kind) noexcept nogil:
-        cdef unordered_map[int64_t, HandleState].iterator it = self.handles.find(handle)
-        if it == self.handles.end():
-            return
-        if deref_hs(it).status == H_PENDING:
-            self.npending -= 1
-        self.handles[handle].status = status
-        self.handles[handle].error = error
-        self.handles[handle].error_kind = error_kind
-        lock_notify_all(self.lock)
 
     cdef void _finish_request(self, const string& key, int status, const string& error,
                               int error_kind) noexcept nogil:
@@ -774,54 +742,9 @@ cdef class Engine(CoordinatorLink):
             self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
         self.submitter.inflight.erase(it)
         lock_acquire(self.lock)
-        self.names_in_flight.erase(key)
-        self._complete_locked(handle, status, error, error_kind)
+        self.table.names_in_flight.erase(key)
+        self.table.complete_locked(handle, status, error, error_kind)
         lock_release(self.lock)
-
-    cdef void _fail_from(self, int who, const string& msg, int kind) noexcept nogil:
-        """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole)."""
-        if who >= 0:
-            self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
-        else:
-            self._fail(msg, kind)
-
-    cdef void _fail(self, const string& why, int kind) noexcept nogil:
-        lock_acquire(self.lock)
-        self._fail_locked(why, kind)
-        lock_release(self.lock)
-
-    cdef void _fail_locked(self, const string& why, int kind) noexcept nogil:
-        """Enter the failed state: every pending and future call raises ``why``."""
-        if self.state == S_FAILED:
-            return
-        self.state = S_FAILED
-        self.failure = why
-        self.failure_kind = kind
-        self._fail_pending_locked()
-        self.channel.wake()
-
-    cdef void _amend_failure_locked(self, const string& detail, int kind) noexcept nogil:
-        """Already failed: append ``detail`` to the failure message and make ``kind`` its
-        ErrorKind, for future calls and for handles still pending."""
-        self.failure.append(detail)
-        self.failure_kind = kind
-        self._fail_pending_locked()
-        self.channel.wake()
-
-    cdef void _fail_pending_locked(self) noexcept nogil:
-        cdef unordered_map[int64_t, HandleState].iterator it = self.handles.begin()
-        cdef string why = self.failure
-        if why.size() == 0:
-            why = _cs("fuse has been shut down on this rank")
-        while it != self.handles.end():
-            if deref_hs(it).status == H_PENDING:
-                deref_hs(it).status = H_ERROR
-                deref_hs(it).error = why
-                deref_hs(it).error_kind = self.failure_kind if self.failure_kind else ERR_SHUTDOWN
-            inc_hs(it)
-        self.npending = 0
-        self.names_in_flight.clear()
-        lock_notify_all(self.lock)
 
     # ------------------------------------------------------------------ rank 0: the workers' side
 
@@ -831,18 +754,11 @@ cdef class Engine(CoordinatorLink):
         cdef bint progressed
         self._apply_tuning()
         progressed = self._read_control(False)
-        if self._state() != S_RUNNING:
+        if self.table.current_state() != S_RUNNING:
             return True
         if self.coord.step():
             progressed = True
         return progressed
-
-    cdef int _state(self) noexcept nogil:
-        cdef int s
-        lock_acquire(self.lock)
-        s = self.state
-        lock_release(self.lock)
-        return s
 
     cdef void _worker_gone(self, int r) noexcept nogil:
         """Rank 0: worker ``r``'s connection closed."""
@@ -861,7 +777,7 @@ cdef class Engine(CoordinatorLink):
         put[int](frame, kind)
         put_str(frame, msg)
         self.channel.send_all(frame, who)
-        self._fail_from(who, msg, kind)
+        self.table.fail_from(who, msg, kind)
 
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil:
         """A message from ``rank`` (rank 0's own requests too)."""
@@ -938,8 +854,8 @@ cdef class Engine(CoordinatorLink):
         if it == self.submitter.inflight.end():
             return
         lock_acquire(self.lock)
-        if self.handles.count(deref_req(it).handle):
-            self.handles[deref_req(it).handle].value = value
+        if self.table.handles.count(deref_req(it).handle):
+            self.table.handles[deref_req(it).handle].value = value
         lock_release(self.lock)
         self._finish_request(key, H_DONE, string(b""), 0)
 
@@ -955,20 +871,20 @@ cdef class Engine(CoordinatorLink):
             resp.names[0] + _cs("' failed in the backend: ") + err
         self._await_cause(3.0)
         lock_acquire(self.lock)
-        if self.state == S_FAILED:      # the cause arrived: name the collective it broke
-            self._amend_failure_locked(_cs(" (while running ") + _cs(_kind_name(resp.kind)) +
+        if self.table.state == S_FAILED:      # the cause arrived: name the collective it broke
+            self.table.amend_failure_locked(_cs(" (while running ") + _cs(_kind_name(resp.kind)) +
                                        _cs(" of tensor '") + resp.names[0] + _cs("': ") + err +
                                        _cs(")"), ERR_BACKEND)
         else:
-            self._fail_locked(why, ERR_BACKEND)
+            self.table.fail_locked(why, ERR_BACKEND)
         lock_release(self.lock)
 
     cdef void _await_cause(self, double seconds) noexcept nogil:
         """Read only failure notices from the control channel for up to ``seconds``."""
         cdef double deadline = now_seconds() + seconds
-        while now_seconds() < deadline and self._state() == S_RUNNING:
+        while now_seconds() < deadline and self.table.current_state() == S_RUNNING:
             self._read_control(True)
-            if self._state() != S_RUNNING or not self.channel.poll_open(50):
+            if self.table.current_state() != S_RUNNING or not self.channel.poll_open(50):
                 return
 
     # ---- the collectives: the executor moves the data, the engine completes the handles
@@ -1008,8 +924,8 @@ cdef class Engine(CoordinatorLink):
         elif resp.kind == K_ALLTOALL:
             rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
             lock_acquire(self.lock)         # wait() returns the received splits
-            if self.handles.count(r.handle):
-                self.handles[r.handle].aux.swap(recv_splits)
+            if self.table.handles.count(r.handle):
+                self.table.handles[r.handle].aux.swap(recv_splits)
             lock_release(self.lock)
         else:
             rc = self.executor.reducescatter(resp, ps, r, err)
