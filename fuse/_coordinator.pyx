@@ -135,9 +135,47 @@ cdef class Coordinator:
             return 1000
         return -1
 
+    def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
+        """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
+        The loop picks them up at the start of its next coordinator step (apply_tuning), so
+        one step always sees one consistent set.  Only the coordinator's values matter: it
+        alone fuses, holds ready tensors and assigns cache slots.  Called from a second Python
+        thread (the tuner); the lock is taken without the GIL, as everywhere (_core._acquire)."""
+        with nogil:
+            lock_acquire(self.lock)
+            self.tune_fusion_threshold = fusion_threshold
+            self.tune_cycle_time_s = cycle_time_ms / 1000.0
+            self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
+            self.tune_pending = True
+            lock_release(self.lock)
+            self.channel.wake()
+
+    def tuning(self):
+        """The values in use now: (fusion threshold, cycle time ms, cache)."""
+        cdef size_t threshold
+        cdef double cycle_s
+        cdef cbool cache
+        with nogil:
+            lock_acquire(self.lock)
+            threshold = self.fusion_threshold
+            cycle_s = self.cycle_time_s
+            cache = self.cache_enabled
+            lock_release(self.lock)
+        return (threshold, cycle_s * 1000.0, bool(cache))
+
+    cdef void apply_tuning(self) noexcept nogil:
+        """The loop: take the values set_tuning() left (under the lock, which tuning() reads
+        them under)."""
+        lock_acquire(self.lock)
+        if self.tune_pending:
+            self.tune_pending = False
+            self.retune(self.tune_fusion_threshold, self.tune_cycle_time_s,
+                        self.tune_cache_enabled)
+        lock_release(self.lock)
+
     cdef void retune(self, size_t fusion_threshold, double cycle_time_s,
                      cbool cache_enabled) noexcept nogil:
-        """Autotune's new values (the engine calls this under its lock).  Turning the cache off
+        """Autotune's new values (under the lock: apply_tuning).  Turning the cache off
         forgets every slot; a worker's later hit on one is answered as stale and sent in full."""
         cdef size_t s
         self.fusion_threshold = fusion_threshold

@@ -2,32 +2,38 @@
 # distutils: language = c++
 """The fuse engine: request queue, negotiation loop, response cache, fusion buffer, handle table.
 
-Framework threads call :meth:`Engine.enqueue` and get integer handles back at once.  One
-background thread per process does everything else, with the GIL released:
+Framework threads call :meth:`Engine.enqueue` and get integer handles back at once.  Everything
+else happens in the loop (:meth:`Engine._iterate`), with the GIL released, run by whoever holds
+``Engine.loop_lock``: the engine's background thread, or a thread waiting for a lone collective
+while the background thread sleeps (:meth:`Engine._drive`):
 
 * it sends each new request to the coordinator (rank 0) over the control channel: the full
   description the first time a name is seen, a 4-byte cache slot afterwards;
-* rank 0's thread also runs the coordinator: it counts, per tensor, which ranks are ready,
+* on rank 0 it also runs the coordinator: it counts, per tensor, which ranks are ready,
   checks that they agree (shape, dtype, op, root), and once every member of the process set is
   ready appends a response to one ordered stream that it sends to every member.  Ready
   allreduces of the same dtype/op/scale are fused into one response up to the fusion threshold;
 * every rank executes the responses in stream order, so every rank issues the same collectives in
   the same order: pack into the fusion buffer, one backend call, unpack, scale, complete handles.
 
-An idle engine blocks in ``poll(2)`` on its sockets and an eventfd: no cycle runs without work.
-A rank that raises, exits or dies is seen at once by the coordinator (an ABORT message, or the
-socket closing), which tells every other rank; their pending and future calls raise with the
-failing rank and its message.
+An idle engine thread sleeps in ``epoll_wait`` on its sockets and an eventfd: no cycle runs
+without work.  A rank that raises, exits or dies is seen at once by the coordinator (an ABORT
+message, or the socket closing), which tells every other rank; their pending and future calls
+raise with the failing rank and its message.
 
-The engine is four extension modules, cut where the state is owned:
+The engine is a few extension modules, cut where the state is owned (see fuse/meson.build):
 
-* ``_protocol``: the wire format (the structs every part shares, declared in _protocol.pxd);
+* ``_protocol``: the wire format and the structs every part shares (_protocol.pxd);
+* ``_request``: ``RequestSpec``, a collective as its caller asked for it (and its buffers);
+* ``_channel``: the control channel's sockets, and what the idle engine thread sleeps on;
+* ``_handles``: the handle table and the failure state Python threads wait on (the lock);
+* ``_psets``: the process sets and the backend connections each runs over;
+* ``_submitter``: this rank's requests in flight and its side of the response cache;
 * ``_coordinator``: rank 0's negotiation; it owns the request table, the response cache and
   the fusion decisions, and reaches the engine only through ``CoordinatorLink``;
 * ``_executor``: runs a response's collective on this rank; owns the fusion buffer;
-* this module: the ``Engine`` that owns everything shared with Python threads (the queue,
-  handles and the lock), this rank's in-flight requests, the control channel's sockets and
-  the background loop, and wires the other three together.
+* ``_results``: runs each response through the executor and completes this rank's handles;
+* this module: the ``Engine``, the Python API over those parts, and the loop.
 """
 
 from cpython.exc cimport PyErr_CheckSignals
@@ -50,6 +56,7 @@ from fuse._channel cimport ControlChannel, PEER_LEAVING
 from fuse._psets cimport ProcessSets
 from fuse._submitter cimport Submitter
 from fuse._handles cimport HandleTable
+from fuse._results cimport ResponseRunner
 
 import threading
 
@@ -84,7 +91,7 @@ cdef class Engine(CoordinatorLink):
     # "loop" belongs to whoever holds ``loop_lock``; unmarked ones are set in __init__ only.
     cdef int rank, size
     cdef HandleTable table              # lock: handles, the queue, the failure state
-    cdef Lock* lock                     # table.lock: guards the table, the tune_* fields, psets
+    cdef Lock* lock                     # table.lock; also guards psets and coord's tuning
     # Whoever holds ``loop_lock`` owns the loop (_iterate) and every field marked "loop" below:
     # the engine thread, a thread waiting for a lone collective while the engine thread sleeps
     # (_drive), or one adding a shared region (_add_shared_region).  Taken before ``lock``,
@@ -95,12 +102,6 @@ cdef class Engine(CoordinatorLink):
     cdef int64_t st_driven              # loop: waits that completed while their thread drove
     cdef ControlChannel channel         # loop (its send_* and wake: any thread); the idle sleep
     # knobs (the coordinator's are in it)
-    cdef uint32_t cache_capacity
-    # lock: values set_tuning() left for the loop
-    cdef cbool tune_pending
-    cdef size_t tune_fusion_threshold
-    cdef double tune_cycle_time_s
-    cdef cbool tune_cache_enabled
     # this rank's view
     cdef Submitter submitter            # loop: this rank's requests in flight, its cache slots
     cdef ProcessSets psets              # id -> process set; see _psets.pyx for who writes it
@@ -108,7 +109,7 @@ cdef class Engine(CoordinatorLink):
     cdef Coordinator coord
     # loop: executing responses
     cdef Executor executor
-    cdef vector[Request*] exec_reqs    # loop scratch: this rank's request per tensor
+    cdef ResponseRunner runner         # loop: runs responses, completes this rank's handles
     # Python side
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _backend
@@ -129,7 +130,6 @@ cdef class Engine(CoordinatorLink):
         ``worker_fds``: rank 0 only, a socket per rank (index 0 unused: -1)."""
         self.rank = config.rank
         self.size = config.size
-        self.cache_capacity = config.cache_capacity
         self.spin_s = config.spin_time_us / 1e6
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
         self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
@@ -140,12 +140,15 @@ cdef class Engine(CoordinatorLink):
         self.submitter = Submitter(self.rank, self.psets, config)
         self.coord = Coordinator(self, self.channel, config, log)
         self.coord.psets = &self.psets.map
+        self.coord.lock = self.lock
         self.coord.tl = self.tl
         self._records = {}
         self.executor = Executor(self._records)
         self.executor.split_bytes = config.split_threshold
         self.executor.shm_bytes = config.shm_threshold
         self.executor.tl = self.tl
+        self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
+        self.runner.tl = self.tl
         self._backend = backend
         self._log = log
         self._install_group(0, list(range(self.size)), world_group)
@@ -415,45 +418,12 @@ cdef class Engine(CoordinatorLink):
                 and nbytes <= self.coord.zero_copy_bytes)
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
-        """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
-        The engine thread picks them up at the start of its next coordinator step, so one
-        step always sees one consistent set.  Only the coordinator's values matter: it alone
-        fuses, holds ready tensors and assigns cache slots.  Called from a second Python
-        thread (the tuner), so the lock is taken without the GIL: wait() leaves lock_wait_ms
-        holding the lock while it takes the GIL back, and the two would deadlock."""
-        with nogil:
-            lock_acquire(self.lock)
-            self.tune_fusion_threshold = fusion_threshold
-            self.tune_cycle_time_s = cycle_time_ms / 1000.0
-            self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
-            self.tune_pending = True
-            lock_release(self.lock)
-            self.channel.wake()
+        """Autotune (rank 0): see Coordinator.set_tuning."""
+        self.coord.set_tuning(fusion_threshold, cycle_time_ms, cache_enabled)
 
     def tuning(self):
         """The values the coordinator uses now: (fusion threshold, cycle time ms, cache)."""
-        cdef size_t threshold
-        cdef double cycle_s
-        cdef cbool cache
-        with nogil:
-            lock_acquire(self.lock)
-            threshold = self.coord.fusion_threshold
-            cycle_s = self.coord.cycle_time_s
-            cache = self.coord.cache_enabled
-            lock_release(self.lock)
-        return (threshold, cycle_s * 1000.0, bool(cache))
-
-    cdef void _apply_tuning(self) noexcept nogil:
-        """Engine thread: hand the values set_tuning() left to the coordinator (under the lock,
-        which tuning() reads them under)."""
-        lock_acquire(self.lock)
-        if not self.tune_pending:
-            lock_release(self.lock)
-            return
-        self.tune_pending = False
-        self.coord.retune(self.tune_fusion_threshold, self.tune_cycle_time_s,
-                          self.tune_cache_enabled)
-        lock_release(self.lock)
+        return self.coord.tuning()
 
     def timeline_start(self, bint mark_cycles, str backend):
         """Start recording timeline events (call on rank 0 only; see fuse.common.timeline)."""
@@ -730,29 +700,13 @@ cdef class Engine(CoordinatorLink):
                                       "exited); no further collectives are possible"), ERR_SHUTDOWN)
             lock_release(self.lock)
 
-    # ---- completing handles
-
-    cdef void _finish_request(self, const string& key, int status, const string& error,
-                              int error_kind) noexcept nogil:
-        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
-        if it == self.submitter.inflight.end():
-            return
-        cdef int64_t handle = deref_req(it).handle
-        if tl_on(self.tl):          # before the handle completes (see tl_close)
-            self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
-        self.submitter.inflight.erase(it)
-        lock_acquire(self.lock)
-        self.table.names_in_flight.erase(key)
-        self.table.complete_locked(handle, status, error, error_kind)
-        lock_release(self.lock)
-
     # ------------------------------------------------------------------ rank 0: the workers' side
 
     cdef bint _coordinator_step(self) noexcept nogil:
         """Read what the workers sent, then let the coordinator check for stalls and emit ready
         responses."""
         cdef bint progressed
-        self._apply_tuning()
+        self.coord.apply_tuning()
         progressed = self._read_control(False)
         if self.table.current_state() != S_RUNNING:
             return True
@@ -793,76 +747,12 @@ cdef class Engine(CoordinatorLink):
 
     # ------------------------------------------------------------------ execution
 
-    # Responses arrive in the coordinator's order; each turns into at most one backend collective
-    # (run by the executor).  Here: the bookkeeping around it, for this rank's requests.
-
-    cdef void _tl_all(self, Response& resp, char ph, uint8_t what) noexcept nogil:
-        """Timeline: the same span boundary for every tensor of a (fused) response."""
-        tl_span_all(self.tl, resp.names, ph, what, resp.kind)
-
     cdef void _execute(self, Response& resp) noexcept nogil:
-        """Run one response; on the timeline (rank 0): QUEUE ends, the activity, <KIND> ends."""
-        cdef size_t i
-        cdef uint8_t act = TLW_INLINE if resp.inline_data else TLW_BACKEND
-        cdef bint spans = resp.kind != K_ALLREDUCE and resp.error.size() == 0 and (
-            resp.kind <= K_REDUCESCATTER)
-        if tl_on(self.tl):
-            self._tl_all(resp, b'E', TLW_QUEUE)
-            if spans:
-                self._tl_all(resp, b'B', act)
-        self._execute_response(resp)
-        if tl_on(self.tl):          # tensors this rank did not finish (not a member, lost)
-            for i in range(resp.names.size()):
-                self._tl_close(resp.names[i], resp.dtype, resp.shapes[i])
-
-    cdef void _tl_close(self, const string& name, int dtype, const vector[int64_t]& shape) noexcept nogil:
-        cdef string args = _cs(dtype_name(dtype))
-        args.push_back(0)
-        args.append(_shape_str(shape))
-        tl_close(self.tl, name, args)
-
-    cdef void _execute_response(self, Response& resp) noexcept nogil:
-        cdef size_t i
-        cdef PSet* ps
-        if resp.error.size():
-            for i in range(resp.names.size()):
-                self._finish_request(_key(resp.pset, resp.names[i]), H_ERROR, resp.error,
-                                     resp.error_kind)
-            return
-        if resp.kind == K_PSET_ADD:
-            self._exec_pset_add(resp)
-            return
-        if self.psets.map.count(resp.pset) == 0:
-            return
-        ps = &self.psets.map[resp.pset]
-        if ps.index < 0:
-            return
-        self.submitter.learn(resp)
-        if resp.kind == K_ALLREDUCE:
-            self._exec_allreduce(resp, ps)
-        elif resp.kind <= K_REDUCESCATTER:
-            self._exec_single(resp, ps)
-        elif resp.kind == K_BARRIER:
-            self._finish_ok(_key(resp.pset, resp.names[0]), 0)
-        elif resp.kind == K_JOIN:
-            self._finish_ok(_key(resp.pset, resp.names[0]), resp.last_joined)
-        elif resp.kind == K_PSET_REMOVE:
-            self._exec_pset_remove(resp)
-
-    cdef void _finish_ok(self, const string& key, int64_t value) noexcept nogil:
-        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
-        if it == self.submitter.inflight.end():
-            return
-        lock_acquire(self.lock)
-        if self.table.handles.count(deref_req(it).handle):
-            self.table.handles[deref_req(it).handle].value = value
-        lock_release(self.lock)
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _finish_all(self, Response& resp, int status, const string& error, int kind) noexcept nogil:
-        cdef size_t i
-        for i in range(resp.names.size()):
-            self._finish_request(_key(resp.pset, resp.names[i]), status, error, kind)
+        """Run one response (see ResponseRunner); a backend failure fails the engine."""
+        cdef string err
+        if self.runner.run(resp, err) == EX_BACKEND:
+            self._backend_failed(resp, err)
+        self.runner.close_spans(resp)
 
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
         """A collective failed in the backend (usually: a peer died).  Wait briefly for the
@@ -886,70 +776,6 @@ cdef class Engine(CoordinatorLink):
             self._read_control(True)
             if self.table.current_state() != S_RUNNING or not self.channel.poll_open(50):
                 return
-
-    # ---- the collectives: the executor moves the data, the engine completes the handles
-
-    cdef void _exec_allreduce(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef size_t i
-        cdef unordered_map[string, Request].iterator it
-        cdef string err
-        cdef int rc
-        self.exec_reqs.clear()
-        for i in range(resp.names.size()):
-            it = self.submitter.inflight.find(_key(resp.pset, resp.names[i]))
-            self.exec_reqs.push_back(&deref_req(it) if it != self.submitter.inflight.end() else NULL)
-        rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
-        if rc == EX_BACKEND:
-            self._backend_failed(resp, err)
-        elif rc == EX_LOCAL:
-            self._finish_all(resp, H_ERROR, err, ERR_INTERNAL)
-        else:
-            self._finish_all(resp, H_DONE, string(b""), 0)
-
-    cdef void _exec_single(self, Response& resp, PSet* ps) noexcept nogil:
-        """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
-        cdef Request* r
-        cdef string err
-        cdef vector[int64_t] recv_splits
-        cdef int rc
-        if it == self.submitter.inflight.end():
-            return
-        r = &deref_req(it)
-        if resp.kind == K_BROADCAST:
-            rc = self.executor.broadcast(resp, ps, r, err)
-        elif resp.kind == K_ALLGATHER:
-            rc = self.executor.allgather(resp, ps, r, err)
-        elif resp.kind == K_ALLTOALL:
-            rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
-            lock_acquire(self.lock)         # wait() returns the received splits
-            if self.table.handles.count(r.handle):
-                self.table.handles[r.handle].aux.swap(recv_splits)
-            lock_release(self.lock)
-        else:
-            rc = self.executor.reducescatter(resp, ps, r, err)
-        if rc == EX_BACKEND:
-            self._backend_failed(resp, err)
-        elif rc == EX_LOCAL:
-            self._finish_request(key, H_ERROR, err, ERR_INTERNAL)
-        else:
-            self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_pset_add(self, Response& resp) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef string err
-        cdef int new_id = self.psets.add(resp.args, err)
-        if err.size():
-            self._finish_request(key, H_ERROR, err, ERR_BACKEND)
-        else:
-            self._finish_ok(key, new_id)
-
-    cdef void _exec_pset_remove(self, Response& resp) noexcept nogil:
-        cdef int pset_id = <int>resp.args[0]
-        self.psets.remove(pset_id)
-        self._finish_ok(_key(resp.pset, resp.names[0]), pset_id)
-
 
 def _make_error(int kind, str message):
     from fuse import exceptions as ex
