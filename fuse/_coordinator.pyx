@@ -272,9 +272,7 @@ cdef class Coordinator:
                     zeros.assign(nbytes, <char>0)
                     reduce_into(<void*>entry.acc.data(), zeros.data(), nbytes // dtype_size(a.dtype),
                                 a.dtype, _backend_op(a.op))
-            post = a.postscale
-            if a.op == OP_AVERAGE:
-                post = post / <double>ps.ranks.size()
+            post = _postscale(a.op, a.postscale, ps.ranks.size())
             scale_buffer(<void*>entry.acc.data(), nbytes // dtype_size(a.dtype), a.dtype, post)
         elif a.kind != K_BROADCAST:
             return False

@@ -262,6 +262,13 @@ cdef inline int _backend_op(int op) noexcept nogil:
     return FUSE_OP_SUM
 
 
+cdef inline double _postscale(int op, double postscale, size_t members) noexcept nogil:
+    """The factor a reduction's result is scaled by: Average is a sum scaled by 1/members."""
+    if op == OP_AVERAGE:
+        return postscale / <double>members
+    return postscale
+
+
 cdef inline int _position(PSet* ps, int rank) noexcept nogil:
     """A global rank's index in the process set, -1 if it is not a member."""
     cdef size_t i
