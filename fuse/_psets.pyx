@@ -12,7 +12,7 @@ from fuse._wire cimport *
 from fuse._protocol cimport *
 from fuse._executor cimport SharedSegments
 
-cdef const char* OPS_CAPSULE = b"fuse.group_ops.v1"
+cdef const char* OPS_CAPSULE = FUSE_GROUP_OPS_CAPSULE
 
 
 cdef fuse_group_ops* _native_ops(object group, object capsule, bint strict) except? NULL:
