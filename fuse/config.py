@@ -15,6 +15,15 @@ from typing import Any, Mapping
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
 
+# Variables that MPI launchers put into every process's environment (Open MPI, MPICH/Hydra
+# and Intel MPI, PMIx-based launchers such as srun --mpi=pmix and prterun).
+MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def launched_by_mpi(environ: Mapping[str, str] = os.environ) -> bool:
+    """True if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI)."""
+    return any(environ.get(var) for var in MPI_LAUNCHER_VARS)
+
 
 def _parse_bool(text: str) -> bool:
     t = text.strip().lower()

@@ -41,17 +41,10 @@ import numpy as np
 
 from fuse.backends.base import Backend, Group
 from fuse.backends.mpi.errors import MPIError, MpiError
+from fuse.config import MPI_LAUNCHER_VARS, launched_by_mpi  # noqa: F401  (public here too)
 
 __all__ = ["MPIBackend", "MPIGroup", "MpiError", "MPIError", "launched_by_mpi"]
 
-# Variables that MPI launchers put into every process's environment (Open MPI, MPICH/Hydra
-# and Intel MPI, PMIx-based launchers such as srun --mpi=pmix and prterun).
-MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
-
-
-def launched_by_mpi(environ=os.environ) -> bool:
-    """True if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI)."""
-    return any(environ.get(var) for var in MPI_LAUNCHER_VARS)
 
 
 def _threads_disabled(environ=os.environ) -> bool:
