@@ -13,7 +13,7 @@ eventfd that any thread signals when there is work (csrc/idle_wait.h).
 
 from posix.unistd cimport close as c_close
 
-from fuse._wire cimport send_frame, recv_some, pop_frame, wake_fd_new, wake_fd_signal
+from fuse._csupport cimport send_frame, recv_some, pop_frame, wake_fd_new, wake_fd_signal
 
 cdef extern from "idle_wait.h" namespace "fuse" nogil:
     IdleWait* idle_new(int wake_fd)

@@ -5,9 +5,10 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport Request, Response, Pending, CacheEntry, PSet
 from fuse._channel cimport ControlChannel
+from fuse._psets cimport ProcessSets
 
 
 cdef class CoordinatorLink:
@@ -19,7 +20,7 @@ cdef class Coordinator:
     cdef ControlChannel channel        # the engine's: frames to the workers
     cdef object log
     cdef int size
-    cdef unordered_map[int, PSet]* psets   # the engine's; the joined state in them is ours
+    cdef ProcessSets psets             # the engine's; the joined state in them is ours
     cdef Timeline* tl                  # the engine's (recording on rank 0 only)
     cdef Lock* lock                    # the engine's: guards the tune_* fields and, while the
                                        # loop changes them, the three autotuned knobs below

@@ -26,7 +26,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 
 
@@ -97,7 +97,7 @@ cdef class Coordinator:
                 put[uint32_t](frame, gen)
                 self.channel.send_to(rank, frame)
         if rd.bad:
-            self.link.abort_job(rank, _cs("sent a corrupt request message"), ERR_INTERNAL)
+            self.link.abort_job(rank, _str("sent a corrupt request message"), ERR_INTERNAL)
 
     cdef bint step(self) noexcept nogil:
         """Check for stalls, emit ready responses; True if it emitted."""
@@ -193,14 +193,14 @@ cdef class Coordinator:
         cdef PSet* ps
         cdef int pos
         cdef Pending* entry
-        if self.psets.count(req.pset) == 0:
-            self._reject(req, _cs("process set ") + _i2s(req.pset) + _cs(" does not exist"))
+        if self.psets.map.count(req.pset) == 0:
+            self._reject(req, _str("process set ") + _int_str(req.pset) + _str(" does not exist"))
             return
-        ps = &self.psets[0][req.pset]
+        ps = &self.psets.map[req.pset]
         pos = _position(ps, req.rank)
         if pos < 0:
-            self._reject(req, _cs("rank ") + _i2s(req.rank) +
-                         _cs(" is not a member of process set ") + _i2s(req.pset))
+            self._reject(req, _str("rank ") + _int_str(req.rank) +
+                         _str(" is not a member of process set ") + _int_str(req.pset))
             return
         if self.table.count(key) == 0:
             entry = &self.table[key]
@@ -259,7 +259,7 @@ cdef class Coordinator:
     cdef bint _finish_inline(self, Pending* entry, Response* resp) noexcept nogil:
         """If the coordinator holds the whole result, put it in the response."""
         cdef Request* a = self._first(entry)
-        cdef PSet* ps = &self.psets[0][a.pset]
+        cdef PSet* ps = &self.psets.map[a.pset]
         cdef size_t nbytes = <size_t>_numel(a.shape) * dtype_size(a.dtype)
         cdef size_t i
         cdef string zeros
@@ -328,27 +328,27 @@ cdef class Coordinator:
                 break
         if first == NULL:
             return
-        ps = &self.psets[0][first.pset]
+        ps = &self.psets.map[first.pset]
         for i in range(entry.have.size()):
             if entry.have[i]:
                 continue
             if ps.joined[i] and first.kind != K_JOIN:
                 if first.kind != K_ALLREDUCE:
-                    joined_problem = _cs(_kind_name(first.kind))
+                    joined_problem = _str(_kind_name(first.kind))
                 continue
             complete = False
             if ps.ranks[i] != 0 and self.channel.rank_gone(ps.ranks[i]):
-                missing_gone = _cs("rank ") + _i2s(ps.ranks[i])
+                missing_gone = _str("rank ") + _int_str(ps.ranks[i])
         if joined_problem.size():
-            self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
+            self._error_ready(key, joined_problem + _str(" is not supported with join at this time "
                               "(only allreduce is): a rank called join() while tensor '") +
-                              first.name + _cs("' was outstanding"), ERR_INTERNAL)
+                              first.name + _str("' was outstanding"), ERR_INTERNAL)
             return
         if not complete:
             if missing_gone.size():
-                self._error_ready(key, missing_gone + _cs(" has already shut down (called "
+                self._error_ready(key, missing_gone + _str(" has already shut down (called "
                                   "fuse.shutdown() or exited), so collective '") + first.name +
-                                  _cs("' can never complete"), ERR_SHUTDOWN)
+                                  _str("' can never complete"), ERR_SHUTDOWN)
             return
         entry.is_ready = True
         if tl_on(self.tl):
@@ -386,87 +386,87 @@ cdef class Coordinator:
                 a = &entry.reqs[i]
                 ra = a.rank
                 break
-        ps = &self.psets[0][a.pset]
-        what = _cs(" for tensor '") + a.name + _cs("'")
+        ps = &self.psets.map[a.pset]
+        what = _str(" for tensor '") + a.name + _str("'")
         if (a.kind == K_ALLGATHER or a.kind == K_ALLTOALL) and a.shape.size() == 0:
-            return _cs(_kind_name(a.kind)) + _cs(" needs at least one dimension") + what + \
-                _cs(": rank ") + _i2s(ra) + _cs(" sent a scalar")
+            return _str(_kind_name(a.kind)) + _str(" needs at least one dimension") + what + \
+                _str(": rank ") + _int_str(ra) + _str(" sent a scalar")
         if a.kind == K_BROADCAST and _position(ps, a.root) < 0:
-            return _cs("broadcast root rank ") + _i2s(a.root) + _cs(" is not a member of process set ") + \
-                _i2s(a.pset) + what
+            return _str("broadcast root rank ") + _int_str(a.root) + _str(" is not a member of process set ") + \
+                _int_str(a.pset) + what
         for i in range(entry.have.size()):
             if not entry.have[i] or &entry.reqs[i] == a:
                 continue
             b = &entry.reqs[i]
             if b.kind != a.kind:
-                return _cs("Mismatched operations") + what + _cs(": rank ") + _i2s(ra) + _cs(" did ") + \
-                    _cs(_kind_name(a.kind)) + _cs(", rank ") + _i2s(b.rank) + _cs(" did ") + _cs(_kind_name(b.kind))
+                return _str("Mismatched operations") + what + _str(": rank ") + _int_str(ra) + _str(" did ") + \
+                    _str(_kind_name(a.kind)) + _str(", rank ") + _int_str(b.rank) + _str(" did ") + _str(_kind_name(b.kind))
             if b.dtype != a.dtype:
-                return _cs("Mismatched data types") + what + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                    _cs(dtype_name(a.dtype)) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + _cs(dtype_name(b.dtype))
+                return _str("Mismatched data types") + what + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
+                    _str(dtype_name(a.dtype)) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + _str(dtype_name(b.dtype))
             if (a.kind == K_ALLREDUCE or a.kind == K_REDUCESCATTER) and b.op != a.op:
-                return _cs("Mismatched reduction ops") + what + _cs(": rank ") + _i2s(ra) + _cs(" used ") + \
-                    _cs(_op_name(a.op)) + _cs(", rank ") + _i2s(b.rank) + _cs(" used ") + _cs(_op_name(b.op))
+                return _str("Mismatched reduction ops") + what + _str(": rank ") + _int_str(ra) + _str(" used ") + \
+                    _str(_op_name(a.op)) + _str(", rank ") + _int_str(b.rank) + _str(" used ") + _str(_op_name(b.op))
             if b.prescale != a.prescale or b.postscale != a.postscale:
-                return _cs("Mismatched prescale/postscale factors") + what + _cs(": rank ") + _i2s(ra) + \
-                    _cs(" used ") + _d2s(a.prescale) + _cs("/") + _d2s(a.postscale) + _cs(", rank ") + \
-                    _i2s(b.rank) + _cs(" used ") + _d2s(b.prescale) + _cs("/") + _d2s(b.postscale)
+                return _str("Mismatched prescale/postscale factors") + what + _str(": rank ") + _int_str(ra) + \
+                    _str(" used ") + _float_str(a.prescale) + _str("/") + _float_str(a.postscale) + _str(", rank ") + \
+                    _int_str(b.rank) + _str(" used ") + _float_str(b.prescale) + _str("/") + _float_str(b.postscale)
             if a.kind == K_BROADCAST and b.root != a.root:
-                return _cs("Mismatched broadcast root ranks") + what + _cs(": rank ") + _i2s(ra) + \
-                    _cs(" gave root ") + _i2s(a.root) + _cs(", rank ") + _i2s(b.rank) + _cs(" gave root ") + _i2s(b.root)
+                return _str("Mismatched broadcast root ranks") + what + _str(": rank ") + _int_str(ra) + \
+                    _str(" gave root ") + _int_str(a.root) + _str(", rank ") + _int_str(b.rank) + _str(" gave root ") + _int_str(b.root)
             if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST or a.kind == K_REDUCESCATTER:
                 if not vec_eq(b.shape, a.shape):
-                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
-                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
-                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape)
+                    return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor shapes") + what + \
+                        _str(": rank ") + _int_str(ra) + _str(" sent ") + _shape_str(a.shape) + _str(", rank ") + \
+                        _int_str(b.rank) + _str(" sent ") + _shape_str(b.shape)
             if a.kind == K_ALLGATHER or a.kind == K_ALLTOALL:
                 if b.shape.size() != a.shape.size():
-                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor ranks") + what + \
-                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
-                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape) + _cs("; only the first dimension may differ")
+                    return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor ranks") + what + \
+                        _str(": rank ") + _int_str(ra) + _str(" sent ") + _shape_str(a.shape) + _str(", rank ") + \
+                        _int_str(b.rank) + _str(" sent ") + _shape_str(b.shape) + _str("; only the first dimension may differ")
                 for j in range(1, a.shape.size()):
                     if a.shape[j] != b.shape[j]:
-                        return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
-                            _cs(" in dimension ") + _i2s(j) + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                            _shape_str(a.shape) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + \
-                            _shape_str(b.shape) + _cs("; only the first dimension may differ")
+                        return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor shapes") + what + \
+                            _str(" in dimension ") + _int_str(j) + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
+                            _shape_str(a.shape) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + \
+                            _shape_str(b.shape) + _str("; only the first dimension may differ")
             if a.kind == K_PSET_ADD and not vec_eq(b.args, a.args):
-                return _cs("Mismatched add_process_set calls: rank ") + _i2s(ra) + _cs(" asked for ranks ") + \
-                    _shape_str(a.args) + _cs(", rank ") + _i2s(b.rank) + _cs(" for ") + _shape_str(b.args)
+                return _str("Mismatched add_process_set calls: rank ") + _int_str(ra) + _str(" asked for ranks ") + \
+                    _shape_str(a.args) + _str(", rank ") + _int_str(b.rank) + _str(" for ") + _shape_str(b.args)
             if a.kind == K_PSET_REMOVE and not vec_eq(b.args, a.args):
-                return _cs("Mismatched remove_process_set calls: rank ") + _i2s(ra) + _cs(" removed set ") + \
-                    _shape_str(a.args) + _cs(", rank ") + _i2s(b.rank) + _cs(" removed ") + _shape_str(b.args)
+                return _str("Mismatched remove_process_set calls: rank ") + _int_str(ra) + _str(" removed set ") + \
+                    _shape_str(a.args) + _str(", rank ") + _int_str(b.rank) + _str(" removed ") + _shape_str(b.args)
         if a.kind == K_ALLTOALL:
             for i in range(entry.have.size()):
                 b = &entry.reqs[i]
                 if b.args.size() and b.args.size() != ps.ranks.size():
-                    return _cs("alltoall splits") + what + _cs(" on rank ") + _i2s(b.rank) + _cs(" has ") + \
-                        _i2s(b.args.size()) + _cs(" entries; the process set has ") + \
-                        _i2s(ps.ranks.size()) + _cs(" ranks")
+                    return _str("alltoall splits") + what + _str(" on rank ") + _int_str(b.rank) + _str(" has ") + \
+                        _int_str(b.args.size()) + _str(" entries; the process set has ") + \
+                        _int_str(ps.ranks.size()) + _str(" ranks")
                 if b.args.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
-                    return _cs("alltoall without splits") + what + _cs(" needs the first dimension to be "
-                        "divisible by the number of ranks: rank ") + _i2s(b.rank) + _cs(" sent ") + \
-                        _shape_str(b.shape) + _cs(" to ") + _i2s(ps.ranks.size()) + _cs(" ranks")
+                    return _str("alltoall without splits") + what + _str(" needs the first dimension to be "
+                        "divisible by the number of ranks: rank ") + _int_str(b.rank) + _str(" sent ") + \
+                        _shape_str(b.shape) + _str(" to ") + _int_str(ps.ranks.size()) + _str(" ranks")
         if a.kind == K_PSET_ADD:
             if a.args.size() == 0:
-                return _cs("add_process_set needs at least one rank")
+                return _str("add_process_set needs at least one rank")
             for i in range(a.args.size()):
                 if a.args[i] < 0 or a.args[i] >= self.size or (i and a.args[i] <= a.args[i - 1]):
-                    return _cs("add_process_set: ranks ") + _shape_str(a.args) + \
-                        _cs(" must be distinct, sorted and below ") + _i2s(self.size)
-            for p in self.psets[0]:
+                    return _str("add_process_set: ranks ") + _shape_str(a.args) + \
+                        _str(" must be distinct, sorted and below ") + _int_str(self.size)
+            for p in self.psets.map:
                 if p.second.ranks.size() == a.args.size():
                     total = 1
                     for i in range(a.args.size()):
                         if p.second.ranks[i] != a.args[i]:
                             total = 0
                     if total:
-                        return _cs("add_process_set: a process set with ranks ") + _shape_str(a.args) + \
-                            _cs(" already exists (id ") + _i2s(p.first) + _cs(")")
+                        return _str("add_process_set: a process set with ranks ") + _shape_str(a.args) + \
+                            _str(" already exists (id ") + _int_str(p.first) + _str(")")
         if a.kind == K_PSET_REMOVE:
-            if a.args.size() != 1 or a.args[0] == 0 or self.psets.count(<int>a.args[0]) == 0:
-                return _cs("remove_process_set: no such process set ") + _shape_str(a.args) + \
-                    _cs(" (the global set cannot be removed)")
+            if a.args.size() != 1 or a.args[0] == 0 or self.psets.map.count(<int>a.args[0]) == 0:
+                return _str("remove_process_set: no such process set ") + _shape_str(a.args) + \
+                    _str(" (the global set cannot be removed)")
         return string(b"")
 
     cdef size_t _entry_bytes(self, Pending* entry) noexcept nogil:
@@ -486,7 +486,7 @@ cdef class Coordinator:
     cdef Response _make_response(self, Pending* entry) noexcept nogil:
         cdef Response resp
         cdef Request* a = self._first(entry)
-        cdef PSet* ps = &self.psets[0][a.pset]
+        cdef PSet* ps = &self.psets.map[a.pset]
         cdef size_t i, j
         cdef int64_t n
         resp.kind = a.kind
@@ -656,7 +656,7 @@ cdef class Coordinator:
         bodies.assign(self.size, string(b""))
         counts.assign(self.size, 0)
         for i in range(out.size()):
-            ps = &self.psets[0][out[i].pset]
+            ps = &self.psets.map[out[i].pset]
             frame.clear()
             _write_response(frame, out[i])
             for j in range(ps.ranks.size()):
@@ -704,7 +704,7 @@ cdef class Coordinator:
             if not e.warned:
                 any_new = True
                 e.warned = True
-            ps = &self.psets[0][a.pset]
+            ps = &self.psets.map[a.pset]
             for i in range(e.have.size()):
                 if e.have[i] or ps.joined[i]:
                     continue
@@ -720,14 +720,14 @@ cdef class Coordinator:
         for i in range(<size_t>self.size):
             if per_rank_n[i]:
                 report.append(b"\n  rank ")
-                report.append(_i2s(i))
+                report.append(_int_str(i))
                 report.append(b": [")
                 report.append(per_rank[i])
                 report.append(b"]")
         if fatal.size():
-            self.link.abort_job(-1, _cs("stall: some ranks did not submit collectives the others have "
-                                    "waited on for more than ") + _i2s(<int64_t>self.stall_shutdown_s) +
-                            _cs(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
+            self.link.abort_job(-1, _str("stall: some ranks did not submit collectives the others have "
+                                    "waited on for more than ") + _int_str(<int64_t>self.stall_shutdown_s) +
+                            _str(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
                                 "and their tensors:") + report, ERR_STALL)
             return
         if any_new and report.size():

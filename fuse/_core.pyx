@@ -37,19 +37,14 @@ The engine is a few extension modules, cut where the state is owned (see fuse/me
 """
 
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
-from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string
-from libcpp.unordered_map cimport unordered_map
-from libcpp.unordered_set cimport unordered_set
-from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
-from fuse._executor cimport Executor, SharedSegments, EX_OK, EX_BACKEND, EX_LOCAL
+from fuse._executor cimport Executor, SharedSegments, EX_BACKEND
 from fuse._coordinator cimport Coordinator, CoordinatorLink
 from fuse._request cimport RequestSpec
 from fuse._channel cimport ControlChannel, PEER_LEAVING
@@ -139,7 +134,7 @@ cdef class Engine(CoordinatorLink):
         self.psets.lock = self.lock
         self.submitter = Submitter(self.rank, self.psets, config)
         self.coord = Coordinator(self, self.channel, config, log)
-        self.coord.psets = &self.psets.map
+        self.coord.psets = self.psets
         self.coord.lock = self.lock
         self.coord.tl = self.tl
         self._records = {}
@@ -323,7 +318,7 @@ cdef class Engine(CoordinatorLink):
         if self.table.state != S_RUNNING:
             lock_release(self.lock)
             return
-        self.table.fail_locked(_cs("rank ") + _i2s(self.rank) + _cs(" failed: ") + msg, ERR_INTERNAL)
+        self.table.fail_locked(_str("rank ") + _int_str(self.rank) + _str(" failed: ") + msg, ERR_INTERNAL)
         lock_release(self.lock)
         if self.rank == 0:
             frame.clear()
@@ -587,13 +582,13 @@ cdef class Engine(CoordinatorLink):
         """Ask the coordinator for this rank's queued requests."""
         cdef string msg
         self.submitter.pack(batch, msg)
-        self._send_requests(msg, _cs(" while sending requests: rank 0 exited or crashed"))
+        self._send_requests(msg, _str(" while sending requests: rank 0 exited or crashed"))
 
     cdef void _send_requests(self, const string& msg, const string& when) noexcept nogil:
         if self.rank == 0:
             self._ingest(0, msg)
         elif self.channel.send_up(msg) != 0:
-            self.table.fail(_cs("lost the connection to the coordinator (rank 0)") + when,
+            self.table.fail(_str("lost the connection to the coordinator (rank 0)") + when,
                        ERR_SHUTDOWN)
 
     cdef bint _drivable(self, Request& r) noexcept nogil:
@@ -652,9 +647,9 @@ cdef class Engine(CoordinatorLink):
             self.channel.close(0)
             lock_acquire(self.lock)
             if self.table.state == S_RUNNING:
-                self.table.fail_locked(_cs("lost the connection to the coordinator (rank 0): rank 0 "
+                self.table.fail_locked(_str("lost the connection to the coordinator (rank 0): rank 0 "
                                       "exited or crashed") if notices_only else
-                                  _cs("lost the connection to the coordinator (rank 0): rank 0 "
+                                  _str("lost the connection to the coordinator (rank 0): rank 0 "
                                       "exited or crashed without reporting an error"),
                                   ERR_SHUTDOWN)
             lock_release(self.lock)
@@ -675,7 +670,7 @@ cdef class Engine(CoordinatorLink):
             for i in range(n):
                 resp = _read_response(rd)
                 if rd.bad:
-                    self.table.fail(_cs("corrupt response from the coordinator"), ERR_INTERNAL)
+                    self.table.fail(_str("corrupt response from the coordinator"), ERR_INTERNAL)
                     return
                 self._execute(resp)
                 lock_acquire(self.lock)
@@ -696,7 +691,7 @@ cdef class Engine(CoordinatorLink):
         elif t == MSG_COORD_BYE:
             lock_acquire(self.lock)
             if self.table.state == S_RUNNING:
-                self.table.fail_locked(_cs("rank 0 has shut down (it called fuse.shutdown() or "
+                self.table.fail_locked(_str("rank 0 has shut down (it called fuse.shutdown() or "
                                       "exited); no further collectives are possible"), ERR_SHUTDOWN)
             lock_release(self.lock)
 
@@ -719,7 +714,7 @@ cdef class Engine(CoordinatorLink):
         if self.channel.close(r) == PEER_LEAVING:     # said goodbye first: a clean exit
             self.coord.rank_left(r)
             return
-        self.abort_job(r, _cs("the process exited without calling fuse.shutdown() (it "
+        self.abort_job(r, _str("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
                               "to rank 0 closed"), ERR_INTERNAL)
 
@@ -757,14 +752,14 @@ cdef class Engine(CoordinatorLink):
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
         """A collective failed in the backend (usually: a peer died).  Wait briefly for the
         coordinator's word on the cause, then fail the engine with the best message we have."""
-        cdef string why = _cs("collective ") + _cs(_kind_name(resp.kind)) + _cs(" of tensor '") + \
-            resp.names[0] + _cs("' failed in the backend: ") + err
+        cdef string why = _str("collective ") + _str(_kind_name(resp.kind)) + _str(" of tensor '") + \
+            resp.names[0] + _str("' failed in the backend: ") + err
         self._await_cause(3.0)
         lock_acquire(self.lock)
         if self.table.state == S_FAILED:      # the cause arrived: name the collective it broke
-            self.table.amend_failure_locked(_cs(" (while running ") + _cs(_kind_name(resp.kind)) +
-                                       _cs(" of tensor '") + resp.names[0] + _cs("': ") + err +
-                                       _cs(")"), ERR_BACKEND)
+            self.table.amend_failure_locked(_str(" (while running ") + _str(_kind_name(resp.kind)) +
+                                       _str(" of tensor '") + resp.names[0] + _str("': ") + err +
+                                       _str(")"), ERR_BACKEND)
         else:
             self.table.fail_locked(why, ERR_BACKEND)
         lock_release(self.lock)

@@ -3,7 +3,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport Request, Response, PSet
 
 # What Executor's collectives return; the engine completes the handles accordingly.
@@ -20,8 +20,11 @@ cdef class FusionBufferManager:
 
 
 cdef class SharedSegments:
+    # Used by whoever holds the engine's loop (Engine.loop_lock) once an engine has it
+    # (``installed``: ProcessSets.install_shm); before that, by allreduce() (tests).
     cdef ShmAllreduce* impl
     cdef list _segments
+    cdef public bint installed
     cdef void add_region(self, list maps, list sizes) noexcept
 
 

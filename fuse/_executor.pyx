@@ -20,7 +20,7 @@ from libc.string cimport memcpy, memset
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 from fuse._request cimport RequestSpec
 
@@ -80,7 +80,7 @@ cdef int _py_invoke(object fn, tuple args, string& err):
 
 cdef inline int _native_rc(int rc, const char* errbuf, string& err) noexcept nogil:
     if rc:
-        err = _cs(errbuf)
+        err = _str(errbuf)
     return rc
 
 
@@ -249,7 +249,11 @@ cdef class SharedSegments:
 
     def allreduce(self, buf, str dtype, str op, double factor=1.0):
         """Reduce ``buf`` (contiguous, writable, of wire dtype ``dtype``) in place across the
-        members and multiply it by ``factor`` (for tests; the engine calls ``impl``)."""
+        members and multiply it by ``factor``.  For segments no engine uses (tests): an
+        engine's loop calls ``impl`` itself, and a call from another thread would race it."""
+        if self.installed:
+            raise RuntimeError("these shared-memory segments belong to the engine; "
+                               "use fuse.allreduce")
         cdef int dcode = DTYPE_CODES[dtype]
         cdef int ocode = _BACKEND_OPS.index(op)
         cdef Py_buffer view
@@ -305,7 +309,7 @@ cdef class Executor:
             errbuf[0] = 0
             rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
             if rc:
-                err = _cs(errbuf)
+                err = _str(errbuf)
             self.st_shm += 1
             return rc
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
@@ -329,7 +333,7 @@ cdef class Executor:
         rc_lane = self.lane.wait()      # always: the job lives on this stack
         self.st_split += 1
         if rc == 0 and rc_lane != 0:
-            err = _cs(job.err)
+            err = _str(job.err)
             rc = rc_lane
         return rc
 
@@ -382,7 +386,7 @@ cdef class Executor:
                 tl_span_all(self.tl, resp.names, b'B', TLW_MEMCPY_IN, resp.kind)
             buf = <char*>self.fusion.get(total)
             if buf == NULL and total:
-                err = _cs("out of memory for the fusion buffer (") + _i2s(total) + _cs(" bytes)")
+                err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
                 return EX_LOCAL
             for i in range(n):
                 if reqs[i] != NULL:
@@ -490,7 +494,7 @@ cdef class Executor:
         total = <size_t>_numel(r.shape) * dsize
         buf = <char*>self.fusion.get(total if total else 1)
         if buf == NULL:
-            err = _cs("out of memory for the fusion buffer (") + _i2s(total) + _cs(" bytes)")
+            err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
             return EX_LOCAL
         memcpy(buf, r.inp, total)
         scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
@@ -518,7 +522,7 @@ cdef class Executor:
                 raise RuntimeError(f"no record for handle {handle}")
             ptr = (<RequestSpec>spec).take_output(tuple(shape), nbytes)
         except BaseException as e:
-            err = _cs("could not allocate the output: ") + _exc_text(e)
+            err = _str("could not allocate the output: ") + _exc_text(e)
             return NULL
         return ptr
 

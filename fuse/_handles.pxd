@@ -5,7 +5,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.unordered_set cimport unordered_set
 from libcpp.vector cimport vector
 
-from fuse._wire cimport Lock
+from fuse._csupport cimport Lock
 from fuse._protocol cimport Request, HandleState
 from fuse._channel cimport ControlChannel
 

@@ -7,7 +7,7 @@ the engine fails (a rank raised or died, the backend failed, the job stalled) or
 every pending handle and every later call carries the failure's message.
 """
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 
 
@@ -42,7 +42,7 @@ cdef class HandleTable:
     cdef void fail_from(self, int who, const string& msg, int kind) noexcept nogil:
         """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole)."""
         if who >= 0:
-            self.fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
+            self.fail(_str("rank ") + _int_str(who) + _str(" failed: ") + msg, kind)
         else:
             self.fail(msg, kind)
 
@@ -74,7 +74,7 @@ cdef class HandleTable:
         cdef unordered_map[int64_t, HandleState].iterator it = self.handles.begin()
         cdef string why = self.failure
         if why.size() == 0:
-            why = _cs("fuse has been shut down on this rank")
+            why = _str("fuse has been shut down on this rank")
         while it != self.handles.end():
             if deref_hs(it).status == H_PENDING:
                 deref_hs(it).status = H_ERROR

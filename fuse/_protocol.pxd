@@ -11,7 +11,7 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 
 cdef extern from * nogil:
     """
@@ -234,15 +234,18 @@ cdef inline int64_t _row_elems(const vector[int64_t]& shape) noexcept nogil:
     return n
 
 
-cdef inline string _i2s(int64_t v) noexcept nogil:
+cdef inline string _int_str(int64_t v) noexcept nogil:
+    """An integer as decimal text (for messages built without the GIL)."""
     return to_string(<long long>v)
 
 
-cdef inline string _d2s(double v) noexcept nogil:
+cdef inline string _float_str(double v) noexcept nogil:
+    """A float as text."""
     return to_string(v)
 
 
-cdef inline string _cs(const char* s) noexcept nogil:
+cdef inline string _str(const char* s) noexcept nogil:
+    """A C string as a std::string, so that ``+`` concatenates."""
     return string(s)
 
 

@@ -13,17 +13,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
-
-# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
-AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
-KIND_NAMES = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
-              "join", "add_process_set", "remove_process_set")
-OP_NAMES = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
-DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
-DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_BACKEND_OPS = ("sum", "min", "max", "product")
+from fuse._csupport cimport *
 
 cdef const char* _kind_name(int kind) noexcept nogil:
     if kind == K_ALLREDUCE: return "allreduce"
@@ -43,6 +33,15 @@ cdef const char* _op_name(int op) noexcept nogil:
     if op == OP_MIN: return "Min"
     if op == OP_MAX: return "Max"
     return "Product"
+
+# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
+AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
+KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
+OP_NAMES = tuple(_op_name(op).decode() for op in range(OP_PRODUCT + 1))
+DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
+DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
+_BACKEND_OPS = ("sum", "min", "max", "product")
 
 
 cdef void _write_request(string& out, const Request& r) noexcept nogil:
@@ -173,7 +172,7 @@ cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
     for i in range(shape.size()):
         if i:
             s.append(b", ")
-        s.append(_i2s(shape[i]))
+        s.append(_int_str(shape[i]))
     s.append(b"]")
     return s
 

@@ -4,7 +4,7 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from fuse._wire cimport Lock
+from fuse._csupport cimport Lock
 from fuse._protocol cimport PSet
 
 

@@ -8,7 +8,7 @@ change the table on every rank at the same point of the response stream."""
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 from cpython.ref cimport PyObject
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 from fuse._executor cimport SharedSegments
 
@@ -100,6 +100,7 @@ cdef class ProcessSets:
         (FUSE_SHM_THRESHOLD) through their shared-memory segments instead of the backend.
         Every member installs its own view of the same segments before the engine starts."""
         self.groups[(pset_id, "shm")] = segments
+        segments.installed = True
         with nogil:
             lock_acquire(self.lock)
             if self.map.count(pset_id):
@@ -149,7 +150,7 @@ cdef class ProcessSets:
             group = self.create_group(ranks, new_id) if self.rank in ranks else None
             self.install(new_id, ranks, group)
         except BaseException as e:
-            err = _cs("add_process_set failed: ") + _exc_text(e)
+            err = _str("add_process_set failed: ") + _exc_text(e)
         return new_id
 
     cdef void remove(self, int pset_id) noexcept with gil:

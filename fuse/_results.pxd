@@ -3,7 +3,7 @@ from libc.stdint cimport int64_t, uint8_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport Lock, Timeline
+from fuse._csupport cimport Lock, Timeline
 from fuse._protocol cimport Request, Response, PSet
 from fuse._executor cimport Executor
 from fuse._handles cimport HandleTable

@@ -14,7 +14,7 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 from fuse._executor cimport EX_OK, EX_BACKEND, EX_LOCAL
 
@@ -179,7 +179,7 @@ cdef class ResponseRunner:
 
     cdef void _tl_close(self, const string& name, int dtype,
                         const vector[int64_t]& shape) noexcept nogil:
-        cdef string args = _cs(dtype_name(dtype))
+        cdef string args = _str(dtype_name(dtype))
         args.push_back(0)
         args.append(_shape_str(shape))
         tl_close(self.tl, name, args)

@@ -13,7 +13,7 @@ coordinator computes the result itself.  :meth:`learn` remembers the slots respo
 
 from libc.stdint cimport uint8_t
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 
 
