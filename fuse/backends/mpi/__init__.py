@@ -40,10 +40,10 @@ from typing import Any, Sequence
 import numpy as np
 
 from fuse.backends.base import Backend, Group
-from fuse.backends.mpi.errors import MPIError, MpiError
+from fuse.backends.mpi.errors import MpiError
 from fuse.config import MPI_LAUNCHER_VARS, launched_by_mpi  # noqa: F401  (public here too)
 
-__all__ = ["MPIBackend", "MPIGroup", "MpiError", "MPIError", "launched_by_mpi"]
+__all__ = ["MPIBackend", "MPIGroup", "MpiError", "launched_by_mpi"]
 
 
 
@@ -353,3 +353,11 @@ class MPIBackend(Backend):
         for group in groups:
             group.close()
         _types.free()
+
+
+def __getattr__(name: str):
+    if name == "MPIError":      # deprecated second spelling of MpiError
+        from fuse.backends.mpi import errors
+
+        return errors.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
