@@ -1,7 +1,7 @@
 """The collectives, written once for every framework.
 
 A framework plugs in an :class:`ArrayOps` (how to see a tensor's memory without copying and
-how to make new tensors); everything else (naming, op rules, validation, handles, grouped
+how to make new tensors; :class:`NumpyOps` is NumPy's); everything else (naming, op rules, validation, handles, grouped
 calls, object collectives) lives here.
 """
 
@@ -42,6 +42,52 @@ class ArrayOps:
     def from_numpy(self, array: np.ndarray, like=None):
         """A framework tensor holding ``array`` (used for splits and object collectives)."""
         raise NotImplementedError
+
+
+# dtype -> engine code, filled as dtypes are seen (np.dtype(...).name costs microseconds,
+# which a 4-byte allreduce notices)
+_codes: dict = {}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The engine's code for a NumPy dtype; ValueError for one it cannot reduce."""
+    code = _codes.get(dtype)
+    if code is None:
+        code = _core.DTYPE_CODES.get(np.dtype(dtype).name)
+        if code is None:
+            raise ValueError(f"dtype {np.dtype(dtype)} is not supported; use one of "
+                             f"{', '.join(sorted(_core.DTYPE_CODES))}")
+        _codes[dtype] = code
+    return code
+
+
+class NumpyOps(ArrayOps):
+    """NumPy arrays, which are their own buffers: fuse's own API (fuse.allreduce, ...) and the
+    object collectives below use them; framework adapters that stage through NumPy extend it."""
+
+    name = "numpy"
+
+    def describe(self, tensor):
+        if not isinstance(tensor, np.ndarray):
+            raise TypeError(f"expected a numpy array, got {type(tensor).__name__}")
+        if not tensor.flags.c_contiguous:
+            raise ValueError("array is required to be C-contiguous "
+                             "(use np.ascontiguousarray)")
+        return tensor, dtype_code(tensor.dtype), tensor.shape
+
+    def empty_like(self, tensor):
+        return np.empty_like(tensor)
+
+    def allocator(self, like):
+        dtype = like.dtype
+
+        def allocate(shape):
+            out = np.empty(shape, dtype=dtype)
+            return out, out
+        return allocate
+
+    def from_numpy(self, array, like=None):
+        return array
 
 
 # handle -> function(value, aux, record) that builds what synchronize() returns
@@ -299,20 +345,12 @@ def submit_control(kind: str, ranks: Sequence[int]) -> int:
 
 # ---------------------------------------------------------------- Python objects
 
-_numpy_ops = None
-
-
-def _np_ops():
-    global _numpy_ops
-    if _numpy_ops is None:
-        from fuse.frameworks.numpy_arrays import NumpyOps
-        _numpy_ops = NumpyOps()
-    return _numpy_ops
+_numpy_ops = NumpyOps()
 
 
 def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global_process_set):
     """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
-    ops = _np_ops()
+    ops = _numpy_ops
     name = name or _auto_name("broadcast_object", _pset(process_set))
     me = basics.rank()
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8) if me == root_rank else None
@@ -327,7 +365,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global
 
 def allgather_object(obj, name=None, process_set=global_process_set) -> list:
     """A list with every member's ``obj``, in rank order."""
-    ops = _np_ops()
+    ops = _numpy_ops
     name = name or _auto_name("allgather_object", _pset(process_set))
     data = np.frombuffer(cloudpickle.dumps(obj), np.uint8).copy()
     sizes = synchronize(allgather_async(ops, np.array([len(data)], np.int64),
