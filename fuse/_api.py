@@ -9,11 +9,10 @@ from __future__ import annotations
 import numpy as np
 
 from fuse.common import collectives as _c
-from fuse.common.collectives import (allgather_object, barrier, broadcast_object, join,  # noqa: F401
-                                     poll, synchronize)
+from fuse.common.collectives import (NumpyOps, allgather_object, barrier,  # noqa: F401
+                                     broadcast_object, join, poll, synchronize)
 from fuse.common.ops import Average
 from fuse.common.process_sets import global_process_set
-from fuse.frameworks.numpy_arrays import NumpyOps
 
 _ops = NumpyOps()
 

@@ -5,22 +5,30 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport Request, Response, Pending, CacheEntry, PSet
+from fuse._channel cimport ControlChannel
+from fuse._psets cimport ProcessSets
 
 
 cdef class CoordinatorLink:
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil
-    cdef bint rank_gone(self, int rank) noexcept nogil     # said goodbye, exited or died
 
 
 cdef class Coordinator:
     cdef CoordinatorLink link          # the engine (set to None when its thread ends)
+    cdef ControlChannel channel        # the engine's: frames to the workers
     cdef object log
     cdef int size
-    cdef unordered_map[int, PSet]* psets   # the engine's; the joined state in them is ours
+    cdef ProcessSets psets             # the engine's; the joined state in them is ours
     cdef Timeline* tl                  # the engine's (recording on rank 0 only)
+    cdef Lock* lock                    # the engine's: guards the tune_* fields and, while the
+                                       # loop changes them, the three autotuned knobs below
+    # lock: values set_tuning() left for the loop
+    cdef cbool tune_pending
+    cdef size_t tune_fusion_threshold
+    cdef double tune_cycle_time_s
+    cdef cbool tune_cache_enabled
     # knobs (fusion threshold, cycle time and cache switch change under autotune: retune())
     cdef size_t fusion_threshold
     cdef size_t zero_copy_bytes
@@ -49,6 +57,7 @@ cdef class Coordinator:
     cdef bint step(self) noexcept nogil
     cdef int idle_timeout_ms(self) noexcept nogil
     cdef void rank_left(self, int rank) noexcept nogil
+    cdef void apply_tuning(self) noexcept nogil
     cdef void retune(self, size_t fusion_threshold, double cycle_time_s,
                      cbool cache_enabled) noexcept nogil
     # internal

@@ -11,9 +11,10 @@ allreduces into one response up to the fusion threshold, handles join and proces
 add/remove, and names the ranks that keep others waiting (the stall inspector).
 
 It does no I/O of its own: the engine (_core) reads the workers' sockets and hands it request
-messages, and it answers through the small :class:`CoordinatorLink` interface the engine
-implements (send a frame to a rank, fail the whole job, is a rank gone).  That is the whole
-seam between the two, so the negotiation logic reads without the transport around it.  Every
+messages; it sends frames to a rank and asks whether a rank is gone through the control
+channel (_channel), and fails the whole job through the one-method :class:`CoordinatorLink`
+the engine implements.  That is the whole seam, so the negotiation logic reads without the
+transport around it.  Every
 rank builds one (its knobs answer ``Engine.tuning()``); only rank 0's receives requests.
 Everything runs on the engine thread without the GIL, except the stall warning's log call.
 """
@@ -25,28 +26,23 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
 
 
 cdef class CoordinatorLink:
     """What the coordinator needs from the engine it runs in; :class:`fuse._core.Engine`
-    implements it.  (These bodies are never called.)"""
-
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
-        pass
+    implements it.  (This body is never called.)"""
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         pass
 
-    cdef bint rank_gone(self, int rank) noexcept nogil:
-        return False
-
 
 cdef class Coordinator:
 
-    def __init__(self, CoordinatorLink link, config, log):
+    def __init__(self, CoordinatorLink link, ControlChannel channel, config, log):
         self.link = link
+        self.channel = channel
         self.log = log
         self.size = config.size
         self.fusion_threshold = config.fusion_threshold
@@ -99,9 +95,9 @@ cdef class Coordinator:
                 put[uint8_t](frame, MSG_STALE)
                 put[uint32_t](frame, slot)
                 put[uint32_t](frame, gen)
-                self.link.send_to(rank, frame)
+                self.channel.send_to(rank, frame)
         if rd.bad:
-            self.link.abort_job(rank, _cs("sent a corrupt request message"), 0)
+            self.link.abort_job(rank, _str("sent a corrupt request message"), ERR_INTERNAL)
 
     cdef bint step(self) noexcept nogil:
         """Check for stalls, emit ready responses; True if it emitted."""
@@ -139,9 +135,47 @@ cdef class Coordinator:
             return 1000
         return -1
 
+    def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
+        """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
+        The loop picks them up at the start of its next coordinator step (apply_tuning), so
+        one step always sees one consistent set.  Only the coordinator's values matter: it
+        alone fuses, holds ready tensors and assigns cache slots.  Called from a second Python
+        thread (the tuner); the lock is taken without the GIL, as everywhere (_core._acquire)."""
+        with nogil:
+            lock_acquire(self.lock)
+            self.tune_fusion_threshold = fusion_threshold
+            self.tune_cycle_time_s = cycle_time_ms / 1000.0
+            self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
+            self.tune_pending = True
+            lock_release(self.lock)
+            self.channel.wake()
+
+    def tuning(self):
+        """The values in use now: (fusion threshold, cycle time ms, cache)."""
+        cdef size_t threshold
+        cdef double cycle_s
+        cdef cbool cache
+        with nogil:
+            lock_acquire(self.lock)
+            threshold = self.fusion_threshold
+            cycle_s = self.cycle_time_s
+            cache = self.cache_enabled
+            lock_release(self.lock)
+        return (threshold, cycle_s * 1000.0, bool(cache))
+
+    cdef void apply_tuning(self) noexcept nogil:
+        """The loop: take the values set_tuning() left (under the lock, which tuning() reads
+        them under)."""
+        lock_acquire(self.lock)
+        if self.tune_pending:
+            self.tune_pending = False
+            self.retune(self.tune_fusion_threshold, self.tune_cycle_time_s,
+                        self.tune_cache_enabled)
+        lock_release(self.lock)
+
     cdef void retune(self, size_t fusion_threshold, double cycle_time_s,
                      cbool cache_enabled) noexcept nogil:
-        """Autotune's new values (the engine calls this under its lock).  Turning the cache off
+        """Autotune's new values (under the lock: apply_tuning).  Turning the cache off
         forgets every slot; a worker's later hit on one is answered as stale and sent in full."""
         cdef size_t s
         self.fusion_threshold = fusion_threshold
@@ -159,14 +193,14 @@ cdef class Coordinator:
         cdef PSet* ps
         cdef int pos
         cdef Pending* entry
-        if self.psets.count(req.pset) == 0:
-            self._reject(req, _cs("process set ") + _i2s(req.pset) + _cs(" does not exist"))
+        if self.psets.map.count(req.pset) == 0:
+            self._reject(req, _str("process set ") + _int_str(req.pset) + _str(" does not exist"))
             return
-        ps = &self.psets[0][req.pset]
+        ps = &self.psets.map[req.pset]
         pos = _position(ps, req.rank)
         if pos < 0:
-            self._reject(req, _cs("rank ") + _i2s(req.rank) +
-                         _cs(" is not a member of process set ") + _i2s(req.pset))
+            self._reject(req, _str("rank ") + _int_str(req.rank) +
+                         _str(" is not a member of process set ") + _int_str(req.pset))
             return
         if self.table.count(key) == 0:
             entry = &self.table[key]
@@ -177,7 +211,7 @@ cdef class Coordinator:
             entry.warned = False
             entry.is_ready = False
             entry.all_data = True
-            entry.error_kind = 0
+            entry.error_kind = ERR_INTERNAL
         entry = &self.table[key]
         if entry.have[pos]:
             return
@@ -225,7 +259,7 @@ cdef class Coordinator:
     cdef bint _finish_inline(self, Pending* entry, Response* resp) noexcept nogil:
         """If the coordinator holds the whole result, put it in the response."""
         cdef Request* a = self._first(entry)
-        cdef PSet* ps = &self.psets[0][a.pset]
+        cdef PSet* ps = &self.psets.map[a.pset]
         cdef size_t nbytes = <size_t>_numel(a.shape) * dtype_size(a.dtype)
         cdef size_t i
         cdef string zeros
@@ -238,9 +272,7 @@ cdef class Coordinator:
                     zeros.assign(nbytes, <char>0)
                     reduce_into(<void*>entry.acc.data(), zeros.data(), nbytes // dtype_size(a.dtype),
                                 a.dtype, _backend_op(a.op))
-            post = a.postscale
-            if a.op == OP_AVERAGE:
-                post = post / <double>ps.ranks.size()
+            post = _postscale(a.op, a.postscale, ps.ranks.size())
             scale_buffer(<void*>entry.acc.data(), nbytes // dtype_size(a.dtype), a.dtype, post)
         elif a.kind != K_BROADCAST:
             return False
@@ -260,12 +292,12 @@ cdef class Coordinator:
         resp.slots.push_back(NO_SLOT)
         resp.gens.push_back(0)
         resp.error = why
-        resp.error_kind = 0
+        resp.error_kind = ERR_INTERNAL
         resp.last_joined = -1
         put[uint8_t](frame, MSG_RESPONSES)
         put[uint32_t](frame, 1)
         _write_response(frame, resp)
-        self.link.send_to(req.rank, frame)
+        self.channel.send_to(req.rank, frame)
 
     cdef void _recheck_pset(self, int pset) noexcept nogil:
         cdef vector[string] keys
@@ -296,27 +328,27 @@ cdef class Coordinator:
                 break
         if first == NULL:
             return
-        ps = &self.psets[0][first.pset]
+        ps = &self.psets.map[first.pset]
         for i in range(entry.have.size()):
             if entry.have[i]:
                 continue
             if ps.joined[i] and first.kind != K_JOIN:
                 if first.kind != K_ALLREDUCE:
-                    joined_problem = _cs(_kind_name(first.kind))
+                    joined_problem = _str(_kind_name(first.kind))
                 continue
             complete = False
-            if ps.ranks[i] != 0 and self.link.rank_gone(ps.ranks[i]):
-                missing_gone = _cs("rank ") + _i2s(ps.ranks[i])
+            if ps.ranks[i] != 0 and self.channel.rank_gone(ps.ranks[i]):
+                missing_gone = _str("rank ") + _int_str(ps.ranks[i])
         if joined_problem.size():
-            self._error_ready(key, joined_problem + _cs(" is not supported with join at this time "
+            self._error_ready(key, joined_problem + _str(" is not supported with join at this time "
                               "(only allreduce is): a rank called join() while tensor '") +
-                              first.name + _cs("' was outstanding"), 0)
+                              first.name + _str("' was outstanding"), ERR_INTERNAL)
             return
         if not complete:
             if missing_gone.size():
-                self._error_ready(key, missing_gone + _cs(" has already shut down (called "
+                self._error_ready(key, missing_gone + _str(" has already shut down (called "
                                   "fuse.shutdown() or exited), so collective '") + first.name +
-                                  _cs("' can never complete"), 2)
+                                  _str("' can never complete"), ERR_SHUTDOWN)
             return
         entry.is_ready = True
         if tl_on(self.tl):
@@ -354,87 +386,87 @@ cdef class Coordinator:
                 a = &entry.reqs[i]
                 ra = a.rank
                 break
-        ps = &self.psets[0][a.pset]
-        what = _cs(" for tensor '") + a.name + _cs("'")
+        ps = &self.psets.map[a.pset]
+        what = _str(" for tensor '") + a.name + _str("'")
         if (a.kind == K_ALLGATHER or a.kind == K_ALLTOALL) and a.shape.size() == 0:
-            return _cs(_kind_name(a.kind)) + _cs(" needs at least one dimension") + what + \
-                _cs(": rank ") + _i2s(ra) + _cs(" sent a scalar")
+            return _str(_kind_name(a.kind)) + _str(" needs at least one dimension") + what + \
+                _str(": rank ") + _int_str(ra) + _str(" sent a scalar")
         if a.kind == K_BROADCAST and _position(ps, a.root) < 0:
-            return _cs("broadcast root rank ") + _i2s(a.root) + _cs(" is not a member of process set ") + \
-                _i2s(a.pset) + what
+            return _str("broadcast root rank ") + _int_str(a.root) + _str(" is not a member of process set ") + \
+                _int_str(a.pset) + what
         for i in range(entry.have.size()):
             if not entry.have[i] or &entry.reqs[i] == a:
                 continue
             b = &entry.reqs[i]
             if b.kind != a.kind:
-                return _cs("Mismatched operations") + what + _cs(": rank ") + _i2s(ra) + _cs(" did ") + \
-                    _cs(_kind_name(a.kind)) + _cs(", rank ") + _i2s(b.rank) + _cs(" did ") + _cs(_kind_name(b.kind))
+                return _str("Mismatched operations") + what + _str(": rank ") + _int_str(ra) + _str(" did ") + \
+                    _str(_kind_name(a.kind)) + _str(", rank ") + _int_str(b.rank) + _str(" did ") + _str(_kind_name(b.kind))
             if b.dtype != a.dtype:
-                return _cs("Mismatched data types") + what + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                    _cs(dtype_name(a.dtype)) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + _cs(dtype_name(b.dtype))
+                return _str("Mismatched data types") + what + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
+                    _str(dtype_name(a.dtype)) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + _str(dtype_name(b.dtype))
             if (a.kind == K_ALLREDUCE or a.kind == K_REDUCESCATTER) and b.op != a.op:
-                return _cs("Mismatched reduction ops") + what + _cs(": rank ") + _i2s(ra) + _cs(" used ") + \
-                    _cs(_op_name(a.op)) + _cs(", rank ") + _i2s(b.rank) + _cs(" used ") + _cs(_op_name(b.op))
+                return _str("Mismatched reduction ops") + what + _str(": rank ") + _int_str(ra) + _str(" used ") + \
+                    _str(_op_name(a.op)) + _str(", rank ") + _int_str(b.rank) + _str(" used ") + _str(_op_name(b.op))
             if b.prescale != a.prescale or b.postscale != a.postscale:
-                return _cs("Mismatched prescale/postscale factors") + what + _cs(": rank ") + _i2s(ra) + \
-                    _cs(" used ") + _d2s(a.prescale) + _cs("/") + _d2s(a.postscale) + _cs(", rank ") + \
-                    _i2s(b.rank) + _cs(" used ") + _d2s(b.prescale) + _cs("/") + _d2s(b.postscale)
+                return _str("Mismatched prescale/postscale factors") + what + _str(": rank ") + _int_str(ra) + \
+                    _str(" used ") + _float_str(a.prescale) + _str("/") + _float_str(a.postscale) + _str(", rank ") + \
+                    _int_str(b.rank) + _str(" used ") + _float_str(b.prescale) + _str("/") + _float_str(b.postscale)
             if a.kind == K_BROADCAST and b.root != a.root:
-                return _cs("Mismatched broadcast root ranks") + what + _cs(": rank ") + _i2s(ra) + \
-                    _cs(" gave root ") + _i2s(a.root) + _cs(", rank ") + _i2s(b.rank) + _cs(" gave root ") + _i2s(b.root)
+                return _str("Mismatched broadcast root ranks") + what + _str(": rank ") + _int_str(ra) + \
+                    _str(" gave root ") + _int_str(a.root) + _str(", rank ") + _int_str(b.rank) + _str(" gave root ") + _int_str(b.root)
             if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST or a.kind == K_REDUCESCATTER:
                 if not vec_eq(b.shape, a.shape):
-                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
-                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
-                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape)
+                    return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor shapes") + what + \
+                        _str(": rank ") + _int_str(ra) + _str(" sent ") + _shape_str(a.shape) + _str(", rank ") + \
+                        _int_str(b.rank) + _str(" sent ") + _shape_str(b.shape)
             if a.kind == K_ALLGATHER or a.kind == K_ALLTOALL:
                 if b.shape.size() != a.shape.size():
-                    return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor ranks") + what + \
-                        _cs(": rank ") + _i2s(ra) + _cs(" sent ") + _shape_str(a.shape) + _cs(", rank ") + \
-                        _i2s(b.rank) + _cs(" sent ") + _shape_str(b.shape) + _cs("; only the first dimension may differ")
+                    return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor ranks") + what + \
+                        _str(": rank ") + _int_str(ra) + _str(" sent ") + _shape_str(a.shape) + _str(", rank ") + \
+                        _int_str(b.rank) + _str(" sent ") + _shape_str(b.shape) + _str("; only the first dimension may differ")
                 for j in range(1, a.shape.size()):
                     if a.shape[j] != b.shape[j]:
-                        return _cs("Mismatched ") + _cs(_kind_name(a.kind)) + _cs(" tensor shapes") + what + \
-                            _cs(" in dimension ") + _i2s(j) + _cs(": rank ") + _i2s(ra) + _cs(" sent ") + \
-                            _shape_str(a.shape) + _cs(", rank ") + _i2s(b.rank) + _cs(" sent ") + \
-                            _shape_str(b.shape) + _cs("; only the first dimension may differ")
-            if a.kind == K_PSET_ADD and not vec_eq(b.splits, a.splits):
-                return _cs("Mismatched add_process_set calls: rank ") + _i2s(ra) + _cs(" asked for ranks ") + \
-                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" for ") + _shape_str(b.splits)
-            if a.kind == K_PSET_REMOVE and not vec_eq(b.splits, a.splits):
-                return _cs("Mismatched remove_process_set calls: rank ") + _i2s(ra) + _cs(" removed set ") + \
-                    _shape_str(a.splits) + _cs(", rank ") + _i2s(b.rank) + _cs(" removed ") + _shape_str(b.splits)
+                        return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor shapes") + what + \
+                            _str(" in dimension ") + _int_str(j) + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
+                            _shape_str(a.shape) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + \
+                            _shape_str(b.shape) + _str("; only the first dimension may differ")
+            if a.kind == K_PSET_ADD and not vec_eq(b.args, a.args):
+                return _str("Mismatched add_process_set calls: rank ") + _int_str(ra) + _str(" asked for ranks ") + \
+                    _shape_str(a.args) + _str(", rank ") + _int_str(b.rank) + _str(" for ") + _shape_str(b.args)
+            if a.kind == K_PSET_REMOVE and not vec_eq(b.args, a.args):
+                return _str("Mismatched remove_process_set calls: rank ") + _int_str(ra) + _str(" removed set ") + \
+                    _shape_str(a.args) + _str(", rank ") + _int_str(b.rank) + _str(" removed ") + _shape_str(b.args)
         if a.kind == K_ALLTOALL:
             for i in range(entry.have.size()):
                 b = &entry.reqs[i]
-                if b.splits.size() and b.splits.size() != ps.ranks.size():
-                    return _cs("alltoall splits") + what + _cs(" on rank ") + _i2s(b.rank) + _cs(" has ") + \
-                        _i2s(b.splits.size()) + _cs(" entries; the process set has ") + \
-                        _i2s(ps.ranks.size()) + _cs(" ranks")
-                if b.splits.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
-                    return _cs("alltoall without splits") + what + _cs(" needs the first dimension to be "
-                        "divisible by the number of ranks: rank ") + _i2s(b.rank) + _cs(" sent ") + \
-                        _shape_str(b.shape) + _cs(" to ") + _i2s(ps.ranks.size()) + _cs(" ranks")
+                if b.args.size() and b.args.size() != ps.ranks.size():
+                    return _str("alltoall splits") + what + _str(" on rank ") + _int_str(b.rank) + _str(" has ") + \
+                        _int_str(b.args.size()) + _str(" entries; the process set has ") + \
+                        _int_str(ps.ranks.size()) + _str(" ranks")
+                if b.args.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
+                    return _str("alltoall without splits") + what + _str(" needs the first dimension to be "
+                        "divisible by the number of ranks: rank ") + _int_str(b.rank) + _str(" sent ") + \
+                        _shape_str(b.shape) + _str(" to ") + _int_str(ps.ranks.size()) + _str(" ranks")
         if a.kind == K_PSET_ADD:
-            if a.splits.size() == 0:
-                return _cs("add_process_set needs at least one rank")
-            for i in range(a.splits.size()):
-                if a.splits[i] < 0 or a.splits[i] >= self.size or (i and a.splits[i] <= a.splits[i - 1]):
-                    return _cs("add_process_set: ranks ") + _shape_str(a.splits) + \
-                        _cs(" must be distinct, sorted and below ") + _i2s(self.size)
-            for p in self.psets[0]:
-                if p.second.ranks.size() == a.splits.size():
+            if a.args.size() == 0:
+                return _str("add_process_set needs at least one rank")
+            for i in range(a.args.size()):
+                if a.args[i] < 0 or a.args[i] >= self.size or (i and a.args[i] <= a.args[i - 1]):
+                    return _str("add_process_set: ranks ") + _shape_str(a.args) + \
+                        _str(" must be distinct, sorted and below ") + _int_str(self.size)
+            for p in self.psets.map:
+                if p.second.ranks.size() == a.args.size():
                     total = 1
-                    for i in range(a.splits.size()):
-                        if p.second.ranks[i] != a.splits[i]:
+                    for i in range(a.args.size()):
+                        if p.second.ranks[i] != a.args[i]:
                             total = 0
                     if total:
-                        return _cs("add_process_set: a process set with ranks ") + _shape_str(a.splits) + \
-                            _cs(" already exists (id ") + _i2s(p.first) + _cs(")")
+                        return _str("add_process_set: a process set with ranks ") + _shape_str(a.args) + \
+                            _str(" already exists (id ") + _int_str(p.first) + _str(")")
         if a.kind == K_PSET_REMOVE:
-            if a.splits.size() != 1 or a.splits[0] == 0 or self.psets.count(<int>a.splits[0]) == 0:
-                return _cs("remove_process_set: no such process set ") + _shape_str(a.splits) + \
-                    _cs(" (the global set cannot be removed)")
+            if a.args.size() != 1 or a.args[0] == 0 or self.psets.map.count(<int>a.args[0]) == 0:
+                return _str("remove_process_set: no such process set ") + _shape_str(a.args) + \
+                    _str(" (the global set cannot be removed)")
         return string(b"")
 
     cdef size_t _entry_bytes(self, Pending* entry) noexcept nogil:
@@ -454,7 +486,7 @@ cdef class Coordinator:
     cdef Response _make_response(self, Pending* entry) noexcept nogil:
         cdef Response resp
         cdef Request* a = self._first(entry)
-        cdef PSet* ps = &self.psets[0][a.pset]
+        cdef PSet* ps = &self.psets.map[a.pset]
         cdef size_t i, j
         cdef int64_t n
         resp.kind = a.kind
@@ -474,35 +506,35 @@ cdef class Coordinator:
         resp.error_kind = entry.error_kind
         if resp.error.size() == 0:
             resp.error = self._validate(entry)
-            resp.error_kind = 1
+            resp.error_kind = ERR_MISMATCH
         if resp.error.size():
             return resp
         if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST:
             self._finish_inline(entry, &resp)
         if a.kind == K_ALLGATHER:
             for i in range(entry.reqs.size()):
-                resp.rank_dims.push_back(entry.reqs[i].shape[0])
+                resp.args.push_back(entry.reqs[i].shape[0])
         elif a.kind == K_ALLTOALL:
             for i in range(entry.reqs.size()):
-                if entry.reqs[i].splits.size():
-                    for j in range(entry.reqs[i].splits.size()):
-                        resp.rank_dims.push_back(entry.reqs[i].splits[j])
+                if entry.reqs[i].args.size():
+                    for j in range(entry.reqs[i].args.size()):
+                        resp.args.push_back(entry.reqs[i].args[j])
                 else:
                     n = entry.reqs[i].shape[0] // <int64_t>ps.ranks.size()
                     for j in range(ps.ranks.size()):
-                        resp.rank_dims.push_back(n)
+                        resp.args.push_back(n)
         elif a.kind == K_JOIN:
             resp.last_joined = ps.last_joined
             ps.joined.assign(ps.ranks.size(), 0)
             ps.joined_count = 0
             ps.last_joined = -1
         elif a.kind == K_PSET_ADD:
-            resp.rank_dims.push_back(self.next_pset_id)
+            resp.args.push_back(self.next_pset_id)
             self.next_pset_id += 1
-            for i in range(a.splits.size()):
-                resp.rank_dims.push_back(a.splits[i])
+            for i in range(a.args.size()):
+                resp.args.push_back(a.args[i])
         elif a.kind == K_PSET_REMOVE:
-            resp.rank_dims.push_back(a.splits[0])
+            resp.args.push_back(a.args[0])
         return resp
 
     cdef bint _fusable(self, Response* r, Pending* entry) noexcept nogil:
@@ -624,7 +656,7 @@ cdef class Coordinator:
         bodies.assign(self.size, string(b""))
         counts.assign(self.size, 0)
         for i in range(out.size()):
-            ps = &self.psets[0][out[i].pset]
+            ps = &self.psets.map[out[i].pset]
             frame.clear()
             _write_response(frame, out[i])
             for j in range(ps.ranks.size()):
@@ -640,7 +672,7 @@ cdef class Coordinator:
             put[uint8_t](frame, MSG_RESPONSES)
             put[uint32_t](frame, counts[k])
             frame.append(bodies[k])
-            self.link.send_to(<int>k, frame)
+            self.channel.send_to(<int>k, frame)
         self.last_emit = now_seconds()
 
     cdef void _check_stalls(self, double now) noexcept nogil:
@@ -672,7 +704,7 @@ cdef class Coordinator:
             if not e.warned:
                 any_new = True
                 e.warned = True
-            ps = &self.psets[0][a.pset]
+            ps = &self.psets.map[a.pset]
             for i in range(e.have.size()):
                 if e.have[i] or ps.joined[i]:
                     continue
@@ -688,15 +720,15 @@ cdef class Coordinator:
         for i in range(<size_t>self.size):
             if per_rank_n[i]:
                 report.append(b"\n  rank ")
-                report.append(_i2s(i))
+                report.append(_int_str(i))
                 report.append(b": [")
                 report.append(per_rank[i])
                 report.append(b"]")
         if fatal.size():
-            self.link.abort_job(-1, _cs("stall: some ranks did not submit collectives the others have "
-                                    "waited on for more than ") + _i2s(<int64_t>self.stall_shutdown_s) +
-                            _cs(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
-                                "and their tensors:") + report, 3)
+            self.link.abort_job(-1, _str("stall: some ranks did not submit collectives the others have "
+                                    "waited on for more than ") + _int_str(<int64_t>self.stall_shutdown_s) +
+                            _str(" s (FUSE_STALL_SHUTDOWN_TIME_SECONDS); shutting down. Missing ranks "
+                                "and their tensors:") + report, ERR_STALL)
             return
         if any_new and report.size():
             with gil:

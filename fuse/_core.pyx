@@ -2,52 +2,56 @@
 # distutils: language = c++
 """The fuse engine: request queue, negotiation loop, response cache, fusion buffer, handle table.
 
-Framework threads call :meth:`Engine.enqueue` and get integer handles back at once.  One
-background thread per process does everything else, with the GIL released:
+Framework threads call :meth:`Engine.enqueue` and get integer handles back at once.  Everything
+else happens in the loop (:meth:`Engine._iterate`), with the GIL released, run by whoever holds
+``Engine.loop_lock``: the engine's background thread, or a thread waiting for a lone collective
+while the background thread sleeps (:meth:`Engine._drive`):
 
 * it sends each new request to the coordinator (rank 0) over the control channel: the full
   description the first time a name is seen, a 4-byte cache slot afterwards;
-* rank 0's thread also runs the coordinator: it counts, per tensor, which ranks are ready,
+* on rank 0 it also runs the coordinator: it counts, per tensor, which ranks are ready,
   checks that they agree (shape, dtype, op, root), and once every member of the process set is
   ready appends a response to one ordered stream that it sends to every member.  Ready
   allreduces of the same dtype/op/scale are fused into one response up to the fusion threshold;
 * every rank executes the responses in stream order, so every rank issues the same collectives in
   the same order: pack into the fusion buffer, one backend call, unpack, scale, complete handles.
 
-An idle engine blocks in ``poll(2)`` on its sockets and an eventfd: no cycle runs without work.
-A rank that raises, exits or dies is seen at once by the coordinator (an ABORT message, or the
-socket closing), which tells every other rank; their pending and future calls raise with the
-failing rank and its message.
+An idle engine thread sleeps in ``epoll_wait`` on its sockets and an eventfd: no cycle runs
+without work.  A rank that raises, exits or dies is seen at once by the coordinator (an ABORT
+message, or the socket closing), which tells every other rank; their pending and future calls
+raise with the failing rank and its message.
 
-The engine is four extension modules, cut where the state is owned:
+The engine is a few extension modules, cut where the state is owned (see fuse/meson.build):
 
-* ``_protocol``: the wire format (the structs every part shares, declared in _protocol.pxd);
+* ``_protocol``: the wire format and the structs every part shares (_protocol.pxd);
+* ``_request``: ``RequestSpec``, a collective as its caller asked for it (and its buffers);
+* ``_channel``: the control channel's sockets, and what the idle engine thread sleeps on;
+* ``_handles``: the handle table and the failure state Python threads wait on (the lock);
+* ``_psets``: the process sets and the backend connections each runs over;
+* ``_submitter``: this rank's requests in flight and its side of the response cache;
 * ``_coordinator``: rank 0's negotiation; it owns the request table, the response cache and
   the fusion decisions, and reaches the engine only through ``CoordinatorLink``;
 * ``_executor``: runs a response's collective on this rank; owns the fusion buffer;
-* this module: the ``Engine`` that owns everything shared with Python threads (the queue,
-  handles and the lock), this rank's in-flight requests, the control channel's sockets and
-  the background loop, and wires the other three together.
+* ``_results``: runs each response through the executor and completes this rank's handles;
+* this module: the ``Engine``, the Python API over those parts, and the loop.
 """
 
-from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.exc cimport PyErr_CheckSignals
-from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
-from cpython.ref cimport PyObject
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
+from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libcpp cimport bool as cbool
-from libcpp.deque cimport deque
 from libcpp.string cimport string
-from libcpp.unordered_map cimport unordered_map
-from libcpp.unordered_set cimport unordered_set
-from libcpp.utility cimport pair
 from libcpp.vector cimport vector
-from posix.unistd cimport close as c_close
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
-from fuse._executor cimport Executor, SharedSegments, EX_OK, EX_BACKEND, EX_LOCAL
+from fuse._executor cimport Executor, SharedSegments, EX_BACKEND
 from fuse._coordinator cimport Coordinator, CoordinatorLink
+from fuse._request cimport RequestSpec
+from fuse._channel cimport ControlChannel, PEER_LEAVING
+from fuse._psets cimport ProcessSets
+from fuse._submitter cimport Submitter
+from fuse._handles cimport HandleTable
+from fuse._results cimport ResponseRunner
 
 import threading
 
@@ -55,23 +59,6 @@ from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCA
                             JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
                             KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
 from fuse._executor import FusionBufferManager, reduce_arrays, scale_array
-
-cdef extern from "idle_wait.h" namespace "fuse" nogil:
-    cppclass IdleWait:
-        pass
-    IdleWait* idle_new(int wake_fd)
-    void idle_free(IdleWait*)
-    cbool idle_add_socket(IdleWait*, int fd)
-    void idle_wait(IdleWait*, int timeout_ms)
-    void idle_mute_sockets(IdleWait*, cbool mute)
-
-cdef extern from "<poll.h>" nogil:
-    struct pollfd:
-        int fd
-        short events
-        short revents
-    int c_poll "poll"(pollfd*, unsigned long, int)
-    enum: POLLIN, POLLHUP, POLLERR
 
 # what one pass of the loop did (Engine._iterate)
 cdef enum:
@@ -92,83 +79,45 @@ cdef inline void _acquire(Lock* lock) noexcept:
 cdef class Engine(CoordinatorLink):
     """The per-process engine.  Built by :func:`fuse.common.basics.init`; not for direct use.
 
-    It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: frames go
-    out over the control channel it owns, and a job-wide failure ends here too."""
+    It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: a job-wide
+    failure ends here."""
 
+    # Ownership: a field marked "lock" is guarded by ``lock`` (the handle table's), one marked
+    # "loop" belongs to whoever holds ``loop_lock``; unmarked ones are set in __init__ only.
     cdef int rank, size
-    cdef Lock* lock
-    # Whoever holds ``drive`` runs the loop: the engine thread, or a thread waiting for a lone
-    # collective while the engine thread sleeps (see _drive).  Taken before ``lock``, never after.
-    cdef Lock* drive
+    cdef HandleTable table              # lock: handles, the queue, the failure state
+    cdef Lock* lock                     # table.lock; also guards psets and coord's tuning
+    # Whoever holds ``loop_lock`` owns the loop (_iterate) and every field marked "loop" below:
+    # the engine thread, a thread waiting for a lone collective while the engine thread sleeps
+    # (_drive), or one adding a shared region (_add_shared_region).  Taken before ``lock``,
+    # never after; other threads take it through _take_loop and _hand_back_loop.
+    cdef Lock* loop_lock
     cdef double spin_s
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
-    cdef int64_t npending               # handles not yet completed (under the lock)
-    cdef int64_t st_driven              # waits that completed while their thread drove
-    cdef vector[Request] queue
-    cdef unordered_set[string] names_in_flight
-    cdef unordered_map[int64_t, HandleState] handles
-    cdef int64_t next_handle
-    cdef int state
-    cdef string failure
-    cdef int failure_kind
-    cdef int wake_fd
-    cdef IdleWait* idle                 # what the idle engine thread sleeps on
-    # control channel
-    cdef int ctl_fd
-    cdef string ctl_inbox
-    cdef vector[int] worker_fds
-    cdef vector[string] worker_inbox
-    cdef vector[int] worker_state      # 0 live, 1 said bye, 2 gone
-    cdef deque[string] local_frames    # frames from the coordinator to rank 0 itself
+    cdef int64_t st_driven              # loop: waits that completed while their thread drove
+    cdef ControlChannel channel         # loop (its send_* and wake: any thread); the idle sleep
     # knobs (the coordinator's are in it)
-    cdef size_t inline_threshold
-    cdef uint32_t cache_capacity
-    # autotune: values set_tuning() left for the engine thread (under the lock)
-    cdef cbool tune_pending
-    cdef size_t tune_fusion_threshold
-    cdef double tune_cycle_time_s
-    cdef cbool tune_cache_enabled
     # this rank's view
-    cdef unordered_map[string, Request] inflight
-    cdef unordered_map[string, WorkerCache] wcache
-    cdef unordered_map[uint32_t, string] wslot_owner
-    cdef unordered_map[uint64_t, string] sent_hits
-    cdef unordered_map[int, PSet] psets
-    cdef unordered_set[int] joined_psets
-    # negotiation: every rank has a coordinator, only rank 0's gets requests
+    cdef Submitter submitter            # loop: this rank's requests in flight, its cache slots
+    cdef ProcessSets psets              # id -> process set; see _psets.pyx for who writes it
+    # loop: negotiation (every rank has a coordinator, only rank 0's gets requests)
     cdef Coordinator coord
-    # executing responses
+    # loop: executing responses
     cdef Executor executor
-    cdef vector[Request*] exec_reqs    # scratch: this rank's request per tensor of a response
+    cdef ResponseRunner runner         # loop: runs responses, completes this rank's handles
     # Python side
-    cdef object _records        # handle -> [input owner, output owner, allocator, result, aux]
-    cdef object _groups         # pset id -> backend Group (keeps it alive)
+    cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _backend
     cdef object _thread
     cdef object _log
-    cdef object _create_group   # callable(ranks, id) -> Group, for dynamic process sets
     cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
 
     def __cinit__(self):
-        self.lock = lock_new()
-        self.drive = lock_new()
+        self.loop_lock = lock_new()
         self.tl = tl_new()
-        self.wake_fd = -1
-        self.idle = NULL
-        self.ctl_fd = -1
 
     def __dealloc__(self):
-        cdef size_t i
-        idle_free(self.idle)
-        if self.wake_fd >= 0:
-            c_close(self.wake_fd)
-        if self.ctl_fd >= 0:
-            c_close(self.ctl_fd)
-        for i in range(self.worker_fds.size()):
-            if self.worker_fds[i] >= 0:
-                c_close(self.worker_fds[i])
-        lock_free(self.lock)
-        lock_free(self.drive)
+        lock_free(self.loop_lock)
         tl_free(self.tl)
 
     def __init__(self, config, backend, world_group, int ctl_fd, worker_fds, log, create_group):
@@ -176,40 +125,27 @@ cdef class Engine(CoordinatorLink):
         ``worker_fds``: rank 0 only, a socket per rank (index 0 unused: -1)."""
         self.rank = config.rank
         self.size = config.size
-        self.inline_threshold = config.inline_threshold
-        self.cache_capacity = config.cache_capacity
         self.spin_s = config.spin_time_us / 1e6
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
-        self.coord = Coordinator(self, config, log)
-        self.coord.psets = &self.psets
+        self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
+        self.table = HandleTable(self.channel)
+        self.lock = self.table.lock
+        self.psets = ProcessSets(self.rank, create_group)
+        self.psets.lock = self.lock
+        self.submitter = Submitter(self.rank, self.psets, config)
+        self.coord = Coordinator(self, self.channel, config, log)
+        self.coord.psets = self.psets
+        self.coord.lock = self.lock
         self.coord.tl = self.tl
-        self.ctl_fd = ctl_fd
-        cdef int live
-        for fd in worker_fds:
-            # (a typed local: Cython passes a conditional expression to push_back by a
-            # reference to a temporary that is already gone)
-            live = 0 if fd >= 0 else 2
-            self.worker_fds.push_back(fd)
-            self.worker_inbox.push_back(string(b""))
-            self.worker_state.push_back(live)
-        self.wake_fd = wake_fd_new()
-        self.idle = idle_new(self.wake_fd)
-        if self.idle == NULL:
-            raise OSError("fuse: cannot create the engine's epoll descriptors")
-        for fd in [ctl_fd] + list(worker_fds):
-            if fd >= 0 and not idle_add_socket(self.idle, fd):
-                raise OSError(f"fuse: cannot watch control socket {fd}")
-        self.state = S_RUNNING
-        self.next_handle = 1
         self._records = {}
         self.executor = Executor(self._records)
         self.executor.split_bytes = config.split_threshold
         self.executor.shm_bytes = config.shm_threshold
         self.executor.tl = self.tl
-        self._groups = {}
+        self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
+        self.runner.tl = self.tl
         self._backend = backend
         self._log = log
-        self._create_group = create_group
         self._install_group(0, list(range(self.size)), world_group)
 
     # ------------------------------------------------------------------ Python-facing API
@@ -232,68 +168,13 @@ cdef class Engine(CoordinatorLink):
         return self.size
 
     def _install_group(self, int pset_id, ranks, group):
-        """Record a process set.  ``group`` is the backend Group, or None on non-members."""
-        cdef PSet ps
-        cdef fuse_group_ops* native = NULL
-        for r in sorted(ranks):
-            ps.ranks.push_back(r)
-        ps.index = -1
-        for i, r in enumerate(sorted(ranks)):
-            if r == self.rank:
-                ps.index = i
-        ps.joined.assign(ps.ranks.size(), 0)
-        ps.joined_count = 0
-        ps.last_joined = -1
-        ps.pygroup = NULL
-        ps.native = NULL
-        ps.twin = NULL
-        ps.shm = NULL
-        if group is not None:
-            self._groups[pset_id] = group
-            ps.pygroup = <PyObject*>group
-            capsule = group.native_ops()
-            if capsule is not None:
-                if not PyCapsule_IsValid(capsule, b"fuse.group_ops.v1"):
-                    raise TypeError(f"{type(group).__name__}.native_ops() must return a "
-                                    "'fuse.group_ops.v1' capsule")
-                native = <fuse_group_ops*>PyCapsule_GetPointer(capsule, b"fuse.group_ops.v1")
-                if native.api_version != FUSE_BACKEND_API_VERSION:
-                    raise TypeError(f"backend ops table has API version {native.api_version}, "
-                                    f"fuse expects {FUSE_BACKEND_API_VERSION}")
-                self._groups[(pset_id, "capsule")] = capsule
-                ps.native = native
-        _acquire(self.lock)
-        self.psets[pset_id] = ps
-        lock_release(self.lock)
+        self.psets.install(pset_id, ranks, group)
 
     def _install_twin(self, int pset_id, group):
-        """Give a process set a second connection to its ranks (a backend Group with native
-        ops, built by every member), over which large allreduces send half their data
-        concurrently (FUSE_SPLIT_THRESHOLD).  Groups without native ops are ignored."""
-        capsule = group.native_ops()
-        if capsule is None or not PyCapsule_IsValid(capsule, b"fuse.group_ops.v1"):
-            return False
-        cdef fuse_group_ops* native = <fuse_group_ops*>PyCapsule_GetPointer(
-            capsule, b"fuse.group_ops.v1")
-        if native.api_version != FUSE_BACKEND_API_VERSION:
-            return False
-        self._groups[(pset_id, "twin")] = group
-        self._groups[(pset_id, "twin capsule")] = capsule
-        _acquire(self.lock)
-        if self.psets.count(pset_id):
-            self.psets[pset_id].twin = native
-        lock_release(self.lock)
-        return True
+        return self.psets.install_twin(pset_id, group)
 
     def _install_shm(self, int pset_id, SharedSegments segments):
-        """Let a process set whose members share this host reduce its large allreduces
-        (FUSE_SHM_THRESHOLD) through their shared-memory segments instead of the backend.
-        Every member installs its own view of the same segments before the engine starts."""
-        self._groups[(pset_id, "shm")] = segments
-        _acquire(self.lock)
-        if self.psets.count(pset_id):
-            self.psets[pset_id].shm = segments.impl
-        lock_release(self.lock)
+        self.psets.install_shm(pset_id, segments)
 
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
@@ -302,106 +183,55 @@ cdef class Engine(CoordinatorLink):
         if segments is None:
             raise RuntimeError("shared memory is not in use in this job")
         with nogil:
-            lock_acquire(self.drive)    # no allreduce runs while the region list grows
-            idle_mute_sockets(self.idle, True)  # (whoever holds the loop mutes: see _loop)
+            self._take_loop(True)       # no allreduce runs while the region list grows
         try:
             (<SharedSegments>segments).add_region(maps, sizes)
         finally:
-            idle_mute_sockets(self.idle, False)
-            lock_release(self.drive)
-            wake_fd_signal(self.wake_fd)    # it may have woken for work and found the loop taken
+            self._hand_back_loop(True)
 
     @property
     def shared_memory(self):
         """The world's SharedSegments, or None when its ranks do not share memory."""
-        return self._groups.get((0, "shm"))
+        return self.psets.shared_memory
 
     def process_set_ranks(self, int pset_id):
-        cdef unordered_map[int, PSet].iterator it
-        _acquire(self.lock)
-        it = self.psets.find(pset_id)
-        if it == self.psets.end():
-            lock_release(self.lock)
-            return None
-        ranks = list(self.psets[pset_id].ranks)
-        lock_release(self.lock)
-        return ranks
+        return self.psets.ranks(pset_id)
 
     def process_set_ids(self):
-        _acquire(self.lock)
-        ids = sorted(p.first for p in self.psets)
-        lock_release(self.lock)
-        return ids
+        return self.psets.ids()
 
     def enqueue(self, list specs):
         """Queue requests atomically; returns their handles.
 
-        Each spec is a tuple ``(kind, name, input, output, dtype, shape, op, prescale,
-        postscale, root, splits, pset, allocator, group_key)``.  ``input``/``output`` export the
-        buffer protocol (C-contiguous; output writable) or are None; ``allocator(shape)``
-        returns ``(result, writable_buffer)`` for outputs whose size negotiation decides.
-        """
+        ``specs``: :class:`fuse._request.RequestSpec` objects, one per tensor.  Each becomes
+        its handle's record, holding the views of its buffers until :meth:`wait` returns."""
         cdef vector[Request] reqs
         cdef Request r
-        cdef Py_buffer view
-        cdef size_t nbytes
+        cdef RequestSpec spec
+        try:
+            for spec in specs:
+                spec.bind(r, self.rank, len(specs))
+                reqs.push_back(r)
+            return self._enqueue_bound(reqs, specs)
+        except BaseException:
+            for spec in specs:
+                spec.release()
+            raise
+
+    cdef list _enqueue_bound(self, vector[Request]& reqs, list specs):
+        """Check the bound requests against what is in flight, then queue them."""
         cdef list handles = []
-        cdef list records = []
         cdef string key
         cdef int i
-        for spec in specs:
-            (kind, name, inp, out, dtype, shape, op, prescale, postscale, root, splits, pset,
-             allocator, group_key) = spec
-            r.kind = kind
-            r.dtype = dtype
-            r.op = op
-            r.pset = pset
-            r.root = root
-            r.prescale = prescale
-            r.postscale = postscale
-            r.shape.clear()
-            for d in shape:
-                r.shape.push_back(d)
-            r.splits.clear()
-            if splits is not None:
-                for d in splits:
-                    r.splits.push_back(d)
-            r.name = name.encode()
-            r.group_key = group_key.encode() if group_key else b""
-            r.group_size = len(specs) if group_key else 0
-            r.rank = self.rank
-            r.inp = NULL
-            r.out = NULL
-            nbytes = <size_t>_numel(r.shape) * dtype_size(dtype)
-            if inp is not None:
-                PyObject_GetBuffer(inp, &view, PyBUF_C_CONTIGUOUS)
-                try:
-                    if <size_t>view.len != nbytes:
-                        raise ValueError(f"tensor {name!r}: buffer has {view.len} bytes, shape "
-                                         f"{tuple(shape)} of {DTYPE_NAMES[dtype]} needs {nbytes}")
-                    r.inp = view.buf
-                finally:
-                    PyBuffer_Release(&view)
-            if out is not None:
-                PyObject_GetBuffer(out, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-                try:
-                    if <size_t>view.len != nbytes:
-                        raise ValueError(f"tensor {name!r}: output has {view.len} bytes, "
-                                         f"expected {nbytes}")
-                    r.out = view.buf
-                finally:
-                    PyBuffer_Release(&view)
-            reqs.push_back(r)
-            records.append([inp, out, allocator, None, None])
         _acquire(self.lock)
-        if self.state != S_RUNNING:
-            msg = self._failure_text()
+        if self.table.state != S_RUNNING:
+            msg = self.table.failure_text()
             lock_release(self.lock)
             from fuse.exceptions import ShutdownError
             raise ShutdownError(msg)
         for i in range(<int>reqs.size()):
             key = _key(reqs[i].pset, reqs[i].name)
-            if self.names_in_flight.count(key):
+            if self.table.names_in_flight.count(key):
                 lock_release(self.lock)
                 raise ValueError(
                     f"tensor name {reqs[i].name.decode()!r} was submitted again while a "
@@ -412,42 +242,42 @@ cdef class Engine(CoordinatorLink):
                     lock_release(self.lock)
                     raise ValueError(f"tensor name {reqs[i].name.decode()!r} appears twice "
                                      "in one grouped call")
-        if reqs.size() and reqs[0].pset != 0 and self.psets.count(reqs[0].pset) == 0:
+        if reqs.size() and reqs[0].pset != 0 and self.psets.map.count(reqs[0].pset) == 0:
             lock_release(self.lock)
             raise ValueError(f"process set {reqs[0].pset} does not exist (or was removed)")
         for i in range(<int>reqs.size()):
-            if self.psets.count(reqs[i].pset) and self.psets[reqs[i].pset].index < 0:
+            if self.psets.map.count(reqs[i].pset) and self.psets.map[reqs[i].pset].index < 0:
                 lock_release(self.lock)
                 raise ValueError(f"this rank ({self.rank}) is not a member of process set "
                                  f"{reqs[i].pset}")
         for i in range(<int>reqs.size()):
-            reqs[i].handle = self.next_handle
-            self.next_handle += 1
-            self.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
-            self.handles[reqs[i].handle].status = H_PENDING
-            self.handles[reqs[i].handle].drivable = self._drivable(reqs[i])
-            self.npending += 1
-            self.queue.push_back(reqs[i])
+            reqs[i].handle = self.table.next_handle
+            self.table.next_handle += 1
+            self.table.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
+            self.table.handles[reqs[i].handle].status = H_PENDING
+            self.table.handles[reqs[i].handle].drivable = self._drivable(reqs[i])
+            self.table.npending += 1
+            self.table.queue.push_back(reqs[i])
             handles.append(reqs[i].handle)
-            self._records[reqs[i].handle] = records[i]
+            self._records[reqs[i].handle] = specs[i]
         lock_release(self.lock)
-        wake_fd_signal(self.wake_fd)
+        self.channel.wake()
         return handles
 
     def poll(self, int64_t handle):
         """True once the handle has completed (successfully or not)."""
         cdef bint done
         _acquire(self.lock)
-        if self.handles.count(handle) == 0:
+        if self.table.handles.count(handle) == 0:
             lock_release(self.lock)
             raise ValueError(f"unknown handle {handle}")
-        done = self.handles[handle].status != H_PENDING
+        done = self.table.handles[handle].status != H_PENDING
         lock_release(self.lock)
         return done
 
     def wait(self, int64_t handle):
-        """Block until the handle completes; return ``(value, aux, record)`` and forget it, or
-        raise the error it completed with.  Ctrl-C interrupts the wait."""
+        """Block until the handle completes; return ``(value, aux, spec)`` and forget it, or
+        raise the error it completed with (``spec``: the RequestSpec it was enqueued with).  Ctrl-C interrupts the wait."""
         cdef int status = H_PENDING
         cdef HandleState hs
         cdef bint known = True
@@ -457,16 +287,16 @@ cdef class Engine(CoordinatorLink):
         while True:
             with nogil:                 # the lock is only ever waited for without the GIL
                 lock_acquire(self.lock)
-                if self.handles.count(handle) == 0:
+                if self.table.handles.count(handle) == 0:
                     known = False
                 else:
-                    status = self.handles[handle].status
+                    status = self.table.handles[handle].status
                     if status == H_PENDING:
                         lock_wait_ms(self.lock, 100.0)
-                        status = self.handles[handle].status
+                        status = self.table.handles[handle].status
                     if status != H_PENDING:
-                        hs = self.handles[handle]
-                        self.handles.erase(handle)
+                        hs = self.table.handles[handle]
+                        self.table.handles.erase(handle)
                 lock_release(self.lock)
             if not known:
                 raise ValueError(f"unknown handle {handle} (already synchronized?)")
@@ -474,6 +304,8 @@ cdef class Engine(CoordinatorLink):
                 break
             PyErr_CheckSignals()        # lets Ctrl-C through
         record = self._records.pop(handle, None)
+        if record is not None:
+            (<RequestSpec>record).release()     # the engine is done with its memory
         if status == H_ERROR:
             raise _make_error(hs.error_kind, hs.error.decode(errors="replace"))
         return hs.value, list(hs.aux), record
@@ -483,32 +315,33 @@ cdef class Engine(CoordinatorLink):
         cdef string msg = message.encode(errors="replace")
         cdef string frame
         _acquire(self.lock)
-        if self.state != S_RUNNING:
+        if self.table.state != S_RUNNING:
             lock_release(self.lock)
             return
-        self._fail_locked(_cs("rank ") + _i2s(self.rank) + _cs(" failed: ") + msg, 0)
+        self.table.fail_locked(_str("rank ") + _int_str(self.rank) + _str(" failed: ") + msg, ERR_INTERNAL)
         lock_release(self.lock)
         if self.rank == 0:
             frame.clear()
             put[uint8_t](frame, MSG_ABORT_ALL)
-            put[int](frame, 0)
-            put[int](frame, 0)
+            put[int](frame, 0)              # who: this rank
+            put[int](frame, ERR_INTERNAL)
             put_str(frame, msg)
-            self._broadcast_frame(frame)
-        elif self.ctl_fd >= 0:
+            with nogil:
+                self.channel.send_all(frame, -1)
+        else:
             put[uint8_t](frame, MSG_ABORT)
             put_str(frame, msg)
             with nogil:
-                send_frame(self.ctl_fd, frame)
-        wake_fd_signal(self.wake_fd)
+                self.channel.send_up(frame)
+        self.channel.wake()
 
     def shutdown(self, double timeout=5.0):
         """Stop the background thread.  Pending collectives fail with ShutdownError."""
         _acquire(self.lock)
-        if self.state == S_RUNNING:
-            self.state = S_STOPPING
+        if self.table.state == S_RUNNING:
+            self.table.state = S_STOPPING
         lock_release(self.lock)
-        wake_fd_signal(self.wake_fd)
+        self.channel.wake()
         if self._thread is not None:
             self._thread.join(timeout)
         self._finish_shutdown()
@@ -516,40 +349,35 @@ cdef class Engine(CoordinatorLink):
     def _finish_shutdown(self):
         cdef string frame
         _acquire(self.lock)
-        if self.state == S_STOPPING:
-            self.state = S_STOPPED
-            self.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
-            self.failure_kind = 2
-        self._fail_pending_locked()
+        if self.table.state == S_STOPPING:
+            self.table.state = S_STOPPED
+            self.table.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
+            self.table.failure_kind = ERR_SHUTDOWN
+        self.table.fail_pending_locked()
         lock_release(self.lock)
         if self.rank == 0:
             put[uint8_t](frame, MSG_COORD_BYE)
-            self._broadcast_frame(frame)
-        elif self.ctl_fd >= 0:
+            with nogil:
+                self.channel.send_all(frame, -1)
+        else:
             put[uint8_t](frame, MSG_BYE)
             with nogil:
-                send_frame(self.ctl_fd, frame)
+                self.channel.send_up(frame)
         if self._thread is None or not self._thread.is_alive():
             self.coord.link = None  # (the thread never ran, or has ended: see _run)
-        for g in list(self._groups.values()):
-            if hasattr(g, "close"):
-                try:
-                    g.close()
-                except Exception:
-                    pass
-        self._groups.clear()
+        self.psets.close()
 
     @property
     def failed(self):
         _acquire(self.lock)
-        f = self.state == S_FAILED
+        f = self.table.state == S_FAILED
         lock_release(self.lock)
         return f
 
     @property
     def failure(self):
         _acquire(self.lock)
-        text = self.failure.decode(errors="replace")
+        text = self.table.failure.decode(errors="replace")
         lock_release(self.lock)
         return text
 
@@ -581,49 +409,16 @@ cdef class Engine(CoordinatorLink):
         # (every rank reads the same knobs; autotune moves only the fusion threshold, whose
         # being non-zero is all that matters here)
         cdef size_t members = len(self.process_set_ranks(pset_id))
-        return (not self._inlines(nbytes, members) and self.coord.fusion_threshold > 0
+        return (not self.submitter.inlines(nbytes, members) and self.coord.fusion_threshold > 0
                 and nbytes <= self.coord.zero_copy_bytes)
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
-        """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
-        The engine thread picks them up at the start of its next coordinator step, so one
-        step always sees one consistent set.  Only the coordinator's values matter: it alone
-        fuses, holds ready tensors and assigns cache slots.  Called from a second Python
-        thread (the tuner), so the lock is taken without the GIL: wait() leaves lock_wait_ms
-        holding the lock while it takes the GIL back, and the two would deadlock."""
-        with nogil:
-            lock_acquire(self.lock)
-            self.tune_fusion_threshold = fusion_threshold
-            self.tune_cycle_time_s = cycle_time_ms / 1000.0
-            self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
-            self.tune_pending = True
-            lock_release(self.lock)
-            wake_fd_signal(self.wake_fd)
+        """Autotune (rank 0): see Coordinator.set_tuning."""
+        self.coord.set_tuning(fusion_threshold, cycle_time_ms, cache_enabled)
 
     def tuning(self):
         """The values the coordinator uses now: (fusion threshold, cycle time ms, cache)."""
-        cdef size_t threshold
-        cdef double cycle_s
-        cdef cbool cache
-        with nogil:
-            lock_acquire(self.lock)
-            threshold = self.coord.fusion_threshold
-            cycle_s = self.coord.cycle_time_s
-            cache = self.coord.cache_enabled
-            lock_release(self.lock)
-        return (threshold, cycle_s * 1000.0, bool(cache))
-
-    cdef void _apply_tuning(self) noexcept nogil:
-        """Engine thread: hand the values set_tuning() left to the coordinator (under the lock,
-        which tuning() reads them under)."""
-        lock_acquire(self.lock)
-        if not self.tune_pending:
-            lock_release(self.lock)
-            return
-        self.tune_pending = False
-        self.coord.retune(self.tune_fusion_threshold, self.tune_cycle_time_s,
-                          self.tune_cache_enabled)
-        lock_release(self.lock)
+        return self.coord.tuning()
 
     def timeline_start(self, bint mark_cycles, str backend):
         """Start recording timeline events (call on rank 0 only; see fuse.common.timeline)."""
@@ -650,43 +445,31 @@ cdef class Engine(CoordinatorLink):
     def fusion_buffer_bytes(self):
         return self.executor.fusion.size
 
-    cdef object _failure_text(self):
-        if self.failure.size():
-            return self.failure.decode(errors="replace")
-        return "fuse has been shut down on this rank"
-
-    cdef void _broadcast_frame(self, const string& frame) noexcept:
-        cdef size_t i
-        with nogil:
-            for i in range(1, self.worker_fds.size()):
-                if self.worker_fds[i] >= 0 and self.worker_state[i] == 0:
-                    send_frame(self.worker_fds[i], frame)
-
     # ------------------------------------------------------------------ background thread
 
     cdef void _loop(self) noexcept nogil:
         cdef int step
         cdef int timeout_ms = -1
         while True:
-            if not lock_try(self.drive):
-                # A waiting thread drives the loop (with the sockets muted): sleep until it
+            if not lock_try(self.loop_lock):
+                # Another thread holds the loop (with the sockets muted): sleep until it
                 # hands the loop back or new work is signalled, rather than on the lock, which
                 # would wake this thread once more only to find nothing left to do.
-                idle_wait(self.idle, -1)
+                self.channel.sleep(-1)
                 continue
             step = self._iterate()
             if step == STEP_IDLE:
                 timeout_ms = self._idle_timeout_ms()
-            lock_release(self.drive)
+            lock_release(self.loop_lock)
             if step == STEP_STOP:
                 return
             if step == STEP_IDLE:
-                idle_wait(self.idle, timeout_ms)
+                self.channel.sleep(timeout_ms)
 
     cdef int _iterate(self) noexcept nogil:
-        """One pass of the loop (the caller holds ``drive``): submit what was queued, read the
-        control channel, negotiate (rank 0) and execute what is ready.  Never blocks on the
-        network; returns STEP_PROGRESS, STEP_IDLE (nothing to do) or STEP_STOP (shut down)."""
+        """One pass of the loop (the caller holds ``loop_lock``): submit what was queued, read
+        the control channel, negotiate (rank 0) and execute what is ready.  Waits for the
+        network only inside the backend collectives it runs; returns STEP_PROGRESS, STEP_IDLE (nothing to do) or STEP_STOP (shut down)."""
         cdef vector[Request] batch
         cdef string frame
         cdef int state
@@ -694,14 +477,14 @@ cdef class Engine(CoordinatorLink):
         cdef Request r
         cdef int64_t cycle_ts
         lock_acquire(self.lock)
-        state = self.state
-        batch.swap(self.queue)
+        state = self.table.state
+        batch.swap(self.table.queue)
         lock_release(self.lock)
         if state != S_RUNNING:
             if batch.size():
                 lock_acquire(self.lock)
                 for r in batch:
-                    self._complete_locked(r.handle, H_ERROR, self.failure, self.failure_kind)
+                    self.table.complete_locked(r.handle, H_ERROR, self.table.failure, self.table.failure_kind)
                 lock_release(self.lock)
             return STEP_STOP
         cycle_ts = tl_clock(self.tl) if tl_cycles_on(self.tl) else -1
@@ -711,12 +494,10 @@ cdef class Engine(CoordinatorLink):
         if self.rank == 0:
             if self._coordinator_step():
                 progressed = True
-            while self.local_frames.size():
-                frame = self.local_frames.front()
-                self.local_frames.pop_front()
+            while self.channel.next_local(frame):
                 self._handle_coordinator_frame(frame)
                 progressed = True
-        elif self._read_coordinator():
+        elif self._read_control(False):
             progressed = True
         if progressed and cycle_ts >= 0:
             tl_cycle(self.tl, cycle_ts)
@@ -741,21 +522,20 @@ cdef class Engine(CoordinatorLink):
         cdef bint done = False
         cdef bint timed
         lock_acquire(self.lock)
-        if self.npending != 1 or self.state != S_RUNNING or self.handles.count(handle) == 0 \
-                or self.handles[handle].status != H_PENDING or not self.handles[handle].drivable:
+        if self.table.npending != 1 or self.table.state != S_RUNNING or self.table.handles.count(handle) == 0 \
+                or self.table.handles[handle].status != H_PENDING or not self.table.handles[handle].drivable:
             lock_release(self.lock)
             return
         lock_release(self.lock)
-        if not lock_try(self.drive):
+        if not self._take_loop(False):
             return                      # the engine thread is at work
-        idle_mute_sockets(self.idle, True)
         idle_since = now_seconds()
         while True:
             step = self._iterate()
             if step == STEP_STOP:
                 break
             lock_acquire(self.lock)
-            done = self.handles.count(handle) == 0 or self.handles[handle].status != H_PENDING
+            done = self.table.handles.count(handle) == 0 or self.table.handles[handle].status != H_PENDING
             lock_release(self.lock)
             if done:
                 self.st_driven += 1
@@ -764,24 +544,31 @@ cdef class Engine(CoordinatorLink):
                 idle_since = now_seconds()
             elif now_seconds() - idle_since > self.spin_s:
                 break
-        timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under ``drive``)
-        idle_mute_sockets(self.idle, False)
-        lock_release(self.drive)
+        timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under loop_lock)
+        self._hand_back_loop(not done or timed)
+
+    cdef bint _take_loop(self, bint block) noexcept nogil:
+        """A thread other than the engine thread takes the loop (waiting for it if ``block``,
+        else only if it is free) and mutes the sockets, so that what it reads does not wake the
+        sleeping engine thread.  Returns whether it has the loop; see _hand_back_loop."""
+        if block:
+            lock_acquire(self.loop_lock)
+        elif not lock_try(self.loop_lock):
+            return False
+        self.channel.mute(True)
+        return True
+
+    cdef void _hand_back_loop(self, bint wake) noexcept nogil:
+        """Give the loop back to the engine thread after _take_loop; wake it if ``wake`` or if
+        it has work."""
+        self.channel.mute(False)
+        lock_release(self.loop_lock)
         # Checked after the loop is released: a request queued, or a failure, while this thread
         # held it may have woken the engine thread only to find the loop taken (_loop), and it
         # sleeps again unless told.  Anything queued before this check is seen here; anything
         # later signals the engine thread itself, which then finds the loop free.
-        if not done or timed or self._engine_has_work():
-            wake_fd_signal(self.wake_fd)
-
-    cdef bint _engine_has_work(self) noexcept nogil:
-        """Whether anything is queued or in flight, or the engine is stopping: what the engine
-        thread must pick up after another thread held the loop."""
-        cdef bint busy
-        lock_acquire(self.lock)
-        busy = self.queue.size() != 0 or self.npending != 0 or self.state != S_RUNNING
-        lock_release(self.lock)
-        return busy
+        if wake or self.table.has_work():
+            self.channel.wake()
 
     cdef int _idle_timeout_ms(self) noexcept nogil:
         """How long the thread may sleep: forever when nothing is pending anywhere."""
@@ -792,41 +579,17 @@ cdef class Engine(CoordinatorLink):
     # ---- submitting this rank's requests
 
     cdef void _submit(self, vector[Request]& batch) noexcept nogil:
+        """Ask the coordinator for this rank's queued requests."""
         cdef string msg
-        cdef string full
-        cdef string hits
-        cdef uint32_t nfull = 0
-        cdef uint32_t nhits = 0
-        cdef string key
-        cdef unordered_map[string, WorkerCache].iterator it
-        for r in batch:
-            key = _key(r.pset, r.name)
-            self._attach_inline(r)
-            self.inflight[key] = r
-            if r.kind == K_JOIN:
-                self.joined_psets.insert(r.pset)
-            it = self.wcache.find(key)
-            if (self.cache_capacity and it != self.wcache.end()
-                    and _same_signature(r, deref_wc(it).sig) and r.group_key.size() == 0):
-                put[uint32_t](hits, deref_wc(it).slot)
-                put[uint32_t](hits, deref_wc(it).gen)
-                put_str(hits, r.data)
-                self.sent_hits[(<uint64_t>deref_wc(it).slot << 32) | deref_wc(it).gen] = key
-                nhits += 1
-            else:
-                _write_request(full, r)
-                nfull += 1
-        put[uint8_t](msg, MSG_REQUESTS)
-        put[uint32_t](msg, nfull)
-        msg.append(full)
-        put[uint32_t](msg, nhits)
-        msg.append(hits)
+        self.submitter.pack(batch, msg)
+        self._send_requests(msg, _str(" while sending requests: rank 0 exited or crashed"))
+
+    cdef void _send_requests(self, const string& msg, const string& when) noexcept nogil:
         if self.rank == 0:
             self._ingest(0, msg)
-        else:
-            if send_frame(self.ctl_fd, msg) != 0:
-                self._fail(_cs("lost the connection to the coordinator (rank 0) while sending "
-                               "requests: rank 0 exited or crashed"), 2)
+        elif self.channel.send_up(msg) != 0:
+            self.table.fail(_str("lost the connection to the coordinator (rank 0)") + when,
+                       ERR_SHUTDOWN)
 
     cdef bint _drivable(self, Request& r) noexcept nogil:
         """Whether a thread waiting for ``r`` alone may run the loop itself (_drive): when
@@ -836,75 +599,59 @@ cdef class Engine(CoordinatorLink):
         cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
         if r.kind == K_BARRIER or r.kind == K_JOIN or self.backend_in_caller:
             return True
-        if self.psets.count(r.pset) == 0:
+        if self.psets.map.count(r.pset) == 0:
             return False
-        if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self._inlines(
-                nbytes, self.psets[r.pset].ranks.size()):
+        if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self.submitter.inlines(
+                nbytes, self.psets.map[r.pset].ranks.size()):
             return True
-        return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets[r.pset], nbytes)
-
-    cdef bint _inlines(self, size_t nbytes, size_t members) noexcept nogil:
-        return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold
-
-    cdef void _attach_inline(self, Request& r) noexcept nogil:
-        """Small allreduces (and a small broadcast's root) send their values with the request:
-        the coordinator then computes the result itself and no backend collective runs.  One
-        round trip instead of negotiation plus a ring, for latency-bound tensors."""
-        cdef size_t nbytes
-        cdef size_t members
-        if self.inline_threshold == 0 or self.psets.count(r.pset) == 0:
-            return
-        if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
-            return
-        members = self.psets[r.pset].ranks.size()
-        nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
-        if not self._inlines(nbytes, members):
-            return
-        r.data.assign(<const char*>r.inp, nbytes)
-        if r.kind == K_ALLREDUCE:
-            scale_buffer(<void*>r.data.data(), nbytes // dtype_size(r.dtype), r.dtype, r.prescale)
-
-    cdef void _resend_full(self, uint32_t slot, uint32_t gen) noexcept nogil:
-        """The coordinator evicted a cache slot we used: send the full request instead."""
-        cdef uint64_t k = (<uint64_t>slot << 32) | gen
-        cdef string msg
-        cdef string key
-        if self.sent_hits.count(k) == 0:
-            return
-        key = self.sent_hits[k]
-        self.sent_hits.erase(k)
-        if self.wcache.count(key) and self.wcache[key].gen == gen:
-            self.wcache.erase(key)
-        if self.inflight.count(key) == 0:
-            return
-        put[uint8_t](msg, MSG_REQUESTS)
-        put[uint32_t](msg, 1)
-        _write_request(msg, self.inflight[key])
-        put[uint32_t](msg, 0)
-        if self.rank == 0:
-            self._ingest(0, msg)
-        elif send_frame(self.ctl_fd, msg) != 0:
-            self._fail(_cs("lost the connection to the coordinator (rank 0)"), 2)
+        return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
 
     # ---- worker side: reading the response stream
 
-    cdef bint _read_coordinator(self) noexcept nogil:
-        cdef ssize_t n
+    cdef bint _read_control(self, bint notices_only) noexcept nogil:
+        """Read the control channel and handle what arrived: rank 0 the workers' messages, a
+        worker the coordinator's.  ``notices_only``: handle only failure notices and drop the
+        rest (_await_cause: a collective has failed, nothing else will run).  Returns whether
+        anything was handled."""
         cdef string frame
         cdef bint got = False
-        if self.ctl_fd < 0:
+        cdef bint still_open
+        cdef int r
+        cdef uint8_t t
+        if self.rank == 0:
+            for r in range(1, <int>self.channel.fds.size()):
+                if not self.channel.readable(r):
+                    continue
+                still_open = self.channel.receive(r)
+                while self.channel.next_frame(r, frame):
+                    if notices_only and _frame_type(frame) != MSG_ABORT:
+                        continue
+                    self._ingest(r, frame)
+                    got = True
+                if not still_open:
+                    self._worker_gone(r)
+                    got = True
+                if self.table.current_state() != S_RUNNING:
+                    return True
+            return got
+        if not self.channel.readable(0):
             return False
-        n = recv_some(self.ctl_fd, self.ctl_inbox)
-        while pop_frame(self.ctl_inbox, frame):
+        still_open = self.channel.receive(0)
+        while self.channel.next_frame(0, frame):
+            t = _frame_type(frame)
+            if notices_only and t != MSG_ABORT_ALL and t != MSG_COORD_BYE:
+                continue
             self._handle_coordinator_frame(frame)
             got = True
-        if n == 0 or n == -1:
-            c_close(self.ctl_fd)
-            self.ctl_fd = -1
+        if not still_open:
+            self.channel.close(0)
             lock_acquire(self.lock)
-            if self.state == S_RUNNING:
-                self._fail_locked(_cs("lost the connection to the coordinator (rank 0): rank 0 "
-                                      "exited or crashed without reporting an error"), 2)
+            if self.table.state == S_RUNNING:
+                self.table.fail_locked(_str("lost the connection to the coordinator (rank 0): rank 0 "
+                                      "exited or crashed") if notices_only else
+                                  _str("lost the connection to the coordinator (rank 0): rank 0 "
+                                      "exited or crashed without reporting an error"),
+                                  ERR_SHUTDOWN)
             lock_release(self.lock)
             return True
         return got
@@ -923,152 +670,63 @@ cdef class Engine(CoordinatorLink):
             for i in range(n):
                 resp = _read_response(rd)
                 if rd.bad:
-                    self._fail(_cs("corrupt response from the coordinator"), 0)
+                    self.table.fail(_str("corrupt response from the coordinator"), ERR_INTERNAL)
                     return
                 self._execute(resp)
                 lock_acquire(self.lock)
-                state = self.state
+                state = self.table.state
                 lock_release(self.lock)
                 if state == S_FAILED:
                     return
         elif t == MSG_STALE:
             slot = get[uint32_t](rd)
             gen = get[uint32_t](rd)
-            self._resend_full(slot, gen)
+            if self.submitter.repack(slot, gen, msg):
+                self._send_requests(msg, string(b""))
         elif t == MSG_ABORT_ALL:      # (who, error kind, message); who < 0: the job itself
             who = get[int](rd)
             kind = get[int](rd)
             msg = get_str(rd)
-            self._fail_from(who, msg, kind)
+            self.table.fail_from(who, msg, kind)
         elif t == MSG_COORD_BYE:
             lock_acquire(self.lock)
-            if self.state == S_RUNNING:
-                self._fail_locked(_cs("rank 0 has shut down (it called fuse.shutdown() or "
-                                      "exited); no further collectives are possible"), 2)
+            if self.table.state == S_RUNNING:
+                self.table.fail_locked(_str("rank 0 has shut down (it called fuse.shutdown() or "
+                                      "exited); no further collectives are possible"), ERR_SHUTDOWN)
             lock_release(self.lock)
-
-    # ---- completing handles
-
-    cdef void _complete_locked(self, int64_t handle, int status, const string& error,
-                               int error_kind) noexcept nogil:
-        cdef unordered_map[int64_t, HandleState].iterator it = self.handles.find(handle)
-        if it == self.handles.end():
-            return
-        if deref_hs(it).status == H_PENDING:
-            self.npending -= 1
-        self.handles[handle].status = status
-        self.handles[handle].error = error
-        self.handles[handle].error_kind = error_kind
-        lock_notify_all(self.lock)
-
-    cdef void _finish_request(self, const string& key, int status, const string& error,
-                              int error_kind) noexcept nogil:
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        if it == self.inflight.end():
-            return
-        cdef int64_t handle = deref_req(it).handle
-        if tl_on(self.tl):          # before the handle completes (see tl_close)
-            self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
-        self.inflight.erase(it)
-        lock_acquire(self.lock)
-        self.names_in_flight.erase(key)
-        self._complete_locked(handle, status, error, error_kind)
-        lock_release(self.lock)
-
-    cdef void _fail_from(self, int who, const string& msg, int kind) noexcept nogil:
-        """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole)."""
-        if who >= 0:
-            self._fail(_cs("rank ") + _i2s(who) + _cs(" failed: ") + msg, kind)
-        else:
-            self._fail(msg, kind)
-
-    cdef void _fail(self, const string& why, int kind) noexcept nogil:
-        lock_acquire(self.lock)
-        self._fail_locked(why, kind)
-        lock_release(self.lock)
-
-    cdef void _fail_locked(self, const string& why, int kind) noexcept nogil:
-        """Enter the failed state: every pending and future call raises ``why``."""
-        if self.state == S_FAILED:
-            return
-        self.state = S_FAILED
-        self.failure = why
-        self.failure_kind = kind
-        self._fail_pending_locked()
-        wake_fd_signal(self.wake_fd)
-
-    cdef void _fail_pending_locked(self) noexcept nogil:
-        cdef unordered_map[int64_t, HandleState].iterator it = self.handles.begin()
-        cdef string why = self.failure
-        if why.size() == 0:
-            why = _cs("fuse has been shut down on this rank")
-        while it != self.handles.end():
-            if deref_hs(it).status == H_PENDING:
-                deref_hs(it).status = H_ERROR
-                deref_hs(it).error = why
-                deref_hs(it).error_kind = self.failure_kind if self.failure_kind else 2
-            inc_hs(it)
-        self.npending = 0
-        self.names_in_flight.clear()
-        lock_notify_all(self.lock)
 
     # ------------------------------------------------------------------ rank 0: the workers' side
 
     cdef bint _coordinator_step(self) noexcept nogil:
         """Read what the workers sent, then let the coordinator check for stalls and emit ready
         responses."""
-        cdef bint progressed = False
-        cdef size_t r
-        cdef ssize_t n
-        cdef string frame
-        self._apply_tuning()
-        for r in range(1, self.worker_fds.size()):
-            if self.worker_fds[r] < 0 or self.worker_state[r] == 2:
-                continue
-            n = recv_some(self.worker_fds[r], self.worker_inbox[r])
-            while pop_frame(self.worker_inbox[r], frame):
-                self._ingest(<int>r, frame)
-                progressed = True
-            if n == 0 or n == -1:
-                self._worker_gone(<int>r)
-                progressed = True
-            if self._state() != S_RUNNING:
-                return True
+        cdef bint progressed
+        self.coord.apply_tuning()
+        progressed = self._read_control(False)
+        if self.table.current_state() != S_RUNNING:
+            return True
         if self.coord.step():
             progressed = True
         return progressed
 
-    cdef int _state(self) noexcept nogil:
-        cdef int s
-        lock_acquire(self.lock)
-        s = self.state
-        lock_release(self.lock)
-        return s
-
     cdef void _worker_gone(self, int r) noexcept nogil:
-        c_close(self.worker_fds[r])
-        self.worker_fds[r] = -1
-        if self.worker_state[r] == 1:      # said goodbye first: a clean exit
-            self.worker_state[r] = 2
+        """Rank 0: worker ``r``'s connection closed."""
+        if self.channel.close(r) == PEER_LEAVING:     # said goodbye first: a clean exit
             self.coord.rank_left(r)
             return
-        self.worker_state[r] = 2
-        self.abort_job(r, _cs("the process exited without calling fuse.shutdown() (it "
+        self.abort_job(r, _str("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
-                              "to rank 0 closed"), 0)
+                              "to rank 0 closed"), ERR_INTERNAL)
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         """Tell every rank the job failed, then fail here too (CoordinatorLink)."""
         cdef string frame
-        cdef size_t i
         put[uint8_t](frame, MSG_ABORT_ALL)
         put[int](frame, who)
         put[int](frame, kind)
         put_str(frame, msg)
-        for i in range(1, self.worker_fds.size()):
-            if self.worker_fds[i] >= 0 and self.worker_state[i] == 0 and <int>i != who:
-                send_frame(self.worker_fds[i], frame)
-        self._fail_from(who, msg, kind)
+        self.channel.send_all(frame, who)
+        self.table.fail_from(who, msg, kind)
 
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil:
         """A message from ``rank`` (rank 0's own requests too)."""
@@ -1077,280 +735,45 @@ cdef class Engine(CoordinatorLink):
         if t == MSG_REQUESTS:
             self.coord.ingest_requests(rank, rd)
         elif t == MSG_ABORT:
-            self.abort_job(rank, get_str(rd), 0)
+            self.abort_job(rank, get_str(rd), ERR_INTERNAL)
         elif t == MSG_BYE:
-            self.worker_state[rank] = 1
+            self.channel.mark_leaving(rank)
             self.coord.rank_left(rank)
-
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
-        """(CoordinatorLink)"""
-        if rank == 0:
-            self.local_frames.push_back(frame)
-        elif self.worker_fds[rank] >= 0 and self.worker_state[rank] == 0:
-            send_frame(self.worker_fds[rank], frame)   # a failure shows up as EOF on read
-
-    cdef bint rank_gone(self, int rank) noexcept nogil:
-        """(CoordinatorLink)"""
-        return self.worker_state[rank] != 0
 
     # ------------------------------------------------------------------ execution
 
-    # Responses arrive in the coordinator's order; each turns into at most one backend collective
-    # (run by the executor).  Here: the bookkeeping around it, for this rank's requests.
-
-    cdef void _tl_all(self, Response& resp, char ph, uint8_t what) noexcept nogil:
-        """Timeline: the same span boundary for every tensor of a (fused) response."""
-        tl_span_all(self.tl, resp.names, ph, what, resp.kind)
-
     cdef void _execute(self, Response& resp) noexcept nogil:
-        """Run one response; on the timeline (rank 0): QUEUE ends, the activity, <KIND> ends."""
-        cdef size_t i
-        cdef uint8_t act = TLW_INLINE if resp.inline_data else TLW_BACKEND
-        cdef bint spans = resp.kind != K_ALLREDUCE and resp.error.size() == 0 and (
-            resp.kind <= K_REDUCESCATTER)
-        if tl_on(self.tl):
-            self._tl_all(resp, b'E', TLW_QUEUE)
-            if spans:
-                self._tl_all(resp, b'B', act)
-        self._execute_response(resp)
-        if tl_on(self.tl):          # tensors this rank did not finish (not a member, lost)
-            for i in range(resp.names.size()):
-                self._tl_close(resp.names[i], resp.dtype, resp.shapes[i])
-
-    cdef void _tl_close(self, const string& name, int dtype, const vector[int64_t]& shape) noexcept nogil:
-        cdef string args = _cs(dtype_name(dtype))
-        args.push_back(0)
-        args.append(_shape_str(shape))
-        tl_close(self.tl, name, args)
-
-    cdef void _execute_response(self, Response& resp) noexcept nogil:
-        cdef size_t i
-        cdef PSet* ps
-        if resp.error.size():
-            for i in range(resp.names.size()):
-                self._finish_request(_key(resp.pset, resp.names[i]), H_ERROR, resp.error,
-                                     resp.error_kind)
-            return
-        if resp.kind == K_PSET_ADD:
-            self._exec_pset_add(resp)
-            return
-        if self.psets.count(resp.pset) == 0:
-            return
-        ps = &self.psets[resp.pset]
-        if ps.index < 0:
-            return
-        self._learn_cache(resp)
-        if resp.kind == K_ALLREDUCE:
-            self._exec_allreduce(resp, ps)
-        elif resp.kind <= K_REDUCESCATTER:
-            self._exec_single(resp, ps)
-        elif resp.kind == K_BARRIER:
-            self._finish_ok(_key(resp.pset, resp.names[0]), 0)
-        elif resp.kind == K_JOIN:
-            self.joined_psets.erase(resp.pset)
-            self._finish_ok(_key(resp.pset, resp.names[0]), resp.last_joined)
-        elif resp.kind == K_PSET_REMOVE:
-            self._exec_pset_remove(resp)
-
-    cdef void _learn_cache(self, Response& resp) noexcept nogil:
-        """Remember the slots the coordinator assigned, so the next submission is a hit."""
-        cdef size_t i
-        cdef string key
-        cdef string old
-        cdef WorkerCache wc
-        for i in range(resp.names.size()):
-            if resp.slots[i] == NO_SLOT:
-                continue
-            key = _key(resp.pset, resp.names[i])
-            if self.wslot_owner.count(resp.slots[i]):
-                old = self.wslot_owner[resp.slots[i]]
-                if old != key and self.wcache.count(old) and self.wcache[old].slot == resp.slots[i]:
-                    self.wcache.erase(old)
-            wc.slot = resp.slots[i]
-            wc.gen = resp.gens[i]
-            wc.sig.kind = resp.kind
-            wc.sig.dtype = resp.dtype
-            wc.sig.op = resp.op
-            wc.sig.pset = resp.pset
-            wc.sig.root = resp.root
-            wc.sig.prescale = resp.prescale
-            wc.sig.postscale = resp.postscale
-            wc.sig.shape = resp.shapes[i]
-            self.wcache[key] = wc
-            self.wslot_owner[resp.slots[i]] = key
-
-    cdef void _finish_ok(self, const string& key, int64_t value) noexcept nogil:
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        if it == self.inflight.end():
-            return
-        lock_acquire(self.lock)
-        if self.handles.count(deref_req(it).handle):
-            self.handles[deref_req(it).handle].value = value
-        lock_release(self.lock)
-        self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _finish_all(self, Response& resp, int status, const string& error, int kind) noexcept nogil:
-        cdef size_t i
-        for i in range(resp.names.size()):
-            self._finish_request(_key(resp.pset, resp.names[i]), status, error, kind)
+        """Run one response (see ResponseRunner); a backend failure fails the engine."""
+        cdef string err
+        if self.runner.run(resp, err) == EX_BACKEND:
+            self._backend_failed(resp, err)
+        self.runner.close_spans(resp)
 
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
         """A collective failed in the backend (usually: a peer died).  Wait briefly for the
         coordinator's word on the cause, then fail the engine with the best message we have."""
-        cdef string why = _cs("collective ") + _cs(_kind_name(resp.kind)) + _cs(" of tensor '") + \
-            resp.names[0] + _cs("' failed in the backend: ") + err
+        cdef string why = _str("collective ") + _str(_kind_name(resp.kind)) + _str(" of tensor '") + \
+            resp.names[0] + _str("' failed in the backend: ") + err
         self._await_cause(3.0)
         lock_acquire(self.lock)
-        if self.state == S_FAILED:
-            why = self.failure + _cs(" (while running ") + _cs(_kind_name(resp.kind)) + \
-                _cs(" of tensor '") + resp.names[0] + _cs("': ") + err + _cs(")")
-            self.failure = why
-            self.state = S_RUNNING    # re-enter below so pending handles carry the full message
-        self._fail_locked(why, 4)
+        if self.table.state == S_FAILED:      # the cause arrived: name the collective it broke
+            self.table.amend_failure_locked(_str(" (while running ") + _str(_kind_name(resp.kind)) +
+                                       _str(" of tensor '") + resp.names[0] + _str("': ") + err +
+                                       _str(")"), ERR_BACKEND)
+        else:
+            self.table.fail_locked(why, ERR_BACKEND)
         lock_release(self.lock)
 
     cdef void _await_cause(self, double seconds) noexcept nogil:
-        """Read control traffic for up to ``seconds`` looking only for failure notices."""
+        """Read only failure notices from the control channel for up to ``seconds``."""
         cdef double deadline = now_seconds() + seconds
-        cdef string frame
-        cdef ssize_t n
-        cdef size_t r
-        cdef vector[pollfd] fds
-        cdef pollfd p
-        while now_seconds() < deadline and self._state() == S_RUNNING:
-            if self.rank == 0:
-                for r in range(1, self.worker_fds.size()):
-                    if self.worker_fds[r] < 0 or self.worker_state[r] == 2:
-                        continue
-                    n = recv_some(self.worker_fds[r], self.worker_inbox[r])
-                    while pop_frame(self.worker_inbox[r], frame):
-                        if frame.size() and <uint8_t>frame[0] == MSG_ABORT:
-                            self._ingest(<int>r, frame)
-                    if n == 0 or n == -1:
-                        self._worker_gone(<int>r)
-            elif self.ctl_fd >= 0:
-                n = recv_some(self.ctl_fd, self.ctl_inbox)
-                while pop_frame(self.ctl_inbox, frame):
-                    if frame.size() and (<uint8_t>frame[0] == MSG_ABORT_ALL
-                                         or <uint8_t>frame[0] == MSG_COORD_BYE):
-                        self._handle_coordinator_frame(frame)
-                if n == 0 or n == -1:
-                    c_close(self.ctl_fd)
-                    self.ctl_fd = -1
-                    self._fail(_cs("lost the connection to the coordinator (rank 0): rank 0 "
-                                   "exited or crashed"), 2)
-            else:
+        while now_seconds() < deadline and self.table.current_state() == S_RUNNING:
+            self._read_control(True)
+            if self.table.current_state() != S_RUNNING or not self.channel.poll_open(50):
                 return
-            if self._state() != S_RUNNING:
-                return
-            fds.clear()
-            p.events = POLLIN
-            p.revents = 0
-            if self.ctl_fd >= 0:
-                p.fd = self.ctl_fd
-                fds.push_back(p)
-            for r in range(1, self.worker_fds.size()):
-                if self.worker_fds[r] >= 0 and self.worker_state[r] != 2:
-                    p.fd = self.worker_fds[r]
-                    fds.push_back(p)
-            if fds.size() == 0:
-                return
-            c_poll(fds.data(), fds.size(), 50)
-
-    # ---- the collectives: the executor moves the data, the engine completes the handles
-
-    cdef void _exec_allreduce(self, Response& resp, PSet* ps) noexcept nogil:
-        cdef size_t i
-        cdef unordered_map[string, Request].iterator it
-        cdef string err
-        cdef int rc
-        self.exec_reqs.clear()
-        for i in range(resp.names.size()):
-            it = self.inflight.find(_key(resp.pset, resp.names[i]))
-            self.exec_reqs.push_back(&deref_req(it) if it != self.inflight.end() else NULL)
-        rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
-        if rc == EX_BACKEND:
-            self._backend_failed(resp, err)
-        elif rc == EX_LOCAL:
-            self._finish_all(resp, H_ERROR, err, 0)
-        else:
-            self._finish_all(resp, H_DONE, string(b""), 0)
-
-    cdef void _exec_single(self, Response& resp, PSet* ps) noexcept nogil:
-        """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef unordered_map[string, Request].iterator it = self.inflight.find(key)
-        cdef Request* r
-        cdef string err
-        cdef vector[int64_t] recv_splits
-        cdef int rc
-        if it == self.inflight.end():
-            return
-        r = &deref_req(it)
-        if resp.kind == K_BROADCAST:
-            rc = self.executor.broadcast(resp, ps, r, err)
-        elif resp.kind == K_ALLGATHER:
-            rc = self.executor.allgather(resp, ps, r, err)
-        elif resp.kind == K_ALLTOALL:
-            rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
-            lock_acquire(self.lock)         # wait() returns the received splits
-            if self.handles.count(r.handle):
-                self.handles[r.handle].aux.swap(recv_splits)
-            lock_release(self.lock)
-        else:
-            rc = self.executor.reducescatter(resp, ps, r, err)
-        if rc == EX_BACKEND:
-            self._backend_failed(resp, err)
-        elif rc == EX_LOCAL:
-            self._finish_request(key, H_ERROR, err, 0)
-        else:
-            self._finish_request(key, H_DONE, string(b""), 0)
-
-    cdef void _exec_pset_add(self, Response& resp) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef int new_id = <int>resp.rank_dims[0]
-        cdef string err
-        cdef bint member = False
-        cdef size_t i
-        for i in range(1, resp.rank_dims.size()):
-            if resp.rank_dims[i] == self.rank:
-                member = True
-        self._py_add_group(resp.rank_dims, new_id, member, err)
-        if err.size():
-            self._finish_request(key, H_ERROR, err, 4)
-        else:
-            self._finish_ok(key, new_id)
-
-    cdef void _py_add_group(self, vector[int64_t]& rank_dims, int new_id, bint member,
-                            string& err) noexcept with gil:
-        try:
-            ranks = [int(x) for x in list(rank_dims)[1:]]
-            group = self._create_group(ranks, new_id) if member else None
-            self._install_group(new_id, ranks, group)
-        except BaseException as e:
-            err = _cs("add_process_set failed: ") + _exc_text(e)
-
-    cdef void _py_drop_group(self, int pid) noexcept with gil:
-        group = self._groups.pop(pid, None)
-        self._groups.pop((pid, "capsule"), None)
-        if group is not None:
-            try:
-                group.close()
-            except Exception:
-                pass
-
-    cdef void _exec_pset_remove(self, Response& resp) noexcept nogil:
-        cdef string key = _key(resp.pset, resp.names[0])
-        cdef int pid = <int>resp.rank_dims[0]
-        self._py_drop_group(pid)
-        lock_acquire(self.lock)
-        self.psets.erase(pid)
-        lock_release(self.lock)
-        self._finish_ok(key, pid)
-
 
 def _make_error(int kind, str message):
     from fuse import exceptions as ex
-    cls = {1: ex.MismatchError, 2: ex.ShutdownError, 3: ex.StallError,
-           4: ex.BackendError}.get(kind, ex.FuseInternalError)
+    cls = {ERR_MISMATCH: ex.MismatchError, ERR_SHUTDOWN: ex.ShutdownError,
+           ERR_STALL: ex.StallError, ERR_BACKEND: ex.BackendError}.get(kind, ex.FuseInternalError)
     return cls(message)

@@ -3,7 +3,7 @@ from libc.stdint cimport int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport Request, Response, PSet
 
 # What Executor's collectives return; the engine completes the handles accordingly.
@@ -20,8 +20,11 @@ cdef class FusionBufferManager:
 
 
 cdef class SharedSegments:
+    # Used by whoever holds the engine's loop (Engine.loop_lock) once an engine has it
+    # (``installed``: ProcessSets.install_shm); before that, by allreduce() (tests).
     cdef ShmAllreduce* impl
     cdef list _segments
+    cdef public bint installed
     cdef void add_region(self, list maps, list sizes) noexcept
 
 
@@ -31,7 +34,7 @@ cdef class Executor:
     cdef size_t split_bytes     # allreduces of at least this size run as two concurrent halves
     cdef Lane* lane             # runs the second half (created on first use)
     cdef Timeline* tl           # the engine's; spans around copies and the backend call
-    cdef object records         # the engine's handle -> record dict (the caller's allocator)
+    cdef object records         # the engine's handle -> RequestSpec dict (for its allocator)
     # counters for diagnostics and benchmarks (engine thread only; read approximately)
     cdef double st_copy_s
     cdef double st_backend_s

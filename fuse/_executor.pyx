@@ -20,18 +20,17 @@ from libc.string cimport memcpy, memset
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 from fuse._protocol cimport *
+from fuse._request cimport RequestSpec
 
 import numpy as np
 
 from fuse._protocol import DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS
+from fuse.backends.base import dtype_name_to_numpy
 
 cdef extern from "<stdlib.h>" nogil:
     int posix_memalign(void**, size_t, size_t)
-
-cdef extern from "<cstring>" nogil:
-    void* memmove(void*, const void*, size_t)
 
 
 cdef class FusionBufferManager:
@@ -60,7 +59,7 @@ cdef class FusionBufferManager:
 
 cdef object _view(void* ptr, size_t nbytes, int dtype):
     """A numpy array over engine memory, for backends driven through Python."""
-    np_dtype = np.uint16 if dtype == FUSE_BFLOAT16 else np.dtype(DTYPE_NAMES[dtype])
+    np_dtype = dtype_name_to_numpy(DTYPE_NAMES[dtype])
     if nbytes == 0:
         return np.empty(0, dtype=np_dtype)
     return np.frombuffer(PyMemoryView_FromMemory(<char*>ptr, nbytes, PyBUF_WRITE), dtype=np_dtype)
@@ -76,112 +75,95 @@ cdef int _py_invoke(object fn, tuple args, string& err):
         return 1
 
 
-# ---- backend calls: the native table without the GIL, else the Python methods
+# ---- backend calls: the native table without the GIL, else the Python methods.  A native
+# call writes its error into ``errbuf`` (see fuse_backend.h); _native_rc moves it into ``err``.
+
+cdef inline int _native_rc(int rc, const char* errbuf, string& err) noexcept nogil:
+    if rc:
+        err = _str(errbuf)
+    return rc
+
+
+cdef inline size_t _total(const vector[size_t]& sizes) noexcept nogil:
+    cdef size_t total = 0
+    cdef size_t i
+    for i in range(sizes.size()):
+        total += sizes[i]
+    return total
 
 
 cdef int _b_allreduce(PSet* ps, void* buf, size_t count, int dtype, int op,
                       string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
-    cdef int rc
+    errbuf[0] = 0
     if count == 0:
         return 0
     if ps.native != NULL:
-        errbuf[0] = 0
-        rc = ps.native.allreduce(ps.native.self, buf, count, dtype, op, errbuf, ERRLEN)
-        if rc:
-            err = _cs(errbuf)
-        return rc
+        return _native_rc(ps.native.allreduce(ps.native.self, buf, count, dtype, op, errbuf,
+                                              ERRLEN), errbuf, err)
     with gil:
-        return _py_invoke((<object>ps.pygroup).allreduce, (_view(buf, count * dtype_size(dtype), dtype), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
+        return _py_invoke((<object>ps.pygroup).allreduce,
+                          (_view(buf, count * dtype_size(dtype), dtype), DTYPE_NAMES[dtype],
+                           _BACKEND_OPS[op]), err)
 
 
 cdef int _b_broadcast(PSet* ps, void* buf, size_t nbytes, int root,
                       string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
-    cdef int rc
+    errbuf[0] = 0
     if nbytes == 0:
         return 0
     if ps.native != NULL:
-        errbuf[0] = 0
-        rc = ps.native.broadcast(ps.native.self, buf, nbytes, root, errbuf, ERRLEN)
-        if rc:
-            err = _cs(errbuf)
-        return rc
+        return _native_rc(ps.native.broadcast(ps.native.self, buf, nbytes, root, errbuf, ERRLEN),
+                          errbuf, err)
     with gil:
-        return _py_invoke((<object>ps.pygroup).broadcast, (_view(buf, nbytes, FUSE_UINT8), root), err)
+        return _py_invoke((<object>ps.pygroup).broadcast,
+                          (_view(buf, nbytes, FUSE_UINT8), root), err)
 
 
 cdef int _b_allgatherv(PSet* ps, const void* send, size_t sendbytes, void* recv,
                        vector[size_t]& recvbytes, string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
-    cdef int rc
-    cdef size_t total = 0
-    cdef size_t n
-    for n in recvbytes:
-        total += n
+    cdef size_t total = _total(recvbytes)
+    errbuf[0] = 0
     if total == 0:
         return 0
     if ps.native != NULL:
-        errbuf[0] = 0
-        rc = ps.native.allgatherv(ps.native.self, send, sendbytes, recv, recvbytes.data(),
-                                  errbuf, ERRLEN)
-        if rc:
-            err = _cs(errbuf)
-        return rc
+        return _native_rc(ps.native.allgatherv(ps.native.self, send, sendbytes, recv,
+                                               recvbytes.data(), errbuf, ERRLEN), errbuf, err)
     with gil:
-        return _py_invoke((<object>ps.pygroup).allgatherv, (_view(<void*>send, sendbytes, FUSE_UINT8), _view(recv, total, FUSE_UINT8), list(recvbytes)), err)
+        return _py_invoke((<object>ps.pygroup).allgatherv,
+                          (_view(<void*>send, sendbytes, FUSE_UINT8),
+                           _view(recv, total, FUSE_UINT8), list(recvbytes)), err)
 
 
 cdef int _b_alltoallv(PSet* ps, const void* send, vector[size_t]& sendbytes,
                       void* recv, vector[size_t]& recvbytes, string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
-    cdef int rc
-    cdef size_t stotal = 0
-    cdef size_t rtotal = 0
-    cdef size_t n
-    for n in sendbytes:
-        stotal += n
-    for n in recvbytes:
-        rtotal += n
+    errbuf[0] = 0
     if ps.native != NULL:
-        errbuf[0] = 0
-        rc = ps.native.alltoallv(ps.native.self, send, sendbytes.data(), recv,
-                                 recvbytes.data(), errbuf, ERRLEN)
-        if rc:
-            err = _cs(errbuf)
-        return rc
+        return _native_rc(ps.native.alltoallv(ps.native.self, send, sendbytes.data(), recv,
+                                              recvbytes.data(), errbuf, ERRLEN), errbuf, err)
     with gil:
-        return _py_invoke((<object>ps.pygroup).alltoallv, (_view(<void*>send, stotal, FUSE_UINT8), list(sendbytes), _view(recv, rtotal, FUSE_UINT8), list(recvbytes)), err)
+        return _py_invoke((<object>ps.pygroup).alltoallv,
+                          (_view(<void*>send, _total(sendbytes), FUSE_UINT8), list(sendbytes),
+                           _view(recv, _total(recvbytes), FUSE_UINT8), list(recvbytes)), err)
 
 
 cdef int _b_reducescatter(PSet* ps, void* buf, vector[size_t]& counts, int dtype,
                           int op, string& err) noexcept nogil:
+    """Leave this member's block of the reduction at the front of ``buf``.  A native table
+    without reducescatter falls back to the Group's Python method, whose default
+    (fuse.backends.base.Group.reducescatter) reduces everything and moves the block."""
     cdef char errbuf[ERRLEN]
-    cdef int rc
-    cdef size_t total = 0
-    cdef size_t start = 0
-    cdef int i
-    cdef size_t n
-    for n in counts:
-        total += n
-    if ps.native != NULL:
-        if ps.native.reducescatter != NULL:
-            errbuf[0] = 0
-            rc = ps.native.reducescatter(ps.native.self, buf, counts.data(), dtype, op,
-                                         errbuf, ERRLEN)
-            if rc:
-                err = _cs(errbuf)
-            return rc
-        rc = _b_allreduce(ps, buf, total, dtype, op, err)
-        if rc == 0:
-            for i in range(ps.index):
-                start += counts[i]
-            if start:
-                memmove(buf, <char*>buf + start * dtype_size(dtype),
-                        counts[ps.index] * dtype_size(dtype))
-        return rc
+    errbuf[0] = 0
+    if ps.native != NULL and ps.native.reducescatter != NULL:
+        return _native_rc(ps.native.reducescatter(ps.native.self, buf, counts.data(), dtype, op,
+                                                  errbuf, ERRLEN), errbuf, err)
     with gil:
-        return _py_invoke((<object>ps.pygroup).reducescatter, (_view(buf, total * dtype_size(dtype), dtype), list(counts), DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
+        return _py_invoke((<object>ps.pygroup).reducescatter,
+                          (_view(buf, _total(counts) * dtype_size(dtype), dtype), list(counts),
+                           DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
 
 
 cdef bint _back_to_back(vector[Request*]& reqs, vector[size_t]& offsets) noexcept nogil:
@@ -267,7 +249,11 @@ cdef class SharedSegments:
 
     def allreduce(self, buf, str dtype, str op, double factor=1.0):
         """Reduce ``buf`` (contiguous, writable, of wire dtype ``dtype``) in place across the
-        members and multiply it by ``factor`` (for tests; the engine calls ``impl``)."""
+        members and multiply it by ``factor``.  For segments no engine uses (tests): an
+        engine's loop calls ``impl`` itself, and a call from another thread would race it."""
+        if self.installed:
+            raise RuntimeError("these shared-memory segments belong to the engine; "
+                               "use fuse.allreduce")
         cdef int dcode = DTYPE_CODES[dtype]
         cdef int ocode = _BACKEND_OPS.index(op)
         cdef Py_buffer view
@@ -323,7 +309,7 @@ cdef class Executor:
             errbuf[0] = 0
             rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
             if rc:
-                err = _cs(errbuf)
+                err = _str(errbuf)
             self.st_shm += 1
             return rc
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
@@ -347,7 +333,7 @@ cdef class Executor:
         rc_lane = self.lane.wait()      # always: the job lives on this stack
         self.st_split += 1
         if rc == 0 and rc_lane != 0:
-            err = _cs(job.err)
+            err = _str(job.err)
             rc = rc_lane
         return rc
 
@@ -361,9 +347,7 @@ cdef class Executor:
         cdef size_t total = 0
         cdef char* buf
         cdef int bop = _backend_op(resp.op)
-        cdef double post = resp.postscale
-        if resp.op == OP_AVERAGE:
-            post = post / <double>ps.ranks.size()
+        cdef double post = _postscale(resp.op, resp.postscale, ps.ranks.size())
         cdef bint tl = tl_on(self.tl)
         cdef uint8_t act = TLW_BACKEND
         if resp.inline_data:
@@ -402,7 +386,7 @@ cdef class Executor:
                 tl_span_all(self.tl, resp.names, b'B', TLW_MEMCPY_IN, resp.kind)
             buf = <char*>self.fusion.get(total)
             if buf == NULL and total:
-                err = _cs("out of memory for the fusion buffer (") + _i2s(total) + _cs(" bytes)")
+                err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
                 return EX_LOCAL
             for i in range(n):
                 if reqs[i] != NULL:
@@ -451,9 +435,9 @@ cdef class Executor:
         cdef int64_t rows = 0
         cdef void* out
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
-        for i in range(resp.rank_dims.size()):
-            recvbytes.push_back(<size_t>resp.rank_dims[i] * row)
-            rows += resp.rank_dims[i]
+        for i in range(resp.args.size()):
+            recvbytes.push_back(<size_t>resp.args[i] * row)
+            rows += resp.args[i]
         out_shape = r.shape
         out_shape[0] = rows
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
@@ -475,10 +459,10 @@ cdef class Executor:
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         recv_splits.clear()
         for j in range(n):
-            sendbytes.push_back(<size_t>resp.rank_dims[me * n + j] * row)
-            recvbytes.push_back(<size_t>resp.rank_dims[j * n + me] * row)
-            rows += resp.rank_dims[j * n + me]
-            recv_splits.push_back(resp.rank_dims[j * n + me])
+            sendbytes.push_back(<size_t>resp.args[me * n + j] * row)
+            recvbytes.push_back(<size_t>resp.args[j * n + me] * row)
+            rows += resp.args[j * n + me]
+            recv_splits.push_back(resp.args[j * n + me])
         out_shape = r.shape
         out_shape[0] = rows
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
@@ -510,14 +494,13 @@ cdef class Executor:
         total = <size_t>_numel(r.shape) * dsize
         buf = <char*>self.fusion.get(total if total else 1)
         if buf == NULL:
-            err = _cs("out of memory for the fusion buffer (") + _i2s(total) + _cs(" bytes)")
+            err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
             return EX_LOCAL
         memcpy(buf, r.inp, total)
         scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
         if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
             return EX_BACKEND
-        if resp.op == OP_AVERAGE:
-            post = post / <double>n
+        post = _postscale(resp.op, post, n)
         scale_buffer(buf, counts[ps.index], resp.dtype, post)
         out_shape = r.shape
         if out_shape.size():
@@ -532,24 +515,14 @@ cdef class Executor:
     cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
                          string& err) noexcept with gil:
         """Ask the caller's allocator for an output whose size only negotiation could tell."""
-        cdef Py_buffer view
         cdef void* ptr = NULL
         try:
-            record = self.records.get(handle)
-            if record is None:
+            spec = self.records.get(handle)
+            if spec is None:
                 raise RuntimeError(f"no record for handle {handle}")
-            result, buf = record[2](tuple(shape))
-            record[3] = result
-            PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            try:
-                if <size_t>view.len != nbytes:
-                    raise ValueError(f"allocator returned {view.len} bytes, need {nbytes}")
-                ptr = view.buf
-            finally:
-                PyBuffer_Release(&view)
-            record[4] = buf
+            ptr = (<RequestSpec>spec).take_output(tuple(shape), nbytes)
         except BaseException as e:
-            err = _cs("could not allocate the output: ") + _exc_text(e)
+            err = _str("could not allocate the output: ") + _exc_text(e)
             return NULL
         return ptr
 

@@ -11,7 +11,7 @@ from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
+from fuse._csupport cimport *
 
 cdef extern from * nogil:
     """
@@ -61,6 +61,15 @@ cdef enum: S_STOPPING = 1
 cdef enum: S_STOPPED = 2
 cdef enum: S_FAILED = 3
 
+# How a failure reaches the user: the exception class _core._make_error raises.  Travels in
+# Response.error_kind and in MSG_ABORT_ALL frames, and is kept in HandleState.error_kind.
+cdef enum ErrorKind:
+    ERR_INTERNAL = 0    # FuseInternalError: a rank raised or died, or a local error
+    ERR_MISMATCH = 1    # MismatchError: the ranks disagree about a collective
+    ERR_SHUTDOWN = 2    # ShutdownError: a rank shut down or its connection closed
+    ERR_STALL = 3       # StallError: the stall check gave up
+    ERR_BACKEND = 4     # BackendError: a backend collective failed
+
 cdef enum: ERRLEN = 1024
 cdef extern from *:
     """
@@ -79,7 +88,8 @@ cdef struct Request:
     double prescale
     double postscale
     vector[int64_t] shape
-    vector[int64_t] splits   # alltoall splits; ranks for add_process_set; pset id for remove
+    vector[int64_t] args     # by kind: ALLTOALL the rows sent to each member (empty: even);
+                             # PSET_ADD the new set's ranks; PSET_REMOVE the set's id
     string name
     string group_key
     int group_size
@@ -102,10 +112,11 @@ cdef struct Response:
     vector[vector[int64_t]] shapes
     vector[uint32_t] slots
     vector[uint32_t] gens
-    vector[int64_t] rank_dims   # allgather: dim 0 per member; alltoall: size x size splits;
-                                # add_process_set: the new id then the ranks
+    vector[int64_t] args        # by kind: ALLGATHER dim 0 per member; ALLTOALL the
+                                # members x members rows sent (row: sender); PSET_ADD the new
+                                # set's id, then its ranks; PSET_REMOVE the set's id
     string error
-    int error_kind              # how the error reaches the user (see _make_error)
+    int error_kind              # an ErrorKind
     int last_joined
     cbool inline_data           # the coordinator computed the result: it is in payloads
     vector[string] payloads
@@ -119,7 +130,7 @@ cdef struct Pending:
     cbool warned
     cbool is_ready
     string error              # set when the coordinator already knows the collective fails
-    int error_kind
+    int error_kind            # an ErrorKind
     string acc                # small collectives: the running reduction (or the root's data)
     cbool all_data            # every contribution so far carried its data
 
@@ -143,7 +154,7 @@ cdef struct HandleState:
     string error
     int64_t value
     vector[int64_t] aux
-    int error_kind          # 0 internal, 1 mismatch, 2 shutdown, 3 stall, 4 backend
+    int error_kind          # an ErrorKind
     bint drivable           # settled by negotiation alone: its waiter may drive (Engine._drive)
 
 
@@ -223,15 +234,18 @@ cdef inline int64_t _row_elems(const vector[int64_t]& shape) noexcept nogil:
     return n
 
 
-cdef inline string _i2s(int64_t v) noexcept nogil:
+cdef inline string _int_str(int64_t v) noexcept nogil:
+    """An integer as decimal text (for messages built without the GIL)."""
     return to_string(<long long>v)
 
 
-cdef inline string _d2s(double v) noexcept nogil:
+cdef inline string _float_str(double v) noexcept nogil:
+    """A float as text."""
     return to_string(v)
 
 
-cdef inline string _cs(const char* s) noexcept nogil:
+cdef inline string _str(const char* s) noexcept nogil:
+    """A C string as a std::string, so that ``+`` concatenates."""
     return string(s)
 
 
@@ -251,6 +265,13 @@ cdef inline int _backend_op(int op) noexcept nogil:
     return FUSE_OP_SUM
 
 
+cdef inline double _postscale(int op, double postscale, size_t members) noexcept nogil:
+    """The factor a reduction's result is scaled by: Average is a sum scaled by 1/members."""
+    if op == OP_AVERAGE:
+        return postscale / <double>members
+    return postscale
+
+
 cdef inline int _position(PSet* ps, int rank) noexcept nogil:
     """A global rank's index in the process set, -1 if it is not a member."""
     cdef size_t i
@@ -258,3 +279,8 @@ cdef inline int _position(PSet* ps, int rank) noexcept nogil:
         if ps.ranks[i] == rank:
             return <int>i
     return -1
+
+
+cdef inline uint8_t _frame_type(const string& frame) noexcept nogil:
+    """A control frame's message type (MSG_*), 0 for an empty frame."""
+    return <uint8_t>frame[0] if frame.size() else 0

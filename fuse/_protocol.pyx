@@ -13,17 +13,7 @@ from libc.stdint cimport int64_t, uint8_t, uint32_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._wire cimport *
-
-# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
-ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
-AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
-KIND_NAMES = ("allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier",
-              "join", "add_process_set", "remove_process_set")
-OP_NAMES = ("Average", "Sum", "Adasum", "Min", "Max", "Product")
-DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
-DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_BACKEND_OPS = ("sum", "min", "max", "product")
+from fuse._csupport cimport *
 
 cdef const char* _kind_name(int kind) noexcept nogil:
     if kind == K_ALLREDUCE: return "allreduce"
@@ -44,6 +34,15 @@ cdef const char* _op_name(int op) noexcept nogil:
     if op == OP_MAX: return "Max"
     return "Product"
 
+# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
+AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
+KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
+OP_NAMES = tuple(_op_name(op).decode() for op in range(OP_PRODUCT + 1))
+DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
+DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
+_BACKEND_OPS = ("sum", "min", "max", "product")
+
 
 cdef void _write_request(string& out, const Request& r) noexcept nogil:
     put[uint8_t](out, <uint8_t>r.kind)
@@ -57,9 +56,9 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
     cdef size_t i
     for i in range(r.shape.size()):
         put[int64_t](out, r.shape[i])
-    put[uint32_t](out, <uint32_t>r.splits.size())
-    for i in range(r.splits.size()):
-        put[int64_t](out, r.splits[i])
+    put[uint32_t](out, <uint32_t>r.args.size())
+    for i in range(r.args.size()):
+        put[int64_t](out, r.args[i])
     put_str(out, r.name)
     put_str(out, r.group_key)
     put[int](out, r.group_size)
@@ -85,7 +84,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
     for i in range(n):
         if rd.bad:
             break
-        r.splits.push_back(get[int64_t](rd))
+        r.args.push_back(get[int64_t](rd))
     r.name = get_str(rd)
     r.group_key = get_str(rd)
     r.group_size = get[int](rd)
@@ -113,9 +112,9 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
         put[uint32_t](out, <uint32_t>r.shapes[i].size())
         for j in range(r.shapes[i].size()):
             put[int64_t](out, r.shapes[i][j])
-    put[uint32_t](out, <uint32_t>r.rank_dims.size())
-    for i in range(r.rank_dims.size()):
-        put[int64_t](out, r.rank_dims[i])
+    put[uint32_t](out, <uint32_t>r.args.size())
+    for i in range(r.args.size()):
+        put[int64_t](out, r.args[i])
     put_str(out, r.error)
     put[int](out, r.error_kind)
     put[int](out, r.last_joined)
@@ -154,7 +153,7 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
     for i in range(n):
         if rd.bad:
             break
-        r.rank_dims.push_back(get[int64_t](rd))
+        r.args.push_back(get[int64_t](rd))
     r.error = get_str(rd)
     r.error_kind = get[int](rd)
     r.last_joined = get[int](rd)
@@ -173,7 +172,7 @@ cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
     for i in range(shape.size()):
         if i:
             s.append(b", ")
-        s.append(_i2s(shape[i]))
+        s.append(_int_str(shape[i]))
     s.append(b"]")
     return s
 

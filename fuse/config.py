@@ -1,4 +1,10 @@
-"""Every knob fuse reads from the environment, parsed once into one typed object.
+"""The knobs a worker reads from the environment, parsed once into one typed object.
+
+Three are read elsewhere, where they are needed before a Config exists or by code that runs
+without one: FUSE_START_TIMEOUT by the launcher (fuse.runner.launch.start_timeout),
+FUSE_MPI_THREADS_DISABLE by the MPI backend before MPI starts, and FUSE_CONTROLLER_ADDR when
+rank 0 opens the control channel (fuse.common.basics); the launcher's own options live in
+fuse.runner.
 
 Each knob is read as ``FUSE_<NAME>``; where Horovod has the same knob, ``HOROVOD_<NAME>`` is
 accepted as an alias (the FUSE_ spelling wins when both are set).  Booleans accept 1/0,
@@ -14,6 +20,15 @@ import typing
 from typing import Any, Mapping
 
 LOG_LEVELS = ("trace", "debug", "info", "warning", "error", "fatal")
+
+# Variables that MPI launchers put into every process's environment (Open MPI, MPICH/Hydra
+# and Intel MPI, PMIx-based launchers such as srun --mpi=pmix and prterun).
+MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
+
+
+def launched_by_mpi(environ: Mapping[str, str] = os.environ) -> bool:
+    """True if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI)."""
+    return any(environ.get(var) for var in MPI_LAUNCHER_VARS)
 
 
 def _parse_bool(text: str) -> bool:

@@ -22,7 +22,8 @@ class Group(abc.ABC):
     """The members of one process set, as the backend sees them.
 
     ``rank`` and ``size`` are positions inside the group.  All buffers are 1-D contiguous numpy
-    arrays; for bfloat16 the engine passes a uint16 view and ``dtype`` says ``"bfloat16"``.
+    arrays; for bfloat16 the engine passes a uint16 view (:func:`dtype_name_to_numpy`) and
+    ``dtype`` says ``"bfloat16"``.
     ``op`` is one of ``"sum"``, ``"min"``, ``"max"``, ``"product"``.  Each method is collective
     over the group and raises on failure (the message is shown to the user).
     """
@@ -56,7 +57,8 @@ class Group(abc.ABC):
                       op: str) -> None:
         """Leave this member's block of the reduction at the front of ``buf``.
 
-        The default reduces everything and moves the block; backends may do better."""
+        The default reduces everything and moves the block; backends may do better.  (The
+        engine also uses it for a native ops table without ``reducescatter``.)"""
         self.allreduce(buf, dtype, op)
         start = int(sum(recvcounts[: self.rank]))
         n = int(recvcounts[self.rank])

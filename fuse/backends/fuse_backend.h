@@ -60,8 +60,9 @@ typedef struct fuse_group_ops {
     int (*alltoallv)(void *self, const void *sendbuf, const size_t *sendbytes, void *recvbuf,
                      const size_t *recvbytes, char *err, size_t errlen);
 
-    /* Optional (may be NULL).  buf holds sum(recvcounts) elements; on return the first
-     * recvcounts[rank] elements of buf hold this member's block of the reduction. */
+    /* Optional (may be NULL: the engine then calls the Group's Python reducescatter).  buf
+     * holds sum(recvcounts) elements; on return the first recvcounts[rank] elements of buf
+     * hold this member's block of the reduction. */
     int (*reducescatter)(void *self, void *buf, const size_t *recvcounts, int dtype, int op,
                          char *err, size_t errlen);
 

@@ -18,7 +18,7 @@ from typing import Sequence
 
 from fuse.common import thread_budget
 from fuse.common.process_sets import ProcessSet, global_process_set
-from fuse.config import Config
+from fuse.config import Config, launched_by_mpi
 from fuse.exceptions import ShutdownError
 
 
@@ -159,9 +159,6 @@ def _warn_oversubscribed(config: Config, log) -> None:
 _threads_checked = False
 
 
-# Set by MPI launchers in every process (Open MPI, MPICH/Hydra, Intel MPI, PMIx launchers).
-_MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
-
 
 def _choose_backend(config: Config, environ=os.environ) -> str:
     """FUSE_BACKEND when set; else HOROVOD_CPU_OPERATIONS (``mpi``/``gloo``); else ``mpi``
@@ -172,7 +169,7 @@ def _choose_backend(config: Config, environ=os.environ) -> str:
     horovod_ops = environ.get("HOROVOD_CPU_OPERATIONS", "").strip().lower()
     if horovod_ops:
         return horovod_ops
-    if "rank" not in config.explicit and any(environ.get(v) for v in _MPI_LAUNCHER_VARS):
+    if "rank" not in config.explicit and launched_by_mpi(environ):
         from fuse.backends import backend_names
         if "mpi" in backend_names():
             return "mpi"
@@ -220,10 +217,9 @@ def _local_address_towards(addr: str) -> str:
     """The IP of the interface this host would use to reach ``addr``."""
     if not addr or addr.startswith("127.") or addr == "localhost":
         return "127.0.0.1"
+    from fuse.runner.hosts import route_source_address
     try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-            s.connect((addr, 9))
-            return s.getsockname()[0]
+        return route_source_address(addr)
     except OSError:
         return socket.gethostbyname(socket.gethostname())
 

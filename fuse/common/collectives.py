@@ -1,7 +1,7 @@
 """The collectives, written once for every framework.
 
 A framework plugs in an :class:`ArrayOps` (how to see a tensor's memory without copying and
-how to make new tensors); everything else (naming, op rules, validation, handles, grouped
+how to make new tensors; :class:`NumpyOps` is NumPy's); everything else (naming, op rules, validation, handles, grouped
 calls, object collectives) lives here.
 """
 
@@ -15,6 +15,7 @@ import cloudpickle
 import numpy as np
 
 from fuse import _core
+from fuse._request import RequestSpec
 from fuse.common import basics
 from fuse.common.ops import Average, Sum, resolve_op
 from fuse.common.process_sets import global_process_set
@@ -43,6 +44,52 @@ class ArrayOps:
         raise NotImplementedError
 
 
+# dtype -> engine code, filled as dtypes are seen (np.dtype(...).name costs microseconds,
+# which a 4-byte allreduce notices)
+_codes: dict = {}
+
+
+def dtype_code(dtype: np.dtype) -> int:
+    """The engine's code for a NumPy dtype; ValueError for one it cannot reduce."""
+    code = _codes.get(dtype)
+    if code is None:
+        code = _core.DTYPE_CODES.get(np.dtype(dtype).name)
+        if code is None:
+            raise ValueError(f"dtype {np.dtype(dtype)} is not supported; use one of "
+                             f"{', '.join(sorted(_core.DTYPE_CODES))}")
+        _codes[dtype] = code
+    return code
+
+
+class NumpyOps(ArrayOps):
+    """NumPy arrays, which are their own buffers: fuse's own API (fuse.allreduce, ...) and the
+    object collectives below use them; framework adapters that stage through NumPy extend it."""
+
+    name = "numpy"
+
+    def describe(self, tensor):
+        if not isinstance(tensor, np.ndarray):
+            raise TypeError(f"expected a numpy array, got {type(tensor).__name__}")
+        if not tensor.flags.c_contiguous:
+            raise ValueError("array is required to be C-contiguous "
+                             "(use np.ascontiguousarray)")
+        return tensor, dtype_code(tensor.dtype), tensor.shape
+
+    def empty_like(self, tensor):
+        return np.empty_like(tensor)
+
+    def allocator(self, like):
+        dtype = like.dtype
+
+        def allocate(shape):
+            out = np.empty(shape, dtype=dtype)
+            return out, out
+        return allocate
+
+    def from_numpy(self, array, like=None):
+        return array
+
+
 # handle -> function(value, aux, record) that builds what synchronize() returns
 _finishers: dict[int, Callable] = {}
 _name_lock = threading.Lock()
@@ -66,7 +113,8 @@ def _check_scale(op: int, prescale: float, postscale: float) -> None:
         raise ValueError("prescale_factor/postscale_factor only apply to Sum and Average")
 
 
-def _enqueue(specs: list, finisher: Callable) -> list[int]:
+def _enqueue(specs: list[RequestSpec], finisher: Callable) -> list[int]:
+    """Queue ``specs``; ``finisher(value, aux, spec)`` makes each one's result."""
     engine = basics.engine()
     handles = engine.enqueue(specs)
     for h in handles:
@@ -117,8 +165,9 @@ def _allreduce_spec(ops: ArrayOps, tensor, output, name, op, prescale, postscale
                     group_key=None):
     buf, dtype, shape = ops.describe(tensor)
     out_buf = buf if output is tensor else ops.describe(output)[0]
-    return (_core.ALLREDUCE, name, buf, out_buf, dtype, shape, op, float(prescale),
-            float(postscale), -1, None, pset, None, group_key)
+    return RequestSpec(_core.ALLREDUCE, name, dtype, shape, pset, input=buf,
+                       output=out_buf, op=op, prescale=prescale, postscale=postscale,
+                       group_key=group_key)
 
 
 def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, average=None,
@@ -162,9 +211,9 @@ def allgather_async(ops: ArrayOps, tensor, *, name=None, process_set=global_proc
         raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
     pset = _pset(process_set)
     name = name or _auto_name("allgather", pset)
-    spec = (_core.ALLGATHER, name, buf, None, dtype, shape, Sum, 1.0, 1.0, -1, None, pset,
-            _new_output(ops, tensor), None)
-    return _enqueue([spec], lambda v, a, r: r[3])[0]
+    spec = RequestSpec(_core.ALLGATHER, name, dtype, shape, pset, input=buf,
+                       allocator=_new_output(ops, tensor))
+    return _enqueue([spec], lambda v, a, r: r.result)[0]
 
 
 def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
@@ -176,9 +225,9 @@ def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
         buf, dtype, shape = ops.describe(t)
         if len(shape) == 0:
             raise ValueError("allgather needs tensors with at least one dimension")
-        specs.append((_core.ALLGATHER, f"{base}.{i}", buf, None, dtype, shape, Sum, 1.0, 1.0,
-                      -1, None, pset, _new_output(ops, t), base))
-    handles = _enqueue(specs, lambda v, a, r: r[3])
+        specs.append(RequestSpec(_core.ALLGATHER, f"{base}.{i}", dtype, shape, pset,
+                                 input=buf, allocator=_new_output(ops, t), group_key=base))
+    handles = _enqueue(specs, lambda v, a, r: r.result)
     return _Group(handles, list)
 
 
@@ -191,9 +240,10 @@ def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
     buf, dtype, shape = ops.describe(tensor)
     pset = _pset(process_set)
     name = name or _auto_name("reducescatter", pset)
-    spec = (_core.REDUCESCATTER, name, buf, None, dtype, shape, op, float(prescale_factor),
-            float(postscale_factor), -1, None, pset, _new_output(ops, tensor), None)
-    return _enqueue([spec], lambda v, a, r: r[3])[0]
+    spec = RequestSpec(_core.REDUCESCATTER, name, dtype, shape, pset, input=buf, op=op,
+                       prescale=prescale_factor, postscale=postscale_factor,
+                       allocator=_new_output(ops, tensor))
+    return _enqueue([spec], lambda v, a, r: r.result)[0]
 
 
 def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, op=Average,
@@ -207,10 +257,11 @@ def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, 
     specs = []
     for i, t in enumerate(tensors):
         buf, dtype, shape = ops.describe(t)
-        specs.append((_core.REDUCESCATTER, f"{base}.{i}", buf, None, dtype, shape, op,
-                      float(prescale_factor), float(postscale_factor), -1, None, pset,
-                      _new_output(ops, t), base))
-    handles = _enqueue(specs, lambda v, a, r: r[3])
+        specs.append(RequestSpec(_core.REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,
+                                 input=buf, op=op, prescale=prescale_factor,
+                                 postscale=postscale_factor, allocator=_new_output(ops, t),
+                                 group_key=base))
+    handles = _enqueue(specs, lambda v, a, r: r.result)
     return _Group(handles, list)
 
 
@@ -227,8 +278,8 @@ def broadcast_async(ops: ArrayOps, tensor, root_rank: int, *, output=None, name=
     name = name or _auto_name("broadcast", pset)
     out = ops.empty_like(tensor) if output is None else output
     out_buf = buf if out is tensor else ops.describe(out)[0]
-    spec = (_core.BROADCAST, name, buf, out_buf, dtype, shape, Sum, 1.0, 1.0, int(root_rank),
-            None, pset, None, None)
+    spec = RequestSpec(_core.BROADCAST, name, dtype, shape, pset, input=buf,
+                       output=out_buf, root=int(root_rank))
     return _enqueue([spec], lambda v, a, r: out)[0]
 
 
@@ -253,18 +304,20 @@ def alltoall_async(ops: ArrayOps, tensor, splits=None, *, name=None,
         raise ValueError(f"alltoall without splits needs the first dimension ({shape[0]}) to "
                          f"be divisible by the number of ranks ({nranks})")
     name = name or _auto_name("alltoall", pset)
-    spec = (_core.ALLTOALL, name, buf, None, dtype, shape, Sum, 1.0, 1.0, -1, split_list, pset,
-            _new_output(ops, tensor), None)
-    return _enqueue([spec], lambda v, a, r: (r[3], ops.from_numpy(np.asarray(a, np.int32))))[0]
+    spec = RequestSpec(_core.ALLTOALL, name, dtype, shape, pset, input=buf,
+                       splits=split_list, allocator=_new_output(ops, tensor))
+    return _enqueue([spec],
+                    lambda v, a, r: (r.result, ops.from_numpy(np.asarray(a, np.int32))))[0]
 
 
 # ---------------------------------------------------------------- control
 
+_NO_DATA = _core.DTYPE_CODES["uint8"]   # the dtype of collectives that carry no tensor
+
 def barrier(process_set=global_process_set) -> None:
     """Return once every member of the set has called barrier."""
     pset = _pset(process_set)
-    spec = (_core.BARRIER, "barrier", None, None, _core.DTYPE_CODES["uint8"], (0,), Sum, 1.0,
-            1.0, -1, None, pset, None, None)
+    spec = RequestSpec(_core.BARRIER, "barrier", _NO_DATA, (0,), pset)
     synchronize(_enqueue([spec], lambda v, a, r: None)[0])
 
 
@@ -272,34 +325,32 @@ def join(process_set=global_process_set) -> int:
     """This rank is out of data: keep serving the others' allreduces (with zeros) until every
     rank has joined.  Returns the last rank to join."""
     pset = _pset(process_set)
-    spec = (_core.JOIN, "join", None, None, _core.DTYPE_CODES["uint8"], (0,), Sum, 1.0, 1.0,
-            -1, None, pset, None, None)
+    spec = RequestSpec(_core.JOIN, "join", _NO_DATA, (0,), pset)
     return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
 
 
 def submit_control(kind: str, ranks: Sequence[int]) -> int:
-    code = {"add_process_set": _core.PSET_ADD, "remove_process_set": _core.PSET_REMOVE}[kind]
-    spec = (code, f"process_set.{kind}", None, None, _core.DTYPE_CODES["uint8"], (0,), Sum,
-            1.0, 1.0, -1, list(ranks), 0, None, None)
+    """``add_process_set`` with the new set's ``ranks`` (returns its id), or
+    ``remove_process_set`` with ``ranks=[id]``."""
+    name = f"process_set.{kind}"
+    if kind == "add_process_set":
+        spec = RequestSpec(_core.PSET_ADD, name, _NO_DATA, (0,), 0, ranks=list(ranks))
+    elif kind == "remove_process_set":
+        (removed,) = ranks
+        spec = RequestSpec(_core.PSET_REMOVE, name, _NO_DATA, (0,), 0, removed_set=removed)
+    else:
+        raise KeyError(kind)
     return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
 
 
 # ---------------------------------------------------------------- Python objects
 
-_numpy_ops = None
-
-
-def _np_ops():
-    global _numpy_ops
-    if _numpy_ops is None:
-        from fuse.frameworks.numpy_arrays import NumpyOps
-        _numpy_ops = NumpyOps()
-    return _numpy_ops
+_numpy_ops = NumpyOps()
 
 
 def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global_process_set):
     """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
-    ops = _np_ops()
+    ops = _numpy_ops
     name = name or _auto_name("broadcast_object", _pset(process_set))
     me = basics.rank()
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8) if me == root_rank else None
@@ -314,7 +365,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global
 
 def allgather_object(obj, name=None, process_set=global_process_set) -> list:
     """A list with every member's ``obj``, in rank order."""
-    ops = _np_ops()
+    ops = _numpy_ops
     name = name or _auto_name("allgather_object", _pset(process_set))
     data = np.frombuffer(cloudpickle.dumps(obj), np.uint8).copy()
     sizes = synchronize(allgather_async(ops, np.array([len(data)], np.int64),

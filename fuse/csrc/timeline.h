@@ -1,5 +1,5 @@
 // The timeline's event buffer (rank 0 only), for the engine modules (fuse/_core.pyx,
-// _coordinator.pyx, _executor.pyx; declared in fuse/_wire.pxd).
+// _coordinator.pyx, _executor.pyx; declared in fuse/_csupport.pxd).
 //
 // The engine thread records small structs behind a mutex; a Python writer thread calls
 // tl_drain() every ~100 ms, which swaps the buffer out under the lock and formats the events as

@@ -21,8 +21,8 @@ if TYPE_CHECKING:
 
 NAMESPACE = "fuse.frameworks"
 
-__all__ = ["NAMESPACE", "PluginStatus", "describe_frameworks", "framework_names",
-           "load_framework"]
+__all__ = ["NAMESPACE", "PluginStatus", "describe_frameworks", "export_api",
+           "framework_names", "load_framework"]
 
 
 def _unavailable(message: str):
@@ -41,6 +41,15 @@ def load_framework(name: str) -> "type[FrameworkAdapter]":
     from fuse.frameworks.base import FrameworkAdapter
 
     return load_plugin(NAMESPACE, "framework adapter", name, FrameworkAdapter, _unavailable)
+
+
+def export_api(name: str, namespace: dict, keras: bool = False) -> list[str]:
+    """Fill a thin public module (``fuse.torch``, ``fuse.keras``, ...) with the API of adapter
+    ``name`` (its Keras API with ``keras``); returns the names, for ``__all__``."""
+    adapter = load_framework(name)
+    api = adapter.keras_api() if keras else adapter.api()
+    namespace.update({n: getattr(api, n) for n in api.__all__})
+    return list(api.__all__)
 
 
 def framework_names() -> list[str]:

@@ -1,8 +1,10 @@
 """The contract a framework adapter plugin fulfils.
 
 An adapter is a class registered in the entry-point group ``fuse.frameworks``; it turns one
-framework's tensors into the flat host buffers the engine moves.  This is the minimal, versioned
-surface every adapter has; the tensor verbs are added as the adapters arrive.
+framework's tensors into the flat host buffers the engine moves.  This class is the versioned
+surface the registry checks (name, module, availability, version, the public API); the tensor
+verbs the shared code calls are :class:`fuse.common.collectives.ArrayOps` (buffers, new
+tensors) and :class:`fuse.common.compression.CastHook` (casts for compression).
 """
 
 from __future__ import annotations

@@ -4,12 +4,8 @@ A thin module: it loads the ``mxnet`` framework adapter through the plugin regis
 names the reason when mxnet is missing or too old) and re-exports its public names.
 """
 
-from fuse.frameworks import load_framework as _load_framework
+from fuse.frameworks import export_api as _export_api
 
-_adapter = _load_framework("mxnet")
-_api = _adapter.api()
+__all__ = _export_api("mxnet", globals())
 
-globals().update({_n: getattr(_api, _n) for _n in _api.__all__})
-__all__ = list(_api.__all__)
-
-del _load_framework
+del _export_api

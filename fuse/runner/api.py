@@ -94,9 +94,12 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     if isinstance(network_interfaces, str):
         network_interfaces = [x.strip() for x in network_interfaces.split(",") if x.strip()]
 
-    if start_timeout is None:
-        start_timeout = float(os.environ.get("FUSE_START_TIMEOUT")
-                              or os.environ.get("HOROVOD_START_TIMEOUT") or 30)
+    from .launch import UsageError, start_timeout as _start_timeout
+
+    try:
+        start_timeout = _start_timeout(start_timeout)
+    except UsageError as err:
+        raise ValueError(str(err)) from None
     settings = Settings(start_timeout=start_timeout, ssh_port=ssh_port,
                         ssh_identity_file=ssh_identity_file, output_filename=output_filename,
                         verbose=bool(verbose), network_interfaces=network_interfaces,

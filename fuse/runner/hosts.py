@@ -227,12 +227,18 @@ def is_local_host(host: str) -> bool:
                                for info in infos)
 
 
-def route_source_address(host: str) -> str:
-    """Our address on the interface that routes to ``host`` (no packet is sent)."""
-    infos = socket.getaddrinfo(host, 9, socket.AF_INET, socket.SOCK_DGRAM)
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        s.connect(infos[0][4])
-        return s.getsockname()[0]
+def route_source_address(host: str, port: int = 9, family: int = socket.AF_INET) -> str:
+    """Our address on the interface that routes to ``host`` (no packet is sent); OSError
+    when there is none.  The one probe fuse uses (launcher, control channel, Gloo)."""
+    error: OSError = OSError(f"no address for {host}")
+    for fam, _, _, _, sockaddr in socket.getaddrinfo(host, port or 1, family, socket.SOCK_DGRAM):
+        try:
+            with socket.socket(fam, socket.SOCK_DGRAM) as s:
+                s.connect(sockaddr)
+                return s.getsockname()[0]
+        except OSError as err:
+            error = err
+    raise error
 
 
 def store_address(remote_hosts: list[str], network_interfaces: list[str] | None = None) -> str:

@@ -5,12 +5,8 @@ A thin module: it loads the ``tensorflow`` framework adapter through the plugin 
 names.  ``fuse.tensorflow.keras`` is the Keras API.
 """
 
-from fuse.frameworks import load_framework as _load_framework
+from fuse.frameworks import export_api as _export_api
 
-_adapter = _load_framework("tensorflow")
-_api = _adapter.api()
+__all__ = _export_api("tensorflow", globals())
 
-globals().update({_n: getattr(_api, _n) for _n in _api.__all__})
-__all__ = list(_api.__all__)
-
-del _load_framework
+del _export_api

@@ -33,18 +33,12 @@ def _import_native():
 
 def _route_to(host: str, port: int) -> str | None:
     """The local address the kernel would use to reach host:port (no packet is sent)."""
+    from fuse.runner.hosts import route_source_address
+
     try:
-        infos = socket.getaddrinfo(host, port or 1, type=socket.SOCK_DGRAM)
+        return route_source_address(host, port, socket.AF_UNSPEC)
     except OSError:
         return None
-    for family, _, _, _, sockaddr in infos:
-        try:
-            with socket.socket(family, socket.SOCK_DGRAM) as s:
-                s.connect(sockaddr)
-                return s.getsockname()[0]
-        except OSError:
-            continue
-    return None
 
 
 def _is_loopback(addr: str) -> bool:

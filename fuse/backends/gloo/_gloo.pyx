@@ -15,6 +15,7 @@ from cpython.ref cimport Py_DECREF, Py_INCREF
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from fuse.backends.libfusebackend cimport *
 from fuse.backends.gloo.libfusegloo cimport *
 
 from fuse.backends.gloo.errors import GlooError
@@ -22,15 +23,10 @@ from fuse.backends.gloo.errors import GlooError
 cdef enum:
     ERRLEN = 1024
 
-DTYPES = {
-    "uint8": FUSE_UINT8, "int8": FUSE_INT8, "uint16": FUSE_UINT16, "int16": FUSE_INT16,
-    "int32": FUSE_INT32, "int64": FUSE_INT64, "float16": FUSE_FLOAT16,
-    "float32": FUSE_FLOAT32, "float64": FUSE_FLOAT64, "bool": FUSE_BOOL,
-    "bfloat16": FUSE_BFLOAT16,
-}
+# wire dtype name -> fuse_dtype code, and its item size (the tables in fuse_dtypes.h)
+DTYPES = {dtype_name(code).decode(): code for code in range(FUSE_BFLOAT16 + 1)}
 OPS = {"sum": FUSE_OP_SUM, "min": FUSE_OP_MIN, "max": FUSE_OP_MAX, "product": FUSE_OP_PRODUCT}
-_ITEMSIZE = {"uint8": 1, "int8": 1, "bool": 1, "uint16": 2, "int16": 2, "float16": 2,
-             "bfloat16": 2, "int32": 4, "float32": 4, "int64": 8, "float64": 8}
+_ITEMSIZE = {name: dtype_size(code) for name, code in DTYPES.items()}
 CAPSULE_NAME = FUSE_GROUP_OPS_CAPSULE.decode()
 API_VERSION = FUSE_BACKEND_API_VERSION
 

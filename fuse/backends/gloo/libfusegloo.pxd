@@ -1,34 +1,9 @@
-# Declarations of the C contract (fuse_backend.h) and of the C++ layer over Gloo (csrc/).
+# Declarations of the C++ layer over Gloo (csrc/); the backend contract is
+# fuse/backends/libfusebackend.pxd.
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-
-cdef extern from "fuse_backend.h" nogil:
-    int FUSE_BACKEND_API_VERSION
-    const char* FUSE_GROUP_OPS_CAPSULE
-
-    enum fuse_dtype:
-        FUSE_UINT8
-        FUSE_INT8
-        FUSE_UINT16
-        FUSE_INT16
-        FUSE_INT32
-        FUSE_INT64
-        FUSE_FLOAT16
-        FUSE_FLOAT32
-        FUSE_FLOAT64
-        FUSE_BOOL
-        FUSE_BFLOAT16
-
-    enum fuse_reduce_op:
-        FUSE_OP_SUM
-        FUSE_OP_MIN
-        FUSE_OP_MAX
-        FUSE_OP_PRODUCT
-
-    ctypedef struct fuse_group_ops:
-        int api_version
-        void* self
+from fuse.backends.libfusebackend cimport *
 
 
 # Store callbacks (defined in _gloo.pyx; they take the GIL themselves).

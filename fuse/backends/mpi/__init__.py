@@ -40,18 +40,11 @@ from typing import Any, Sequence
 import numpy as np
 
 from fuse.backends.base import Backend, Group
-from fuse.backends.mpi.errors import MPIError, MpiError
+from fuse.backends.mpi.errors import MpiError
+from fuse.config import MPI_LAUNCHER_VARS, launched_by_mpi  # noqa: F401  (public here too)
 
-__all__ = ["MPIBackend", "MPIGroup", "MpiError", "MPIError", "launched_by_mpi"]
+__all__ = ["MPIBackend", "MPIGroup", "MpiError", "launched_by_mpi"]
 
-# Variables that MPI launchers put into every process's environment (Open MPI, MPICH/Hydra
-# and Intel MPI, PMIx-based launchers such as srun --mpi=pmix and prterun).
-MPI_LAUNCHER_VARS = ("OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS")
-
-
-def launched_by_mpi(environ=os.environ) -> bool:
-    """True if this process was started by an MPI launcher (mpirun, mpiexec, srun with PMI)."""
-    return any(environ.get(var) for var in MPI_LAUNCHER_VARS)
 
 
 def _threads_disabled(environ=os.environ) -> bool:
@@ -360,3 +353,11 @@ class MPIBackend(Backend):
         for group in groups:
             group.close()
         _types.free()
+
+
+def __getattr__(name: str):
+    if name == "MPIError":      # deprecated second spelling of MpiError
+        from fuse.backends.mpi import errors
+
+        return errors.__getattr__(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

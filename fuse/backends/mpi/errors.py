@@ -18,5 +18,11 @@ class MpiError(BackendError):
         return (type(self), self.args)
 
 
-# The spelling used in STYLE.md and by other bindings.
-MPIError = MpiError
+def __getattr__(name: str):
+    if name == "MPIError":      # the old second spelling: deprecated, MpiError is the name
+        import warnings
+
+        warnings.warn("fuse.backends.mpi.MPIError is deprecated; use MpiError (the same class)",
+                      DeprecationWarning, stacklevel=2)
+        return MpiError
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from fuse.common import compression as _compression
-from fuse.frameworks.numpy_arrays import NumpyOps, dtype_code
+from fuse.common.collectives import NumpyOps, dtype_code
 
 # TensorFlow dtypes fuse can reduce (as numpy sees them; bfloat16 is ml_dtypes' type)
 SUPPORTED = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,

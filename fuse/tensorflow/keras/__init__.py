@@ -4,11 +4,8 @@ The same code as :mod:`fuse.keras` (Keras 3 is TensorFlow's Keras); a thin modul
 ``tensorflow`` adapter's Keras namespace.
 """
 
-from fuse.frameworks import load_framework as _load_framework
+from fuse.frameworks import export_api as _export_api
 
-_api = _load_framework("tensorflow").keras_api()
+__all__ = _export_api("tensorflow", globals(), keras=True)
 
-globals().update({_n: getattr(_api, _n) for _n in _api.__all__})
-__all__ = list(_api.__all__)
-
-del _load_framework
+del _export_api

@@ -1,28 +1,13 @@
-# Declarations shared by the engine's Cython modules: the C++ helpers in csrc/core_support.h and
-# the backend ops table from backends/fuse_backend.h, and the timeline's event buffer in
-# csrc/timeline.h.
+# The engine's C++ helpers, declared for its Cython modules: locks, framing, the eventfd and
+# message (de)serialization (csrc/core_support.h), the same-host shared-memory allreduce
+# (csrc/shm_allreduce.h), the split's second thread (csrc/lane.h) and the timeline's event
+# buffer (csrc/timeline.h); plus, re-exported, the backend contract (backends/libfusebackend.pxd).
 from libc.stdint cimport int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 from libcpp cimport bool as cbool
 
-cdef extern from "fuse_backend.h" nogil:
-    enum:
-        FUSE_BACKEND_API_VERSION
-    enum fuse_dtype:
-        FUSE_UINT8, FUSE_INT8, FUSE_UINT16, FUSE_INT16, FUSE_INT32, FUSE_INT64,
-        FUSE_FLOAT16, FUSE_FLOAT32, FUSE_FLOAT64, FUSE_BOOL, FUSE_BFLOAT16
-    enum fuse_reduce_op:
-        FUSE_OP_SUM, FUSE_OP_MIN, FUSE_OP_MAX, FUSE_OP_PRODUCT
-    ctypedef struct fuse_group_ops:
-        int api_version
-        void *self
-        int (*allreduce)(void*, void*, size_t, int, int, char*, size_t) noexcept nogil
-        int (*allgatherv)(void*, const void*, size_t, void*, const size_t*, char*, size_t) noexcept nogil
-        int (*broadcast)(void*, void*, size_t, int, char*, size_t) noexcept nogil
-        int (*alltoallv)(void*, const void*, const size_t*, void*, const size_t*, char*, size_t) noexcept nogil
-        int (*reducescatter)(void*, void*, const size_t*, int, int, char*, size_t) noexcept nogil
-        int (*barrier)(void*, char*, size_t) noexcept nogil
+from fuse.backends.libfusebackend cimport *
 
 cdef extern from "core_support.h" namespace "fuse" nogil:
     cppclass Lock:
@@ -40,9 +25,6 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     cbool pop_frame(string& inbox, string& out)
     int wake_fd_new()
     void wake_fd_signal(int)
-    size_t dtype_size(int)
-    const char* dtype_name(int)
-    void scale_buffer(void*, size_t, int, double)
     int reduce_into(void*, const void*, size_t, int, int)
     void put[T](string&, T)
     void put_str(string&, const string&)
