@@ -251,7 +251,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         vals = synchronize(hv)
         if op == Average:
             vals = vals / size
-        return torch.sparse_coo_tensor(idx.t(), vals, t.shape)
+        # checked: indices from a rank with another shape must not reach the optimizer
+        return torch.sparse_coo_tensor(idx.t(), vals, t.shape, check_invariants=True)
     return wait
 
 
