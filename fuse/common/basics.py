@@ -16,7 +16,7 @@ import threading
 import traceback
 from typing import Sequence
 
-from fuse.common import thread_budget
+from fuse.common import ignored_knobs, thread_budget
 from fuse.common.process_sets import ProcessSet, global_process_set
 from fuse.config import Config, launched_by_mpi
 from fuse.exceptions import ShutdownError
@@ -96,6 +96,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
         _check_thread_affinity(config)      # before anything starts that would need stopping
         _warn_oversubscribed(config, log)
+        ignored_knobs.warn_ignored_knobs(config.local_rank, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
         ctl_fd, worker_fds = _connect_control_channel(backend, config, log)

@@ -106,6 +106,15 @@ class _GlobalProcessSet(ProcessSet):
     def _id(self) -> int:
         return 0
 
+    def __str__(self) -> str:
+        # rendered in signatures (help(), inspect) before init(), when size() would raise
+        from fuse.common import basics
+        if not basics.is_initialized():
+            return "ProcessSet(process_set_id=0, ranks=<every rank, known at init()>)"
+        return super().__str__()
+
+    __repr__ = __str__
+
     def __eq__(self, other) -> bool:
         return isinstance(other, ProcessSet) and other.process_set_id == 0
 

@@ -44,5 +44,5 @@ def test_mismatch_errors_name_tensor_ranks_and_values():
             rank_res["not_ndarray"]
         assert rank_res["sparse"].startswith("ValueError") and "row_sparse" in \
             rank_res["sparse"]
-        assert rank_res["splits"].startswith("ValueError") and "splits" in rank_res["splits"]
+        assert rank_res["splits"].startswith("CollectiveArgumentError") and "splits" in rank_res["splits"]
         assert rank_res["predivide"].startswith("ValueError"), rank_res["predivide"]

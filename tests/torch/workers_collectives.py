@@ -328,13 +328,14 @@ def autograd_rules():
     want = torch.tensor([1.0, 2.0, 2.0]) if r == 0 else torch.tensor([1.0, 1.0, 2.0])
     assert torch.equal(x.grad, want), x.grad
 
-    # reducescatter (Average): d y_r / d x_k[rows of r] = 1/n
+    # reducescatter, Horovod's convention: the allgathered gradient (Average), times the set
+    # size for Sum
     x = torch.ones(4, requires_grad=True)
     (hvd.reducescatter(x) * (r + 1)).sum().backward()
-    assert torch.equal(x.grad, torch.tensor([0.5, 0.5, 1.0, 1.0])), x.grad
+    assert torch.equal(x.grad, torch.tensor([1.0, 1.0, 2.0, 2.0])), x.grad
     x = torch.ones(4, requires_grad=True)
     (hvd.reducescatter(x, op=hvd.Sum) * (r + 1)).sum().backward()
-    assert torch.equal(x.grad, torch.tensor([1.0, 1.0, 2.0, 2.0])), x.grad
+    assert torch.equal(x.grad, torch.tensor([2.0, 2.0, 4.0, 4.0])), x.grad
 
     # compression: fp16/bf16 on the wire, result back in float32, gradient flows
     x = torch.full((4,), 1.0 / 3, requires_grad=True)

@@ -13,6 +13,7 @@ negotiation, not by MXNet engine priority.
 from __future__ import annotations
 
 import numpy as np
+from mxnet.base import MXNetError
 
 from fuse.common import collectives as _c
 from fuse.common.ops import Average, resolve_op
@@ -21,6 +22,12 @@ from fuse.frameworks.mxnet.tensors import (MxnetOps, check_ndarray, ready_for_re
                                            ready_for_write)
 
 _ops = MxnetOps()
+
+
+class CollectiveArgumentError(MXNetError, ValueError):
+    """A collective's arguments do not fit the process set (alltoall splits, rows that do not
+    divide evenly).  Horovod's MXNet ops raise ``MXNetError`` (a ``RuntimeError``) there;
+    this is one, and a ``ValueError`` as fuse raises elsewhere."""
 
 
 def _inputs(tensors):
@@ -163,18 +170,30 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     """Send ``splits[i]`` rows of axis 0 to member i (an even split without ``splits``).
     Returns the received rows, or ``(rows, received_splits)`` when ``splits`` is given."""
     (t,) = _inputs([tensor])
-    out, received = wait(_c.alltoall_async(_ops, t, _splits_list(splits), name=name,
-                                           process_set=process_set))
+    try:
+        handle = _c.alltoall_async(_ops, t, _splits_list(splits), name=name,
+                                   process_set=process_set)
+    except ValueError as err:       # checked here, before anything is submitted
+        raise CollectiveArgumentError(str(err)) from err
+    out, received = wait(handle)
     return out if splits is None else (out, received)
 
 
 # ------------------------------------------------------------------ reducescatter
 
+def _not_scalar(tensors, what):
+    for t in tensors:
+        if len(t.shape) == 0:
+            raise ValueError(f"{what} needs NDArrays of at least one dimension (it scatters "
+                             "blocks of axis 0); got a scalar")
+    return tensors
+
+
 def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_process_set,
                   prescale_factor=1.0, postscale_factor=1.0):
     """Reduce over the set, then give each member its block of axis-0 rows (the remainder to
     the first ranks).  Default op: Average."""
-    (t,) = _inputs([tensor])
+    (t,) = _not_scalar(_inputs([tensor]), "reducescatter")
     return wait(_c.reducescatter_async(_ops, t, name=name, op=op, process_set=process_set,
                                        prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor))
@@ -183,7 +202,7 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
 def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
-    ts = _inputs(tensors)
+    ts = _not_scalar(_inputs(tensors), "grouped_reducescatter")
     return wait(_c.grouped_reducescatter_async(_ops, ts, name=name, op=op,
                                                process_set=process_set,
                                                prescale_factor=prescale_factor,

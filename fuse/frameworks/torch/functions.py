@@ -95,7 +95,12 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
     at the first step: the root's state dict travels as a skeleton (structure, scalars, and
     the shape/dtype of each tensor) and the tensors follow as in-place broadcasts, so a rank
     whose state is still empty allocates it from the root's.  ``model`` is accepted for
-    compatibility."""
+    compatibility.
+
+    As after Horovod's (which takes a step on zero gradients to create the state), every
+    parameter that requires grad has a ``.grad`` tensor afterwards: a missing one is set to
+    zeros.  No step is taken, so no update (weight decay, Adam's step count) happens here."""
+    _fill_missing_grads(optimizer)
     me = basics.rank()
     tensors: list = []
     skeleton = _strip(optimizer.state_dict(), tensors) if me == root_rank else None
@@ -114,6 +119,18 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
         mpi_ops.synchronize(h)
     if me != root_rank:
         optimizer.load_state_dict(_fill(skeleton, work))
+
+
+def _fill_missing_grads(optimizer) -> None:
+    """Zero gradients where a parameter that requires grad has none (sparse ones for
+    ``SparseAdam``, which refuses dense gradients)."""
+    sparse = isinstance(optimizer, torch.optim.SparseAdam)
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
+                if sparse:
+                    p.grad = p.grad.to_sparse()
 
 
 def _collect_slots(obj, out):

@@ -11,8 +11,12 @@ allreduce       allreduce of the gradient with the same op and scale factors
 allgather       allreduce (Average) of the gradient, then this rank's rows
 broadcast       allreduce (Average) of the gradient; zero on non-root ranks
 alltoall        alltoall of the gradient back with the received splits
-reducescatter   allgather of the gradient (divided by the set size for Average)
+reducescatter   allgather of the gradient, times the set size for Sum and times
+                prescale_factor * postscale_factor (Horovod's convention)
 ==============  =============================================================
+
+The grouped allgather and reducescatter are differentiable too, with the rules of the single
+ops applied to each tensor of the group.
 """
 
 from __future__ import annotations
@@ -247,7 +251,8 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
         vals = synchronize(hv)
         if op == Average:
             vals = vals / size
-        return torch.sparse_coo_tensor(idx.t(), vals, t.shape)
+        # checked: indices from a rank with another shape must not reach the optimizer
+        return torch.sparse_coo_tensor(idx.t(), vals, t.shape, check_invariants=True)
     return wait
 
 
@@ -258,21 +263,33 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
     return _wrap(_c.allgather_async(_ops, host, name=name, process_set=process_set), device)
 
 
+def _rows_of(tensor) -> int:
+    return tensor.shape[0] if tensor.dim() else 0
+
+
+def _allgather_backward(grads, rows, process_set):
+    """Gradients of allgathered tensors: each gradient averaged over the set (one grouped
+    allreduce), then the rows that came from this rank (``rows[j]`` of tensor j)."""
+    grads = [g.contiguous() for g in grads]
+    reduced = synchronize(grouped_allreduce_async(grads, op=Average, process_set=process_set))
+    counts = synchronize(allgather_async(torch.tensor([rows], dtype=torch.int64),
+                                         process_set=process_set))      # (set size, tensors)
+    before = counts[:process_set.rank()].sum(0) if process_set.rank() else None
+    return [r.narrow(0, int(before[j]) if before is not None else 0, rows[j])
+            for j, r in enumerate(reduced)]
+
+
 class _Allgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, tensor, name, process_set):
-        ctx.rows = tensor.shape[0] if tensor.dim() else 0
+        ctx.rows = _rows_of(tensor)
         ctx.process_set = process_set
         return synchronize(allgather_async(tensor, name=name, process_set=process_set))
 
     @staticmethod
     def backward(ctx, grad):
-        ps = ctx.process_set
-        reduced = synchronize(allreduce_async(grad, op=Average, process_set=ps))
-        rows = synchronize(allgather_async(torch.tensor([ctx.rows], dtype=torch.int64),
-                                           process_set=ps))
-        offset = int(rows[:ps.rank()].sum()) if ps.rank() else 0
-        return reduced.narrow(0, offset, ctx.rows), None, None
+        (out,) = _allgather_backward([grad], [ctx.rows], ctx.process_set)
+        return out, None, None
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -287,8 +304,25 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                  device)
 
 
+class _GroupedAllgather(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, process_set, *tensors):
+        ctx.rows = [_rows_of(t) for t in tensors]
+        ctx.process_set = process_set
+        return tuple(synchronize(grouped_allgather_async(tensors, name=name,
+                                                         process_set=process_set)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, *_allgather_backward(grads, ctx.rows, ctx.process_set))
+
+
 def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+    """:func:`allgather` of each tensor, as one grouped collective.  Differentiable."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_allgather needs at least one tensor")
+    return list(_GroupedAllgather.apply(name, process_set, *tensors))
 
 
 # ------------------------------------------------------------------ broadcast
@@ -379,13 +413,31 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 # ------------------------------------------------------------------ reducescatter
 
+def _check_not_scalar(tensors, what):
+    for t in tensors:
+        if _check_tensor(t).dim() == 0:
+            raise ValueError(f"{what} needs tensors of at least one dimension (it scatters "
+                             "blocks of dim 0); got a scalar")
+
+
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
+    _check_not_scalar([tensor], "reducescatter")
     (host,), device = _intake([tensor], inplace=False)
     h = _c.reducescatter_async(_ops, host, name=name, op=op, process_set=process_set,
                                prescale_factor=prescale_factor,
                                postscale_factor=postscale_factor)
     return _wrap(h, device)
+
+
+def _reducescatter_backward(grads, op, process_set, scale):
+    """Horovod's gradient of reducescatter: the allgathered gradient, times the set size for
+    Sum, times ``prescale_factor * postscale_factor`` (``scale``)."""
+    gathered = synchronize(grouped_allgather_async([g.contiguous() for g in grads],
+                                                   process_set=process_set))
+    if op == Sum:
+        scale = scale * len(process_set.ranks)
+    return [g * scale if scale != 1.0 else g for g in gathered]
 
 
 class _Reducescatter(torch.autograd.Function):
@@ -399,19 +451,15 @@ class _Reducescatter(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad):
-        op, ps, scale = ctx.args
-        gathered = synchronize(allgather_async(grad.contiguous(), process_set=ps))
-        if op == Average:
-            scale = scale / len(ps.ranks)
-        if scale != 1.0:
-            gathered = gathered * scale
-        return gathered, None, None, None, None, None
+        (out,) = _reducescatter_backward([grad], *ctx.args)
+        return out, None, None, None, None, None
 
 
 def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
                   process_set=global_process_set, prescale_factor=1.0, postscale_factor=1.0):
     """Reduce over the set, then give each member its block of dim-0 rows (the remainder to
     the first ranks).  Default op: Average.  Differentiable."""
+    _check_not_scalar([tensor], "reducescatter")
     wire, ctx = compression.compress(tensor)
     out = _Reducescatter.apply(wire, name, op, process_set, prescale_factor, postscale_factor)
     return compression.decompress(out, ctx)
@@ -420,19 +468,39 @@ def reducescatter(tensor, name=None, compression=Compression.none, op=Average,
 def grouped_reducescatter_async(tensors, name=None, op=Average,
                                 process_set=global_process_set, prescale_factor=1.0,
                                 postscale_factor=1.0):
-    hosts, device = _intake(list(tensors), inplace=False)
+    tensors = list(tensors)
+    _check_not_scalar(tensors, "grouped_reducescatter")
+    hosts, device = _intake(tensors, inplace=False)
     h = _c.grouped_reducescatter_async(_ops, hosts, name=name, op=op, process_set=process_set,
                                        prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor)
     return _wrap(h, device)
 
 
+class _GroupedReducescatter(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, name, op, process_set, prescale, postscale, *tensors):
+        ctx.args = (op, process_set, prescale * postscale)
+        return tuple(synchronize(grouped_reducescatter_async(
+            tensors, name=name, op=op, process_set=process_set, prescale_factor=prescale,
+            postscale_factor=postscale)))
+
+    @staticmethod
+    def backward(ctx, *grads):
+        return (None, None, None, None, None, *_reducescatter_backward(grads, *ctx.args))
+
+
 def grouped_reducescatter(tensors, name=None, compression=Compression.none, op=Average,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
+    """:func:`reducescatter` of each tensor, as one grouped collective.  Differentiable."""
+    tensors = list(tensors)
+    if not tensors:
+        raise ValueError("grouped_reducescatter needs at least one tensor")
+    _check_not_scalar(tensors, "grouped_reducescatter")
     wires, ctxs = zip(*(compression.compress(t) for t in tensors))
-    outs = synchronize(grouped_reducescatter_async(list(wires), name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+    outs = _GroupedReducescatter.apply(name, op, process_set, prescale_factor,
+                                       postscale_factor, *wires)
     return [compression.decompress(o, c) for o, c in zip(outs, ctxs)]
 
 

@@ -66,7 +66,8 @@ class DistributedOptimizer:
         gradient_predivide_factor: divide by f before the sum and multiply by f after.
         num_groups: deprecated spelling of an int ``groups``.
         groups: an int (that many fused groups) or a list of lists of parameters.
-        sparse_as_dense: reduce sparse gradients as dense tensors.
+        sparse_as_dense: reduce sparse gradients as dense tensors (handed back sparse);
+            otherwise their indices and values are allgathered.
         process_set: the workers this optimizer averages over.
     """
 
@@ -93,6 +94,18 @@ class DistributedOptimizer:
                     seen.add(id(p))
                     params.append(p)
         names = self._names(params, named_parameters)
+        if named_parameters is None:
+            # Horovod's generated names, by place in the param groups: noname.<group>.<index>
+            place: dict = {}
+            for g, group in enumerate(optimizer.param_groups):
+                for j, p in enumerate(group["params"]):
+                    place.setdefault(id(p), f"noname.{g}.{j}")
+            names = [place[id(p)] for p in params]
+            shown = ["allreduce." + n for n in names]
+        else:
+            shown = names
+        # param -> name, as Horovod's optimizer exposes it (scripts and tests read it)
+        d["_parameter_names"] = dict(zip(params, shown))
         d["_params"] = params
         d["_wire_names"] = wire_names(names)
         d["_index"] = {id(p): i for i, p in enumerate(params)}
@@ -100,6 +113,7 @@ class DistributedOptimizer:
         d["_group_of"] = {i: g for g, members in enumerate(self._groups) for i in members}
         d["_group_ready"] = [0] * len(self._groups)
         d["_counter"] = PassCounter(len(params), backward_passes_per_step)
+        d["_densified"] = set()     # sparse gradients reduced as dense this step
         d["_handles"] = {}          # group index -> [(param index, handle, wire, ctx)]
         d["_hook_handles"] = []
         d["_active"] = process_set.included() and len(process_set.ranks) > 1
@@ -184,6 +198,7 @@ class DistributedOptimizer:
             p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
         if p.grad.is_sparse and self._sparse_as_dense:
             p.grad = p.grad.to_dense()
+            self._densified.add(i)      # handed back sparse after the reduction (Horovod)
         return p.grad
 
     def _submit(self, g):
@@ -244,9 +259,12 @@ class DistributedOptimizer:
                     out = self._compression.decompress(wire, ctx)
                     if out is not p.grad:
                         p.grad.copy_(out)
+                    if i in self._densified:
+                        p.grad = p.grad.to_sparse()
             except Exception as err:   # wait for every handle before raising
                 first_error = first_error or err
         self._handles.clear()
+        self._densified.clear()
         if self._layout is not None and not self._layout.built:
             engine, pset = basics.engine(), self._process_set.process_set_id
             self._layout.build(self._params,

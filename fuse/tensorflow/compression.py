@@ -1,0 +1,13 @@
+"""``horovod.tensorflow.compression``: ``Compression``, ``Compressor`` and the compressors.
+
+A thin module: the objects of ``fuse.tensorflow.Compression`` (see :mod:`fuse.common.reexport`).
+"""
+
+from fuse.common.reexport import compression_names as _names
+from fuse.tensorflow import Compression as _compression
+
+_exported = _names(_compression)
+globals().update(_exported)
+__all__ = sorted(_exported)
+
+del _names, _exported

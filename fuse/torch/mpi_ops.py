@@ -1,0 +1,13 @@
+"""``horovod.torch.mpi_ops``: the basics and the collectives, as scripts import them.
+
+A thin module: the same objects as ``fuse.torch`` (see :mod:`fuse.common.reexport`).
+"""
+
+from fuse.common.reexport import mpi_ops_names as _names
+from fuse.torch import _api
+
+_exported = _names(_api, "fuse.frameworks.torch.mpi_ops")
+globals().update(_exported)
+__all__ = sorted(_exported)
+
+del _names, _exported

@@ -1,0 +1,16 @@
+"""horovod.tensorflow's submodules on fuse.tensorflow (issue 24), on 2 real workers."""
+
+import pytest
+
+pytest.importorskip("tensorflow", reason="tests/tensorflow needs TensorFlow "
+                    "(scripts/test_tensorflow.sh)")
+
+from tf_util import run_job  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def test_horovod_submodules():
+    import tf_workers_compat as w
+    for checks in run_job(w.submodules):
+        assert all(checks.values()), checks

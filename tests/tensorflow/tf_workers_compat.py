@@ -1,0 +1,27 @@
+"""Worker side of test_tf_compat.py: horovod.tensorflow's module layout (issue 24)."""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+import fuse.tensorflow as hvd
+
+
+def submodules():
+    """mpi_ops (basics and collectives) and compression, the same objects as fuse.tensorflow."""
+    from fuse.common.exceptions import HorovodInternalError
+    from fuse.tensorflow import mpi_ops
+    from fuse.tensorflow.compression import Compression, Compressor, FP16Compressor
+    mpi_ops.init()
+    total = mpi_ops.allreduce(tf.ones([2]), op=mpi_ops.Sum).numpy().tolist()
+    wire, ctx = Compression.fp16.compress(tf.ones([2]))
+    return {
+        "allreduce": total == [2.0, 2.0],
+        "basics": mpi_ops.size() == 2 and mpi_ops.rank() == hvd.rank(),
+        "graph_ops": mpi_ops.size_op is hvd.size_op,
+        "no_optimizer": not hasattr(mpi_ops, "DistributedOptimizer"),
+        "compression": (Compression is hvd.Compression and issubclass(FP16Compressor, Compressor)
+                        and wire.dtype == tf.float16
+                        and Compression.fp16.decompress(wire, ctx).dtype == tf.float32),
+        "exceptions": HorovodInternalError is hvd.HorovodInternalError,
+    }
