@@ -4,10 +4,12 @@ A thin module: the same objects as ``fuse.torch`` (see :mod:`fuse.common.reexpor
 """
 
 from fuse.common.reexport import mpi_ops_names as _names
-from fuse.torch import _api
+from fuse.frameworks import load_framework as _load
+
+_api = _load("torch").api()
 
 _exported = _names(_api, "fuse.frameworks.torch.mpi_ops")
 globals().update(_exported)
 __all__ = sorted(_exported)
 
-del _names, _exported
+del _names, _exported, _load, _api
