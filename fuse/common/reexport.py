@@ -29,3 +29,14 @@ def compression_names(compression: type) -> dict:
     if hasattr(compression, "bf16"):
         names["BF16Compressor"] = compression.bf16
     return names
+
+
+def export_mpi_ops(framework: str, namespace: dict) -> list[str]:
+    """Fill ``fuse.<framework>.mpi_ops`` (``namespace``) with what Horovod keeps there; returns
+    the names, for ``__all__``."""
+    from fuse.frameworks import load_framework
+
+    exported = mpi_ops_names(load_framework(framework).api(),
+                             f"fuse.frameworks.{framework}.mpi_ops")
+    namespace.update(exported)
+    return sorted(exported)

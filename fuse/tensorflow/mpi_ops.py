@@ -3,13 +3,8 @@
 A thin module: the same objects as ``fuse.tensorflow`` (see :mod:`fuse.common.reexport`).
 """
 
-from fuse.common.reexport import mpi_ops_names as _names
-from fuse.frameworks import load_framework as _load
+from fuse.common.reexport import export_mpi_ops as _export
 
-_api = _load("tensorflow").api()
+__all__ = _export("tensorflow", globals())
 
-_exported = _names(_api, "fuse.frameworks.tensorflow.mpi_ops")
-globals().update(_exported)
-__all__ = sorted(_exported)
-
-del _names, _exported, _load, _api
+del _export

@@ -313,6 +313,7 @@ s = HTTPStore(os.environ["FUSE_GLOO_RENDEZVOUS_ADDR"], int(os.environ["FUSE_GLOO
 s.set("hello/" + rank, socket.gethostname().encode())
 s.wait(["hello/%d" % i for i in range(int(os.environ["FUSE_SIZE"]))], 20)
 print("host", socket.gethostname(), "cross", os.environ["FUSE_CROSS_RANK"], "cwd", os.getcwd())
+print("threads", os.environ.get("OMP_NUM_THREADS"), "secret", len(os.environ["FUSE_SECRET_KEY"]))
 if sys.argv[1] == "fail":
     if rank == "2":  # fails once the others run (their pids recorded: the test checks them)
         while sum(n.endswith(".pid") for n in os.listdir(sys.argv[2])) < 3:
@@ -348,7 +349,15 @@ def test_ssh_path(script, tmp_path):
         r = subprocess.run(base + ["ok"], capture_output=True, timeout=60, cwd=tmp_path,
                            env=dict(env, **cenv))
         assert r.returncode == 0, r.stderr.decode()
-        out = {k: v[0] for k, v in lines_of(r.stdout).items()}
+        lines = lines_of(r.stdout)
+        out = {k: v[0] for k, v in lines.items()}
+        # each host's thread budget is its own cores / its own workers (2 on host 2), and
+        # every worker got the job's secret (64 hex digits), which no command line carried
+        from fuse.common.thread_budget import usable_cores
+        cores = usable_cores()
+        assert {k: v[1] for k, v in lines.items()} == {
+            r: f"threads {max(1, cores // n)} secret 64"
+            for r, n in ((0, 1), (1, 2), (2, 2), (3, 1))}
         assert out[0].startswith("host ") and out[0].endswith(f"cwd {tmp_path}")
         assert out[1].startswith(f"host {name}2 cross 1"), out
         assert out[2].startswith(f"host {name}2 cross 0"), out
