@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -131,8 +132,6 @@ def run_mpirun(argv: Sequence[str], env: Mapping[str, str], verbose: bool = Fals
     remove the shared-memory files MPICH leaves in /dev/shm when a rank is killed
     (:func:`sweep_mpi_segments`).  SIGTERM and SIGHUP sent to us go on to mpirun; a terminal's
     SIGINT reaches both, and mpirun stops the ranks."""
-    import signal
-
     env = _root_env(env)
     if verbose:
         print("fuserun: " + shlex.join(argv), flush=True)
@@ -226,7 +225,6 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
     ``setup(server)`` stores the function in the launcher's store before the workers start.
     Returns ``(raw results by rank, Failure or None, signal that interrupted us or None)``.
     """
-    import signal as _signal
 
     from .hosts import is_local_host, store_address
     from .job import Failure
@@ -261,12 +259,12 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
         try:
             returncode = proc.wait()
         except KeyboardInterrupt:
-            interrupted = _signal.SIGINT
-            os.killpg(proc.pid, _signal.SIGINT)
+            interrupted = signal.SIGINT
+            os.killpg(proc.pid, signal.SIGINT)
             try:
                 returncode = proc.wait(10)
             except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, _signal.SIGKILL)
+                os.killpg(proc.pid, signal.SIGKILL)
                 returncode = proc.wait()
         raw = {r: server.get(f"runfunc_result/{r}") for r in range(np)}
         errors = {r: server.get(f"errors/{r}") for r in range(np)}
