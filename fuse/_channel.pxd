@@ -30,7 +30,8 @@ cdef class ControlChannel:
 
     cdef bint readable(self, int peer) noexcept nogil
     cdef bint receive(self, int peer) noexcept nogil
-    cdef bint next_frame(self, int peer, string& frame) noexcept nogil
+    cdef int next_frame(self, int peer, string& frame) noexcept nogil
+    cdef string bad_framing(self, int peer) noexcept nogil
     cdef int close(self, int peer) noexcept nogil
     cdef void mark_leaving(self, int peer) noexcept nogil
     cdef bint rank_gone(self, int rank) noexcept nogil

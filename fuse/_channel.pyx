@@ -13,7 +13,11 @@ eventfd that any thread signals when there is work (csrc/idle_wait.h).
 
 from posix.unistd cimport close as c_close
 
-from fuse._csupport cimport send_frame, recv_some, pop_frame, wake_fd_new, wake_fd_signal
+from libc.stdint cimport uint32_t
+
+from fuse._protocol cimport _int_str
+from fuse._csupport cimport (send_frame, recv_some, pop_frame, frame_length, kMaxFrameBytes,
+                             wake_fd_new, wake_fd_signal)
 
 cdef extern from "idle_wait.h" namespace "fuse" nogil:
     IdleWait* idle_new(int wake_fd)
@@ -84,9 +88,16 @@ cdef class ControlChannel:
         cdef ssize_t n = recv_some(self.fds[peer], self.inbox[peer])
         return not (n == 0 or n == -1)
 
-    cdef bint next_frame(self, int peer, string& frame) noexcept nogil:
-        """Take the next whole frame ``peer`` sent; False when there is none."""
+    cdef int next_frame(self, int peer, string& frame) noexcept nogil:
+        """Take the next whole frame ``peer`` sent: 1, or 0 when there is none, or -1 when
+        what it sent is not fuse's framing (a frame longer than the limit; see bad_framing)."""
         return pop_frame(self.inbox[peer], frame)
+
+    cdef string bad_framing(self, int peer) noexcept nogil:
+        """Why ``peer``'s bytes are refused, after next_frame returned -1."""
+        return (string(b"sent a control frame announcing ") + _int_str(frame_length(self.inbox[peer])) +
+                string(b" bytes, more than the limit of ") + _int_str(kMaxFrameBytes) +
+                string(b": its bytes are not fuse's framing (a bug, or not a fuse process)"))
 
     cdef int close(self, int peer) noexcept nogil:
         """Close ``peer``'s connection; returns the PeerState it had."""
@@ -166,3 +177,20 @@ cdef class ControlChannel:
     cdef void wake(self) noexcept nogil:
         """Wake the sleeper (any thread)."""
         wake_fd_signal(self.wake_fd)
+
+
+def split_frames(bytes data):
+    """The frames in ``data`` as the control channel reads them: (frames, the unfinished rest).
+    Raises ValueError for bytes that are not fuse's framing.  For tests of the decoder."""
+    cdef string inbox = data
+    cdef string frame
+    cdef int got
+    frames = []
+    while True:
+        got = pop_frame(inbox, frame)
+        if got == 0:
+            return frames, bytes(inbox)
+        if got < 0:
+            raise ValueError(f"a frame announcing {frame_length(inbox)} bytes "
+                             f"(limit {kMaxFrameBytes})")
+        frames.append(bytes(frame))

@@ -77,4 +77,5 @@ cdef class Coordinator:
                             const string& key) noexcept nogil
     cdef void _emit(self) noexcept nogil
     cdef void _check_stalls(self, double now) noexcept nogil
+    cdef void _send_alive(self) noexcept nogil
     cdef void _tl_ready(self, Request* first) noexcept nogil

@@ -105,6 +105,7 @@ cdef class Coordinator:
         if self.stall_check and self.table.size() and now - self.last_stall_check >= 1.0:
             self.last_stall_check = now
             self._check_stalls(now)
+            self._send_alive()
         if self.ready.size():
             if (self.table.size() > self.ready.size()
                     and now - self.last_emit < self.cycle_time_s):
@@ -674,6 +675,13 @@ cdef class Coordinator:
             frame.append(bodies[k])
             self.channel.send_to(<int>k, frame)
         self.last_emit = now_seconds()
+
+    cdef void _send_alive(self) noexcept nogil:
+        """Tell the workers rank 0 is alive while requests wait: a worker that stops hearing
+        it while its own requests wait knows rank 0 is stopped or hung (_liveness.pyx)."""
+        cdef string frame
+        put[uint8_t](frame, MSG_ALIVE)
+        self.channel.send_all(frame, -1)
 
     cdef void _check_stalls(self, double now) noexcept nogil:
         """Horovod's stall inspector: name the ranks that keep others waiting."""

@@ -44,7 +44,7 @@ from libcpp.vector cimport vector
 
 from fuse._csupport cimport *
 from fuse._protocol cimport *
-from fuse._executor cimport Executor, SharedSegments, EX_BACKEND
+from fuse._executor cimport Executor, SharedSegments, EX_BACKEND, EX_STALL
 from fuse._coordinator cimport Coordinator, CoordinatorLink
 from fuse._request cimport RequestSpec
 from fuse._channel cimport ControlChannel, PEER_LEAVING
@@ -52,6 +52,7 @@ from fuse._psets cimport ProcessSets
 from fuse._submitter cimport Submitter
 from fuse._handles cimport HandleTable
 from fuse._results cimport ResponseRunner
+from fuse._liveness cimport CoordinatorWatch, WATCH_WARN, WATCH_FAIL
 
 import threading
 
@@ -105,6 +106,8 @@ cdef class Engine(CoordinatorLink):
     # loop: executing responses
     cdef Executor executor
     cdef ResponseRunner runner         # loop: runs responses, completes this rank's handles
+    cdef CoordinatorWatch watch         # loop (workers): rank 0's silence while requests wait
+    cdef double shm_warn_s, shm_fail_s  # how long a shared-memory barrier waits for a member
     # Python side
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _backend
@@ -144,6 +147,12 @@ cdef class Engine(CoordinatorLink):
         self.executor.tl = self.tl
         self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
         self.runner.tl = self.tl
+        self.watch = CoordinatorWatch(config)
+        # A member late in shared memory is reported like a stalled rank: a warning after the
+        # stall-check time, a StallError after the stall-shutdown time, or, when that is off,
+        # after the Gloo timeout, as the same allreduce through Gloo would fail.
+        self.shm_warn_s = 0 if config.stall_check_disable else config.stall_check_time_seconds
+        self.shm_fail_s = config.stall_shutdown_time_seconds or config.gloo_timeout_seconds
         self._backend = backend
         self._log = log
         self._install_group(0, list(range(self.size)), world_group)
@@ -174,6 +183,7 @@ cdef class Engine(CoordinatorLink):
         return self.psets.install_twin(pset_id, group)
 
     def _install_shm(self, int pset_id, SharedSegments segments):
+        segments.set_patience(self.shm_warn_s, self.shm_fail_s)
         self.psets.install_shm(pset_id, segments)
 
     def _add_shared_region(self, list maps, list sizes):
@@ -499,6 +509,8 @@ cdef class Engine(CoordinatorLink):
                 progressed = True
         elif self._read_control(False):
             progressed = True
+        else:
+            self._watch_coordinator()
         if progressed and cycle_ts >= 0:
             tl_cycle(self.tl, cycle_ts)
         return STEP_PROGRESS if progressed else STEP_IDLE
@@ -573,7 +585,7 @@ cdef class Engine(CoordinatorLink):
     cdef int _idle_timeout_ms(self) noexcept nogil:
         """How long the thread may sleep: forever when nothing is pending anywhere."""
         if self.rank != 0:
-            return -1
+            return self.watch.sleep_ms(self.submitter.inflight.size() != 0)
         return self.coord.idle_timeout_ms()
 
     # ---- submitting this rank's requests
@@ -608,6 +620,20 @@ cdef class Engine(CoordinatorLink):
 
     # ---- worker side: reading the response stream
 
+    cdef void _watch_coordinator(self) noexcept nogil:
+        """A worker with nothing to read: warn, then fail, if rank 0 has been silent too long
+        while this rank's requests wait for their responses (see _liveness.pyx)."""
+        cdef size_t waiting = self.submitter.inflight.size()
+        cdef int verdict = self.watch.check(now_seconds(), waiting != 0)
+        cdef string why
+        if verdict == WATCH_WARN:
+            with gil:
+                self._log.warning(self.watch.warning_text(self.rank, waiting))
+        elif verdict == WATCH_FAIL:
+            with gil:
+                why = self.watch.failure_text(self.rank, waiting).encode()
+            self.table.fail(why, ERR_STALL)
+
     cdef bint _read_control(self, bint notices_only) noexcept nogil:
         """Read the control channel and handle what arrived: rank 0 the workers' messages, a
         worker the coordinator's.  ``notices_only``: handle only failure notices and drop the
@@ -616,6 +642,7 @@ cdef class Engine(CoordinatorLink):
         cdef string frame
         cdef bint got = False
         cdef bint still_open
+        cdef int framed = 0
         cdef int r
         cdef uint8_t t
         if self.rank == 0:
@@ -623,11 +650,18 @@ cdef class Engine(CoordinatorLink):
                 if not self.channel.readable(r):
                     continue
                 still_open = self.channel.receive(r)
-                while self.channel.next_frame(r, frame):
+                while True:
+                    framed = self.channel.next_frame(r, frame)
+                    if framed <= 0:
+                        break
                     if notices_only and _frame_type(frame) != MSG_ABORT:
                         continue
                     self._ingest(r, frame)
                     got = True
+                if framed < 0:
+                    self.abort_job(r, self.channel.bad_framing(r), ERR_INTERNAL)
+                    self.channel.close(r)
+                    return True
                 if not still_open:
                     self._worker_gone(r)
                     got = True
@@ -637,12 +671,20 @@ cdef class Engine(CoordinatorLink):
         if not self.channel.readable(0):
             return False
         still_open = self.channel.receive(0)
-        while self.channel.next_frame(0, frame):
+        while True:
+            framed = self.channel.next_frame(0, frame)
+            if framed <= 0:
+                break
+            self.watch.heard(now_seconds())
             t = _frame_type(frame)
             if notices_only and t != MSG_ABORT_ALL and t != MSG_COORD_BYE:
                 continue
             self._handle_coordinator_frame(frame)
             got = True
+        if framed < 0:
+            self.table.fail(_str("rank 0 ") + self.channel.bad_framing(0), ERR_INTERNAL)
+            self.channel.close(0)
+            return True
         if not still_open:
             self.channel.close(0)
             lock_acquire(self.lock)
@@ -745,9 +787,25 @@ cdef class Engine(CoordinatorLink):
     cdef void _execute(self, Response& resp) noexcept nogil:
         """Run one response (see ResponseRunner); a backend failure fails the engine."""
         cdef string err
-        if self.runner.run(resp, err) == EX_BACKEND:
+        cdef int rc = self.runner.run(resp, err)
+        if rc == EX_BACKEND:
             self._backend_failed(resp, err)
+        elif rc == EX_STALL:
+            self._peer_stalled(err)
         self.runner.close_spans(resp)
+
+    cdef void _peer_stalled(self, const string& err) noexcept nogil:
+        """A member of a collective did not arrive in time (it is stopped or hung): fail
+        with a StallError naming it, and tell everyone (rank 0 directly; a worker through rank
+        0, if it still listens)."""
+        cdef string frame
+        if self.rank == 0:
+            self.abort_job(-1, err, ERR_STALL)
+            return
+        self.table.fail(err, ERR_STALL)
+        put[uint8_t](frame, MSG_ABORT)
+        put_str(frame, err)
+        self.channel.send_up(frame)
 
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
         """A collective failed in the backend (usually: a peer died).  Wait briefly for the

@@ -22,7 +22,9 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     double now_seconds()
     int send_frame(int fd, const string& payload)
     ssize_t recv_some(int fd, string& inbox)
-    cbool pop_frame(string& inbox, string& out)
+    uint32_t kMaxFrameBytes
+    int pop_frame(string& inbox, string& out)
+    uint32_t frame_length(const string& inbox)
     int wake_fd_new()
     void wake_fd_signal(int)
     int reduce_into(void*, const void*, size_t, int, int)
@@ -38,8 +40,11 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
 cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
     size_t kShmHeaderBytes
     size_t kShmPidOffset
+    int kShmStalled
+    ctypedef void (*ShmWarnFn)(const char*) noexcept
     cppclass ShmAllreduce:
         ShmAllreduce(vector[char*] bases, int rank, size_t chunk)
+        void set_patience(double warn_s, double fail_s, ShmWarnFn warn)
         int allreduce(void* buf, size_t count, int dtype, int op, double post, char* err,
                       size_t errlen)
         void add_region(vector[char*] bases, vector[size_t] bytes)

@@ -11,6 +11,7 @@ cdef enum:
     EX_OK = 0           # done: complete the handles
     EX_BACKEND = 1      # the backend collective failed (err): the job fails
     EX_LOCAL = 2        # this rank could not take part in the result (err): only its handles fail
+    EX_STALL = 3        # a peer did not arrive in time (err names it): the job fails (StallError)
 
 
 cdef class FusionBufferManager:

@@ -204,6 +204,11 @@ cdef int _run_half(void* arg) noexcept nogil:
     return rc
 
 
+cdef void _warn_late_member(const char* message) noexcept with gil:
+    from fuse._log import logger
+    logger.warning("%s", message.decode(errors="replace"))
+
+
 cdef class SharedSegments:
     """Every member's mapped shared-memory segment (objects exporting the buffer protocol, such
     as ``mmap.mmap``, kept alive here) and the C++ reducer over them (csrc/shm_allreduce.h).
@@ -241,6 +246,11 @@ cdef class SharedSegments:
             self._segments.append(m)
         with nogil:
             self.impl.add_region(bases, nbytes)
+
+    def set_patience(self, double warn_s, double fail_s):
+        """How long a barrier waits for a late member: a warning after ``warn_s``, a
+        StallError after ``fail_s`` (0: never; see csrc/shm_allreduce.h)."""
+        self.impl.set_patience(warn_s, fail_s, _warn_late_member)
 
     @property
     def direct(self):
@@ -297,7 +307,8 @@ cdef class Executor:
         """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  When
         the set's members share a host, large buffers go through shared memory; otherwise large
         buffers go as two halves at once, the second over the set's twin connection on the
-        lane thread.  Every rank decides the same way from the same sizes, so they meet."""
+        lane thread.  Every rank decides the same way from the same sizes, so they meet.
+        Returns EX_OK, EX_BACKEND or EX_STALL (a member did not arrive in shared memory)."""
         cdef size_t dsize = dtype_size(dtype)
         cdef size_t half
         cdef HalfJob job
@@ -308,15 +319,16 @@ cdef class Executor:
             # each part's owner while the part is in cache)
             errbuf[0] = 0
             rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
+            self.st_shm += 1
             if rc:
                 err = _str(errbuf)
-            self.st_shm += 1
-            return rc
+                return EX_STALL if rc == kShmStalled else EX_BACKEND
+            return EX_OK
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
             rc = _b_allreduce(ps, buf, count, dtype, op, err)
             if rc == 0:
                 scale_buffer(buf, count, dtype, post)
-            return rc
+            return EX_BACKEND if rc else EX_OK
         if self.lane == NULL:
             self.lane = lane_new()
         half = count // 2
@@ -335,7 +347,7 @@ cdef class Executor:
         if rc == 0 and rc_lane != 0:
             err = _str(job.err)
             rc = rc_lane
-        return rc
+        return EX_BACKEND if rc else EX_OK
 
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil:
@@ -349,6 +361,7 @@ cdef class Executor:
         cdef int bop = _backend_op(resp.op)
         cdef double post = _postscale(resp.op, resp.postscale, ps.ranks.size())
         cdef bint tl = tl_on(self.tl)
+        cdef int rc
         cdef uint8_t act = TLW_BACKEND
         if resp.inline_data:
             self.st_inline += n
@@ -400,8 +413,9 @@ cdef class Executor:
             act = TLW_SHM if self._via_shm(ps, total) else TLW_BACKEND
             tl_span_all(self.tl, resp.names, b'B', act, resp.kind)
         t1 = now_seconds()
-        if self._reduce(ps, buf, total // dsize if dsize else 0, resp.dtype, bop, post, err) != 0:
-            return EX_BACKEND
+        rc = self._reduce(ps, buf, total // dsize if dsize else 0, resp.dtype, bop, post, err)
+        if rc != EX_OK:
+            return rc
         t2 = now_seconds()
         if tl:
             tl_span_all(self.tl, resp.names, b'E', act, resp.kind)

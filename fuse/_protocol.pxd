@@ -49,6 +49,7 @@ cdef enum: MSG_RESPONSES = 11
 cdef enum: MSG_STALE = 12
 cdef enum: MSG_ABORT_ALL = 13
 cdef enum: MSG_COORD_BYE = 14
+cdef enum: MSG_ALIVE = 15     # the coordinator is alive (sent while requests wait; _liveness.pyx)
 
 # Handle states.
 cdef enum: H_PENDING = 0

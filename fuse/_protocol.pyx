@@ -179,3 +179,50 @@ cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
 
 cdef string _exc_text(object e):
     return (f"{type(e).__name__}: {e}").encode(errors="replace")
+
+
+# ---- the decoder as Python sees it: for the property-based tests of the wire format
+
+def encode_request(*, int kind, int dtype, int op, int pset, int root, double prescale,
+                   double postscale, shape, args, bytes name, bytes group_key, int group_size,
+                   bytes data):
+    """One request as a worker writes it into a MSG_REQUESTS frame."""
+    cdef Request r
+    cdef string out
+    r.kind, r.dtype, r.op, r.pset, r.root = kind, dtype, op, pset, root
+    r.prescale, r.postscale = prescale, postscale
+    r.shape = shape
+    r.args = args
+    r.name, r.group_key, r.group_size, r.data = name, group_key, group_size, data
+    _write_request(out, r)
+    return bytes(out)
+
+
+def decode_requests(bytes body, int count):
+    """``count`` requests from ``body`` as the coordinator reads them, as dicts (the fields
+    encode_request takes).  ValueError where the coordinator would find the message corrupt."""
+    cdef string s = body
+    cdef Reader rd = reader_new(s)
+    cdef Request r
+    out = []
+    for _ in range(count):
+        r = _read_request(rd)
+        if rd.bad:
+            raise ValueError(f"corrupt request {len(out)}")
+        out.append(dict(kind=r.kind, dtype=r.dtype, op=r.op, pset=r.pset, root=r.root,
+                        prescale=r.prescale, postscale=r.postscale, shape=list(r.shape),
+                        args=list(r.args), name=bytes(r.name), group_key=bytes(r.group_key),
+                        group_size=r.group_size, data=bytes(r.data)))
+    return out
+
+
+def decode_response(bytes body):
+    """One response from ``body`` as a worker reads it: (names, shapes, payloads, error).
+    ValueError where a worker would find it corrupt."""
+    cdef string s = body
+    cdef Reader rd = reader_new(s)
+    cdef Response r = _read_response(rd)
+    if rd.bad:
+        raise ValueError("corrupt response")
+    return ([bytes(n) for n in r.names], [list(x) for x in r.shapes],
+            [bytes(p) for p in r.payloads], bytes(r.error))

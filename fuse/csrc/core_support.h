@@ -83,15 +83,30 @@ inline ssize_t recv_some(int fd, std::string& inbox) {
   }
 }
 
-// Pop one complete frame from `inbox` into `out`; false if none is complete yet.
-inline bool pop_frame(std::string& inbox, std::string& out) {
-  if (inbox.size() < 4) return false;
+// The largest control frame a peer may announce.  Legitimate frames are far smaller (requests
+// carry at most the inline threshold of data each); a larger length means bytes that are not
+// fuse's framing, and waiting for them to complete would wait for up to 4 GiB forever.
+constexpr uint32_t kMaxFrameBytes = 1u << 30;
+
+// Pop one complete frame from `inbox` into `out`: 1, or 0 if none is complete yet, or -1 if
+// the next frame announces more than kMaxFrameBytes (its length is left in `out`'s place:
+// see frame_length).
+inline int pop_frame(std::string& inbox, std::string& out) {
+  if (inbox.size() < 4) return 0;
   uint32_t n;
   std::memcpy(&n, inbox.data(), 4);
-  if (inbox.size() < 4 + (size_t)n) return false;
+  if (n > kMaxFrameBytes) return -1;
+  if (inbox.size() < 4 + (size_t)n) return 0;
   out.assign(inbox, 4, n);
   inbox.erase(0, 4 + (size_t)n);
-  return true;
+  return 1;
+}
+
+// The length the next frame in `inbox` announces (at least 4 bytes there).
+inline uint32_t frame_length(const std::string& inbox) {
+  uint32_t n;
+  std::memcpy(&n, inbox.data(), 4);
+  return n;
 }
 
 inline int wake_fd_new() { return ::eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC); }

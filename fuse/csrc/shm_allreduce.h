@@ -42,6 +42,12 @@ struct ShmHeader {
 };
 
 constexpr size_t kShmHeaderBytes = 4096;
+// What allreduce returns besides 0: an error, or a peer that did not arrive in time (err names
+// it either way; a stall is reported as the engine's StallError).
+constexpr int kShmFailed = 1;
+constexpr int kShmStalled = 2;
+// Called (from the waiting thread, without the GIL) when a peer is late by the warning time.
+using ShmWarnFn = void (*)(const char* message);
 constexpr size_t kShmPidOffset = offsetof(ShmHeader, pid);   // written by fuse/common/shm.py
 static_assert(sizeof(ShmHeader) <= kShmHeaderBytes, "header must fit its page");
 
@@ -62,6 +68,14 @@ class ShmAllreduce {
 
   uint64_t direct = 0;   // calls reduced straight between regions
 
+  // How long a barrier waits for a late peer: warn after `warn_s` (through `warn`, once per
+  // barrier), give up after `fail_s` with kShmStalled (0: wait as long as the peer lives).
+  void set_patience(double warn_s, double fail_s, ShmWarnFn warn) {
+    warn_s_ = warn_s;
+    fail_s_ = fail_s;
+    warn_ = warn;
+  }
+
   // Afterwards buf holds the reduction times `post` (the engine's postscale, applied by each
   // part's owner while the part is in cache rather than in another pass over the buffer).
   int allreduce(void* buf, size_t count, int dtype, int op, double post, char* err,
@@ -70,7 +84,7 @@ class ShmAllreduce {
     if (reduce == nullptr) {
       snprintf(err, errlen, "shared-memory allreduce: no kernel for %s %s", dtype_name(dtype),
                op_name(op));
-      return 1;
+      return kShmFailed;
     }
     const size_t n = bases_.size();
     const size_t esize = dtype_size(dtype);
@@ -78,7 +92,7 @@ class ShmAllreduce {
     char* raw = static_cast<char*>(buf);
     const size_t total = count * esize;
     int in_regions = direct_if_shared(raw, total, err, errlen);
-    if (in_regions < 0) return 1;
+    if (in_regions < 0) return -in_regions;
     if (in_regions) return reduce_in_regions(raw, count, esize, reduce, dtype, post, err, errlen);
     std::vector<size_t> cut(n + 1);
     for (size_t lo = 0; lo < total; lo += step, ++chunks_) {
@@ -91,7 +105,7 @@ class ShmAllreduce {
       for (size_t k = 0; k < n; ++k)
         if (k != static_cast<size_t>(rank_))
           memcpy(mine + (cut[k] - lo), raw + cut[k], cut[k + 1] - cut[k]);
-      if (barrier(err, errlen) != 0) return 1;
+      if (int rc = barrier(err, errlen)) return rc;
       // 2. reduce the part this rank owns from everyone's copy, then publish the result
       const size_t a = cut[rank_], z = cut[rank_ + 1];
       for (size_t k = 0; k < n; ++k)
@@ -99,7 +113,7 @@ class ShmAllreduce {
           reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
       scale_buffer(raw + a, (z - a) / esize, dtype, post);
       memcpy(mine + (a - lo), raw + a, z - a);
-      if (barrier(err, errlen) != 0) return 1;
+      if (int rc = barrier(err, errlen)) return rc;
       // 3. collect the other parts' results
       for (size_t k = 0; k < n; ++k)
         if (k != static_cast<size_t>(rank_))
@@ -115,7 +129,7 @@ class ShmAllreduce {
   };
 
   // Whether every rank's buffer of this call lies in the same region at the same offset (1),
-  // or not (0; -1 on error).  Every rank publishes where its buffer lies, then one barrier, then
+  // or not (0; minus barrier()'s code on error).  Every rank publishes where its buffer lies, then one barrier, then
   // all compare the same descriptors, so all decide alike.  A rank reuses its descriptor only
   // after a later barrier, which the others pass only once they have read this one.
   int direct_if_shared(const char* raw, size_t total, char* err, size_t errlen) {
@@ -131,7 +145,7 @@ class ShmAllreduce {
         break;
       }
     }
-    if (barrier(err, errlen) != 0) return -1;
+    if (int rc = barrier(err, errlen)) return -rc;
     if (me->region < 0) return 0;
     for (size_t k = 0; k < bases_.size(); ++k) {
       const ShmHeader* h = header(k);
@@ -177,7 +191,9 @@ class ShmAllreduce {
   // microseconds behind), then sleeping on the peer's futex word, which the peer's arrival
   // wakes.  Sleeping matters: on a machine with as many ranks as cores, a waiter that spins or
   // yields takes the core from this rank's own training thread.  A peer that died is noticed
-  // by its pid every 100 ms instead of being waited for forever.
+  // by its pid every 100 ms instead of being waited for forever, and one that is alive but
+  // stopped or hung (SIGSTOP, a debugger, a deadlock in its own code) by the clock: a warning
+  // after warn_s_, kShmStalled after fail_s_ (set_patience).
   int barrier(char* err, size_t errlen) {
     ++epoch_;
     ShmHeader* me = header(rank_);
@@ -185,6 +201,8 @@ class ShmAllreduce {
     me->wake.store(static_cast<uint32_t>(epoch_), std::memory_order_release);
     // not FUTEX_PRIVATE: the word lives in memory shared between processes
     syscall(SYS_futex, &me->wake, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+    double waiting_since = 0;     // set once spinning is over: the clock is only read while asleep
+    bool warned = false;
     for (size_t k = 0; k < bases_.size(); ++k) {
       ShmHeader* h = header(k);
       unsigned spins = 0;
@@ -200,21 +218,51 @@ class ShmAllreduce {
         struct timespec slice = {0, 100 * 1000 * 1000};
         // returns at once if the word moved on since `seen` (no lost wake-up)
         long rc = syscall(SYS_futex, &h->wake, FUTEX_WAIT, seen, &slice, nullptr, 0);
-        if (rc != 0 && errno == ETIMEDOUT &&
-            kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
+        const bool slept_out = rc != 0 && errno == ETIMEDOUT;
+        if (slept_out && kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
           snprintf(err, errlen,
                    "shared-memory allreduce: rank %zu (pid %lld) exited while rank %d "
                    "waited for it",
                    k, static_cast<long long>(h->pid), rank_);
-          return 1;
+          return kShmFailed;
+        }
+        if (slept_out) {
+          const double now = monotonic_seconds();
+          if (waiting_since == 0) waiting_since = now - 0.1;
+          const double late = now - waiting_since;
+          if (fail_s_ > 0 && late >= fail_s_) {
+            snprintf(err, errlen,
+                     "stall: shared-memory allreduce: rank %zu (pid %lld) has not arrived for "
+                     "%.0f seconds while rank %d waited for it; it is stopped or hung",
+                     k, static_cast<long long>(h->pid), late, rank_);
+            return kShmStalled;
+          }
+          if (!warned && warn_s_ > 0 && late >= warn_s_ && warn_ != nullptr) {
+            char msg[256];
+            snprintf(msg, sizeof msg,
+                     "shared-memory allreduce: rank %zu (pid %lld) has not arrived for %.0f "
+                     "seconds while rank %d waits for it (stopped or hung?)",
+                     k, static_cast<long long>(h->pid), late, rank_);
+            warn_(msg);
+            warned = true;
+          }
         }
       }
     }
     return 0;
   }
 
+  static double monotonic_seconds() {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
+  }
+
   std::vector<char*> bases_;
   std::vector<Region> regions_;
+  double warn_s_ = 0;
+  double fail_s_ = 0;
+  ShmWarnFn warn_ = nullptr;
   int rank_;
   size_t chunk_;
   uint64_t epoch_;

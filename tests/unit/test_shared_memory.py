@@ -141,3 +141,26 @@ def test_segments_have_no_name_to_leave_behind():
     finally:
         shm._discard(fd, path)
     assert not os.path.exists(path)
+
+
+def test_a_stopped_peer_is_warned_about_then_named_as_a_stall(tmp_path, caplog):
+    """"Rank 1" is alive but never arrives (as a stopped or hung process): rank 0 warns after
+    the warning time and gives up after the failure time, naming the rank, instead of waiting
+    as long as the process lives."""
+    alive = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        segments = SharedSegments(_segments(tmp_path, [os.getpid(), alive.pid]), 0,
+                                  shm.CHUNK_BYTES)
+        segments.set_patience(0.5, 2.0)
+        t0 = time.monotonic()
+        with caplog.at_level("WARNING", logger="fuse"):
+            with pytest.raises(RuntimeError, match=rf"stall: .*rank 1 \(pid {alive.pid}\) has "
+                                                   r"not arrived for 2 seconds while rank 0"):
+                segments.allreduce(np.ones(1000, np.float32), "float32", "sum")
+        assert 1.9 < time.monotonic() - t0 < 30
+        assert alive.poll() is None
+        assert any("rank 1" in r.getMessage() and "has not arrived" in r.getMessage()
+                   for r in caplog.records), caplog.text
+    finally:
+        alive.kill()
+        alive.wait()
