@@ -643,6 +643,7 @@ cdef class Engine(CoordinatorLink):
         cdef bint got = False
         cdef bint still_open
         cdef int framed = 0
+        cdef bint heard = False
         cdef int r
         cdef uint8_t t
         if self.rank == 0:
@@ -675,12 +676,15 @@ cdef class Engine(CoordinatorLink):
             framed = self.channel.next_frame(0, frame)
             if framed <= 0:
                 break
-            self.watch.heard(now_seconds())
+            heard = True
             t = _frame_type(frame)
             if notices_only and t != MSG_ABORT_ALL and t != MSG_COORD_BYE:
                 continue
             self._handle_coordinator_frame(frame)
             got = True
+        if heard:
+            # after the frames' collectives ran: rank 0 ran them too, sending nothing meanwhile
+            self.watch.heard(now_seconds())
         if framed < 0:
             self.table.fail(_str("rank 0 ") + self.channel.bad_framing(0), ERR_INTERNAL)
             self.channel.close(0)

@@ -10,9 +10,9 @@ Coordinator.step), besides its responses.  A worker that hears nothing for the s
 warns, and after the stall-shutdown time fails the job with a StallError naming rank 0.
 
 Only silence counts: a rank 0 that is alive but waits for another rank keeps sending MSG_ALIVE,
-and its own stall inspector names the missing rank instead.  Time a worker spends running a
-collective itself is not counted either: the loop reads the channel (and so the MSG_ALIVE frames
-that queued meanwhile) before it checks.
+and its own stall inspector names the missing rank instead.  Time spent running collectives is
+not counted either: rank 0 sends nothing while it runs one, so the clock restarts when a
+worker has run the responses it read (Engine._read_control).
 """
 
 cdef class CoordinatorWatch:
