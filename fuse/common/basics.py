@@ -12,38 +12,19 @@ import os
 import pickle
 import socket
 import sys
-import threading
 import traceback
 from typing import Sequence
 
-from fuse.common import ignored_knobs, thread_budget
-from fuse.common.process_sets import ProcessSet, global_process_set
+from fuse.common import collectives, ignored_knobs, thread_budget
+from fuse.common.process_sets import (ProcessSet, global_process_set,  # noqa: F401
+                                      process_set_by_id, process_set_id)
+from fuse.common import state
+from fuse.common.state import _state, engine, is_initialized, rank, size  # noqa: F401
 from fuse.config import Config, launched_by_mpi
 from fuse.exceptions import ShutdownError
 
 
-class _State:
-    def __init__(self):
-        self.lock = threading.RLock()
-        self.engine = None
-        self.config: Config | None = None
-        self.backend = None
-        self.process_sets: dict[int, ProcessSet] = {0: global_process_set}
-        self.dynamic = False
-        self.prev_excepthook = None
-        self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
-        self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
-
-
-_state = _State()
-
-
-def _require():
-    engine = _state.engine
-    if engine is None:
-        raise ValueError("fuse has not been initialized; call fuse.init() first "
-                         "(or this rank has shut down)")
-    return engine
+_require = state.require
 
 
 # The backend group id of the world's twin connection (see Engine._install_twin): far above
@@ -133,7 +114,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
                             knob, config.explicit.get(knob, "argument"))
         _state.engine, _state.config, _state.backend = engine, config, backend
         _state.dynamic = config.dynamic_process_sets
-        _state.process_sets = {0: global_process_set}
+        _state.process_sets = {}
         if _state.prev_excepthook is None:
             _state.prev_excepthook = sys.excepthook
             sys.excepthook = _excepthook
@@ -327,22 +308,7 @@ def autotune_state(wait: float | None = 0) -> dict | None:
     return tuner.state()
 
 
-def is_initialized() -> bool:
-    return _state.engine is not None
-
-
-def _cfg() -> Config:
-    _require()
-    assert _state.config is not None
-    return _state.config
-
-
-def rank() -> int:
-    return _cfg().rank
-
-
-def size() -> int:
-    return _cfg().size
+_cfg = state.config
 
 
 def local_rank() -> int:
@@ -365,11 +331,6 @@ def is_homogeneous() -> bool:
     """True if every host runs the same number of ranks."""
     cfg = _cfg()
     return cfg.local_size * cfg.cross_size == cfg.size
-
-
-def engine():
-    """The running engine (for the collective layer and framework adapters)."""
-    return _require()
 
 
 def backend_name() -> str:
@@ -462,7 +423,6 @@ def stop_timeline() -> None:
 # ---- process sets
 
 def _add_process_set(ps: ProcessSet) -> ProcessSet:
-    from fuse.common import collectives
     if ps.process_set_id is not None and ps.process_set_id in _state.process_sets:
         raise ValueError(f"{ps} is already registered")
     new_id = collectives.submit_control("add_process_set", ranks=ps.ranks)
@@ -489,7 +449,6 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
 
 def remove_process_set(process_set: ProcessSet) -> bool:
     """Remove a process set (collective over all ranks).  The global set cannot be removed."""
-    from fuse.common import collectives
     _require()
     if not _state.dynamic:
         raise ValueError("remove_process_set needs dynamic process sets")
@@ -502,23 +461,6 @@ def remove_process_set(process_set: ProcessSet) -> bool:
     del _state.process_sets[pid]
     process_set.process_set_id = None
     return True
-
-
-def process_set_id(process_set: ProcessSet | None) -> int:
-    ps = global_process_set if process_set is None else process_set
-    pid = ps._id()
-    if pid not in _state.process_sets:
-        raise ValueError(f"{ps} has been removed or was never registered")
-    return pid
-
-
-def process_set_by_id(pid: int) -> ProcessSet:
-    """The registered process set whose id is ``pid`` (for APIs that take an id, like
-    TensorFlow's ``size_op(process_set_id)``)."""
-    found = _state.process_sets.get(int(pid))
-    if found is None:
-        raise ValueError(f"no process set with id {pid} is registered")
-    return found
 
 
 def check_running() -> None:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from fuse.common import state
+
 
 class ProcessSet:
     """A sorted set of global ranks.  Becomes usable once registered, either by passing it to
@@ -23,9 +25,8 @@ class ProcessSet:
     @property
     def ranks(self) -> list[int]:
         if self._ranks is None:
-            from fuse.common import basics
             ranks = _checked(_translate(self.mpi_comm))
-            if not basics.is_initialized():
+            if not state.is_initialized():
                 return ranks      # provisional, against MPI_COMM_WORLD
             self._ranks = ranks
         return self._ranks
@@ -45,15 +46,13 @@ class ProcessSet:
 
     def rank(self) -> int:
         """This process's position in the set; raises if it is not a member."""
-        from fuse.common import basics
-        me = basics.rank()
+        me = state.rank()
         if me not in self.ranks:
             raise ValueError(f"rank {me} is not in {self}")
         return self.ranks.index(me)
 
     def included(self) -> bool:
-        from fuse.common import basics
-        return basics.rank() in self.ranks
+        return state.rank() in self.ranks
 
     def __str__(self) -> str:
         return f"ProcessSet(process_set_id={self.process_set_id}, ranks={self.ranks})"
@@ -78,8 +77,7 @@ def _translate(comm) -> list[int]:
     """The fuse ranks of a communicator's members: positions in fuse's world communicator
     (the MPI backend's), or in MPI_COMM_WORLD before fuse runs on MPI."""
     from mpi4py import MPI  # only reachable when the user passed a communicator
-    from fuse.common import basics
-    world = getattr(getattr(basics._state.backend, "world", None), "comm", None) or MPI.COMM_WORLD
+    world = getattr(getattr(state._state.backend, "world", None), "comm", None) or MPI.COMM_WORLD
     group = comm.Get_group()
     ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world.Get_group())
     if any(r == MPI.UNDEFINED for r in ranks):
@@ -96,8 +94,7 @@ class _GlobalProcessSet(ProcessSet):
 
     @property
     def ranks(self):  # type: ignore[override]
-        from fuse.common import basics
-        return list(range(basics.size()))
+        return list(range(state.size()))
 
     @ranks.setter
     def ranks(self, value):
@@ -108,8 +105,7 @@ class _GlobalProcessSet(ProcessSet):
 
     def __str__(self) -> str:
         # rendered in signatures (help(), inspect) before init(), when size() would raise
-        from fuse.common import basics
-        if not basics.is_initialized():
+        if not state.is_initialized():
             return "ProcessSet(process_set_id=0, ranks=<every rank, known at init()>)"
         return super().__str__()
 
@@ -123,3 +119,23 @@ class _GlobalProcessSet(ProcessSet):
 
 
 global_process_set = _GlobalProcessSet()
+
+
+def process_set_id(process_set: ProcessSet | None) -> int:
+    """The id of a registered process set (None: the global set)."""
+    ps = global_process_set if process_set is None else process_set
+    pid = ps._id()
+    if pid != 0 and pid not in state._state.process_sets:
+        raise ValueError(f"{ps} has been removed or was never registered")
+    return pid
+
+
+def process_set_by_id(pid: int) -> ProcessSet:
+    """The registered process set whose id is ``pid`` (for APIs that take an id, like
+    TensorFlow's ``size_op(process_set_id)``)."""
+    if int(pid) == 0:
+        return global_process_set
+    found = state._state.process_sets.get(int(pid))
+    if found is None:
+        raise ValueError(f"no process set with id {pid} is registered")
+    return found

@@ -1,9 +1,9 @@
 """``horovod.tensorflow.compression``: ``Compression``, ``Compressor`` and the compressors.
 
-A thin module: the objects of ``fuse.tensorflow.Compression`` (see :mod:`fuse.common.reexport`).
+A thin module: the objects of ``fuse.tensorflow.Compression`` (see :mod:`fuse.frameworks.reexport`).
 """
 
-from fuse.common.reexport import compression_names as _names
+from fuse.frameworks.reexport import compression_names as _names
 from fuse.tensorflow import Compression as _compression
 
 _exported = _names(_compression)

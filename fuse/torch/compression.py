@@ -1,9 +1,9 @@
 """``horovod.torch.compression``: ``Compression``, ``Compressor`` and the compressors.
 
-A thin module: the objects of ``fuse.torch.Compression`` (see :mod:`fuse.common.reexport`).
+A thin module: the objects of ``fuse.torch.Compression`` (see :mod:`fuse.frameworks.reexport`).
 """
 
-from fuse.common.reexport import compression_names as _names
+from fuse.frameworks.reexport import compression_names as _names
 from fuse.torch import Compression as _compression
 
 _exported = _names(_compression)

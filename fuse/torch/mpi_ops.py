@@ -1,9 +1,9 @@
 """``horovod.torch.mpi_ops``: the basics and the collectives, as scripts import them.
 
-A thin module: the same objects as ``fuse.torch`` (see :mod:`fuse.common.reexport`).
+A thin module: the same objects as ``fuse.torch`` (see :mod:`fuse.frameworks.reexport`).
 """
 
-from fuse.common.reexport import export_mpi_ops as _export
+from fuse.frameworks.reexport import export_mpi_ops as _export
 
 __all__ = _export("torch", globals())
 
