@@ -231,7 +231,6 @@ cdef class Engine(CoordinatorLink):
     cdef list _enqueue_bound(self, vector[Request]& reqs, list specs):
         """Check the bound requests against what is in flight, then queue them."""
         cdef list handles = []
-        cdef string key
         cdef int i
         _acquire(self.lock)
         if self.table.state != S_RUNNING:
@@ -239,27 +238,10 @@ cdef class Engine(CoordinatorLink):
             lock_release(self.lock)
             from fuse.exceptions import ShutdownError
             raise ShutdownError(msg)
-        for i in range(<int>reqs.size()):
-            key = _key(reqs[i].pset, reqs[i].name)
-            if self.table.names_in_flight.count(key):
-                lock_release(self.lock)
-                raise ValueError(
-                    f"tensor name {reqs[i].name.decode()!r} was submitted again while a "
-                    "collective of that name is still in flight on this rank; give each "
-                    "concurrent collective its own name (or wait for the first one)")
-            for j in range(i):
-                if _key(reqs[j].pset, reqs[j].name) == key:
-                    lock_release(self.lock)
-                    raise ValueError(f"tensor name {reqs[i].name.decode()!r} appears twice "
-                                     "in one grouped call")
-        if reqs.size() and reqs[0].pset != 0 and self.psets.map.count(reqs[0].pset) == 0:
+        refusal = self.table.refusal_locked(reqs, self.psets.map, self.rank)
+        if refusal is not None:
             lock_release(self.lock)
-            raise ValueError(f"process set {reqs[0].pset} does not exist (or was removed)")
-        for i in range(<int>reqs.size()):
-            if self.psets.map.count(reqs[i].pset) and self.psets.map[reqs[i].pset].index < 0:
-                lock_release(self.lock)
-                raise ValueError(f"this rank ({self.rank}) is not a member of process set "
-                                 f"{reqs[i].pset}")
+            raise ValueError(refusal)
         for i in range(<int>reqs.size()):
             reqs[i].handle = self.table.next_handle
             self.table.next_handle += 1

@@ -6,7 +6,7 @@ from libcpp.unordered_set cimport unordered_set
 from libcpp.vector cimport vector
 
 from fuse._csupport cimport Lock
-from fuse._protocol cimport Request, HandleState
+from fuse._protocol cimport Request, HandleState, PSet
 from fuse._channel cimport ControlChannel
 
 
@@ -34,3 +34,5 @@ cdef class HandleTable:
     cdef int current_state(self) noexcept nogil
     cdef bint has_work(self) noexcept nogil
     cdef object failure_text(self)
+    cdef object refusal_locked(self, vector[Request]& reqs, unordered_map[int, PSet]& psets,
+                               int rank)

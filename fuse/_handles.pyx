@@ -106,3 +106,26 @@ cdef class HandleTable:
         if self.failure.size():
             return self.failure.decode(errors="replace")
         return "fuse has been shut down on this rank"
+
+    cdef object refusal_locked(self, vector[Request]& reqs, unordered_map[int, PSet]& psets,
+                               int rank):
+        """Why these requests of one call cannot be queued (a message), or None: a name still
+        in flight or given twice, a process set that does not exist or lacks this ``rank``."""
+        cdef string key
+        cdef int i, j
+        for i in range(<int>reqs.size()):
+            key = _key(reqs[i].pset, reqs[i].name)
+            if self.names_in_flight.count(key):
+                return (f"tensor name {reqs[i].name.decode()!r} was submitted again while a "
+                        "collective of that name is still in flight on this rank; give each "
+                        "concurrent collective its own name (or wait for the first one)")
+            for j in range(i):
+                if _key(reqs[j].pset, reqs[j].name) == key:
+                    return (f"tensor name {reqs[i].name.decode()!r} appears twice in one "
+                            "grouped call")
+        if reqs.size() and reqs[0].pset != 0 and psets.count(reqs[0].pset) == 0:
+            return f"process set {reqs[0].pset} does not exist (or was removed)"
+        for i in range(<int>reqs.size()):
+            if psets.count(reqs[i].pset) and psets[reqs[i].pset].index < 0:
+                return f"this rank ({rank}) is not a member of process set {reqs[i].pset}"
+        return None

@@ -1,8 +1,8 @@
 """The collectives, written once for every framework.
 
-A framework plugs in an :class:`ArrayOps` (how to see a tensor's memory without copying and
-how to make new tensors; :class:`NumpyOps` is NumPy's); everything else (naming, op rules, validation, handles, grouped
-calls, object collectives) lives here.
+A framework plugs in an :class:`~fuse.common.array_ops.ArrayOps` (how to see a tensor's memory
+without copying and how to make new tensors; ``NumpyOps`` is NumPy's); everything else (naming,
+op rules, validation, handles, grouped calls, object collectives) lives here.
 """
 
 from __future__ import annotations
@@ -16,78 +16,10 @@ import numpy as np
 
 from fuse import _core
 from fuse._request import RequestSpec
-from fuse.common import basics
+from fuse.common import state
+from fuse.common.array_ops import ArrayOps, NumpyOps, dtype_code  # noqa: F401 (re-exported)
 from fuse.common.ops import Average, Sum, resolve_op
-from fuse.common.process_sets import global_process_set
-
-
-class ArrayOps:
-    """What a framework adapter tells the collective layer about its tensors."""
-
-    name = "abstract"
-
-    def describe(self, tensor) -> tuple[Any, int, tuple[int, ...]]:
-        """``(buffer, dtype_code, shape)``: ``buffer`` exports the tensor's own memory through
-        the buffer protocol (no copy).  Raises ValueError for a non-contiguous tensor or an
-        unsupported dtype."""
-        raise NotImplementedError
-
-    def empty_like(self, tensor):
-        raise NotImplementedError
-
-    def allocator(self, like) -> Callable[[tuple], tuple[Any, Any]]:
-        """A function ``shape -> (new tensor, its buffer)`` with ``like``'s dtype and device."""
-        raise NotImplementedError
-
-    def from_numpy(self, array: np.ndarray, like=None):
-        """A framework tensor holding ``array`` (used for splits and object collectives)."""
-        raise NotImplementedError
-
-
-# dtype -> engine code, filled as dtypes are seen (np.dtype(...).name costs microseconds,
-# which a 4-byte allreduce notices)
-_codes: dict = {}
-
-
-def dtype_code(dtype: np.dtype) -> int:
-    """The engine's code for a NumPy dtype; ValueError for one it cannot reduce."""
-    code = _codes.get(dtype)
-    if code is None:
-        code = _core.DTYPE_CODES.get(np.dtype(dtype).name)
-        if code is None:
-            raise ValueError(f"dtype {np.dtype(dtype)} is not supported; use one of "
-                             f"{', '.join(sorted(_core.DTYPE_CODES))}")
-        _codes[dtype] = code
-    return code
-
-
-class NumpyOps(ArrayOps):
-    """NumPy arrays, which are their own buffers: fuse's own API (fuse.allreduce, ...) and the
-    object collectives below use them; framework adapters that stage through NumPy extend it."""
-
-    name = "numpy"
-
-    def describe(self, tensor):
-        if not isinstance(tensor, np.ndarray):
-            raise TypeError(f"expected a numpy array, got {type(tensor).__name__}")
-        if not tensor.flags.c_contiguous:
-            raise ValueError("array is required to be C-contiguous "
-                             "(use np.ascontiguousarray)")
-        return tensor, dtype_code(tensor.dtype), tensor.shape
-
-    def empty_like(self, tensor):
-        return np.empty_like(tensor)
-
-    def allocator(self, like):
-        dtype = like.dtype
-
-        def allocate(shape):
-            out = np.empty(shape, dtype=dtype)
-            return out, out
-        return allocate
-
-    def from_numpy(self, array, like=None):
-        return array
+from fuse.common.process_sets import global_process_set, process_set_id
 
 
 # handle -> function(value, aux, record) that builds what synchronize() returns
@@ -105,7 +37,7 @@ def _auto_name(kind: str, pset: int) -> str:
 
 
 def _pset(process_set) -> int:
-    return basics.process_set_id(process_set)
+    return process_set_id(process_set)
 
 
 def _check_scale(op: int, prescale: float, postscale: float) -> None:
@@ -115,7 +47,7 @@ def _check_scale(op: int, prescale: float, postscale: float) -> None:
 
 def _enqueue(specs: list[RequestSpec], finisher: Callable) -> list[int]:
     """Queue ``specs``; ``finisher(value, aux, spec)`` makes each one's result."""
-    engine = basics.engine()
+    engine = state.engine()
     handles = engine.enqueue(specs)
     for h in handles:
         _finishers[h] = finisher
@@ -125,8 +57,8 @@ def _enqueue(specs: list[RequestSpec], finisher: Callable) -> list[int]:
 def poll(handle: int) -> bool:
     """True once the collective behind ``handle`` has finished."""
     if isinstance(handle, _Group):
-        return all(basics.engine().poll(h) for h in handle.handles)
-    return basics.engine().poll(handle)
+        return all(state.engine().poll(h) for h in handle.handles)
+    return state.engine().poll(handle)
 
 
 def synchronize(handle):
@@ -136,7 +68,7 @@ def synchronize(handle):
     finisher = _finishers.pop(handle, None)
     if finisher is None:
         return None
-    value, aux, record = basics.engine().wait(handle)
+    value, aux, record = state.engine().wait(handle)
     return finisher(value, aux, record)
 
 
@@ -352,7 +284,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global
     """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
     ops = _numpy_ops
     name = name or _auto_name("broadcast_object", _pset(process_set))
-    me = basics.rank()
+    me = state.rank()
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8) if me == root_rank else None
     length = np.array([len(payload) if payload is not None else 0], np.int64)
     length = synchronize(broadcast_async(ops, length, root_rank, name=name + ".size",

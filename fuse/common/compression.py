@@ -1,36 +1,26 @@
 """Gradient compression, written once for every framework.
 
 A compressor turns a tensor into what travels on the wire and back.  The casting itself is the
-only framework-specific part: a framework supplies a :class:`CastHook` (``dtype_name(t)``,
-``is_floating(t)``, ``cast(t, dtype_name)``) and binds it by subclassing::
+only framework-specific part: the framework's :class:`~fuse.common.array_ops.ArrayOps`
+(``dtype_name(t)``, ``is_floating(t)``, ``cast(t, dtype_name)``), bound by subclassing::
 
     class FP16Compressor(compression.FP16Compressor):
-        hook = TorchCast()
+        ops = TorchOps()
+
+(``compression_for(ops)`` makes a framework's whole ``Compression`` namespace that way.)
 
 ``Compressor.compress(t) -> (wire, ctx)`` and ``decompress(wire, ctx) -> t``.
 """
 
 from __future__ import annotations
 
-
-class CastHook:
-    """How a framework inspects and casts its tensors (the only per-framework piece)."""
-
-    def dtype_name(self, tensor) -> str:
-        raise NotImplementedError
-
-    def is_floating(self, tensor) -> bool:
-        raise NotImplementedError
-
-    def cast(self, tensor, dtype_name: str):
-        """A new tensor with ``tensor``'s values in ``dtype_name`` (a fuse dtype name)."""
-        raise NotImplementedError
+from fuse.common.array_ops import ArrayOps
 
 
 class Compressor:
     """Interface: ``compress(tensor) -> (tensor, ctx)`` and ``decompress(tensor, ctx)``."""
 
-    hook: CastHook | None = None
+    ops: ArrayOps | None = None     # the framework's tensor verbs (the casting compressors)
 
     @staticmethod
     def compress(tensor):
@@ -47,27 +37,27 @@ class NoneCompressor(Compressor):
 
 class _CastCompressor(Compressor):
     """Floating tensors travel as ``wire_dtype`` and come back in their own dtype; other
-    tensors are untouched.  Subclasses set ``wire_dtype`` and are bound to a hook."""
+    tensors are untouched.  Subclasses set ``wire_dtype`` and are bound to a framework's ops."""
 
     wire_dtype = ""
 
     @classmethod
     def compress(cls, tensor):
-        hook = cls.hook
-        if hook is None:
+        ops = cls.ops
+        if ops is None:
             raise RuntimeError(f"{cls.__name__} is not bound to a framework")
-        if not hook.is_floating(tensor):
+        if not ops.is_floating(tensor):
             return tensor, None
-        original = hook.dtype_name(tensor)
+        original = ops.dtype_name(tensor)
         if original == cls.wire_dtype:
             return tensor, None
-        return hook.cast(tensor, cls.wire_dtype), original
+        return ops.cast(tensor, cls.wire_dtype), original
 
     @classmethod
     def decompress(cls, tensor, ctx):
         if ctx is None:
             return tensor
-        return cls.hook.cast(tensor, ctx)
+        return cls.ops.cast(tensor, ctx)
 
 
 class FP16Compressor(_CastCompressor):
@@ -82,13 +72,13 @@ class BF16Compressor(_CastCompressor):
     wire_dtype = "bfloat16"
 
 
-def compression_for(hook: CastHook, bf16: bool = True) -> type:
+def compression_for(ops: ArrayOps, bf16: bool = True) -> type:
     """The ``Compression`` namespace a framework exports (``none``, ``fp16`` and, where the
-    framework has the type, ``bf16``), with the casting compressors bound to its ``hook``."""
+    framework has the type, ``bf16``), with the casting compressors bound to its ``ops``."""
 
     def bound(base: type) -> type:
-        return type(base.__name__, (base,), {"hook": hook, "__doc__": base.__doc__,
-                                             "__module__": type(hook).__module__})
+        return type(base.__name__, (base,), {"ops": ops, "__doc__": base.__doc__,
+                                             "__module__": type(ops).__module__})
 
     class Compression:
         """Optional gradient compression: ``Compression.none``, ``.fp16`` and ``.bf16``."""
@@ -100,5 +90,5 @@ def compression_for(hook: CastHook, bf16: bool = True) -> type:
         Compression.bf16 = bound(BF16Compressor)
     else:
         Compression.__doc__ = "Optional gradient compression: ``Compression.none`` and ``.fp16``."
-    Compression.__module__ = type(hook).__module__
+    Compression.__module__ = type(ops).__module__
     return Compression

@@ -1,10 +1,12 @@
 """The contract a framework adapter plugin fulfils.
 
 An adapter is a class registered in the entry-point group ``fuse.frameworks``; it turns one
-framework's tensors into the flat host buffers the engine moves.  This class is the versioned
-surface the registry checks (name, module, availability, version, the public API); the tensor
-verbs the shared code calls are :class:`fuse.common.collectives.ArrayOps` (buffers, new
-tensors) and :class:`fuse.common.compression.CastHook` (casts for compression).
+framework's tensors into the flat host buffers the engine moves.  The contract has two halves:
+this class, the versioned surface the registry checks without importing the framework (name,
+module, availability, version), and what it hands out once the framework is imported: its
+public API (``api()``) and its tensor verbs (``ops()``, a
+:class:`fuse.common.array_ops.ArrayOps`: buffers, new tensors, dtype casts), the only thing
+the shared code (collectives, compression, gradient bookkeeping) calls on its tensors.
 """
 
 from __future__ import annotations
@@ -48,6 +50,11 @@ class FrameworkAdapter(abc.ABC):
                 return False, (f"{cls.module} {version} is too old; fuse.{cls.name} needs "
                                f"{cls.module} >= {wanted}")
         return True, ""
+
+    @staticmethod
+    def ops():
+        """The framework's ArrayOps (imports the framework)."""
+        raise NotImplementedError
 
     @classmethod
     def version(cls) -> str | None:

@@ -11,6 +11,11 @@ class NumpyAdapter(FrameworkAdapter):
     name = "numpy"
     module = "numpy"
 
+    @staticmethod
+    def ops():
+        from fuse._api import _ops
+        return _ops
+
     @classmethod
     def version(cls) -> str | None:
         try:

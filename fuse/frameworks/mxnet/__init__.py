@@ -24,3 +24,9 @@ class MxnetAdapter(FrameworkAdapter):
         """The module holding the public ``fuse.mxnet`` names (imports mxnet)."""
         from fuse.frameworks.mxnet import api
         return api
+
+    @staticmethod
+    def ops():
+        """The ArrayOps of mxnet tensors (imports mxnet)."""
+        from fuse.frameworks.mxnet.mpi_ops import _ops
+        return _ops

@@ -21,7 +21,7 @@ from mxnet.base import _LIB, check_call
 
 from fuse import _core
 from fuse.common import compression as _compression
-from fuse.common.collectives import ArrayOps
+from fuse.common.array_ops import ArrayOps
 
 # The dtypes MXNet's classic NDArray has on CPU and the engine moves (MXNet has no int16,
 # uint16; its bfloat16 has no numpy type to view it through).
@@ -132,8 +132,6 @@ class MxnetOps(ArrayOps):
     def from_numpy(self, array, like=None):
         return mx.nd.array(np.ascontiguousarray(array), dtype=array.dtype)
 
-
-class MxnetCast(_compression.CastHook):
     def dtype_name(self, tensor) -> str:
         return dtype_name(tensor.dtype)
 
@@ -144,6 +142,5 @@ class MxnetCast(_compression.CastHook):
         return tensor.astype(name)
 
 
-_cast = MxnetCast()
 # MXNet 1.9 has no bfloat16 that numpy can view, so no bf16 compressor (as in Horovod).
-Compression = _compression.compression_for(_cast, bf16=False)
+Compression = _compression.compression_for(MxnetOps(), bf16=False)

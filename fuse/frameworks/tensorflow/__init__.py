@@ -27,6 +27,12 @@ class TensorflowAdapter(FrameworkAdapter):
         return api
 
     @staticmethod
+    def ops():
+        """The ArrayOps of TensorFlow tensors (imports TensorFlow)."""
+        from fuse.frameworks.tensorflow.mpi_ops import _ops
+        return _ops
+
+    @staticmethod
     def keras_api():
         """The module holding the public ``fuse.keras`` / ``fuse.tensorflow.keras`` names."""
         from fuse.frameworks.tensorflow.keras import api

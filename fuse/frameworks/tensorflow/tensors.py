@@ -14,7 +14,7 @@ import numpy as np
 import tensorflow as tf
 
 from fuse.common import compression as _compression
-from fuse.common.collectives import NumpyOps, dtype_code
+from fuse.common.array_ops import NumpyOps, dtype_code
 
 # TensorFlow dtypes fuse can reduce (as numpy sees them; bfloat16 is ml_dtypes' type)
 SUPPORTED = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,
@@ -64,8 +64,6 @@ class TensorflowOps(NumpyOps):
             return out, out
         return allocate
 
-
-class TensorflowCast(_compression.CastHook):
     def dtype_name(self, tensor) -> str:
         return tensor.dtype.name
 
@@ -76,5 +74,4 @@ class TensorflowCast(_compression.CastHook):
         return tf.cast(tensor, tf.as_dtype(name))
 
 
-_cast = TensorflowCast()
-Compression = _compression.compression_for(_cast)
+Compression = _compression.compression_for(TensorflowOps())

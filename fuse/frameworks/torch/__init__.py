@@ -20,3 +20,9 @@ class TorchAdapter(FrameworkAdapter):
         """The module holding the public ``fuse.torch`` names (imports torch)."""
         from fuse.frameworks.torch import api
         return api
+
+    @staticmethod
+    def ops():
+        """The ArrayOps of torch tensors (imports torch)."""
+        from fuse.frameworks.torch.mpi_ops import _ops
+        return _ops

@@ -7,7 +7,7 @@ import torch
 
 from fuse import _core
 from fuse.common import compression as _compression
-from fuse.common.collectives import ArrayOps
+from fuse.common.array_ops import ArrayOps
 
 # torch dtype -> (fuse dtype name, torch dtype of the view numpy can export)
 _DTYPES = {
@@ -80,8 +80,6 @@ class TorchOps(ArrayOps):
     def from_numpy(self, array, like=None):
         return torch.from_numpy(np.ascontiguousarray(array))
 
-
-class TorchCast(_compression.CastHook):
     def dtype_name(self, tensor) -> str:
         return dtype_name(tensor.dtype)
 
@@ -92,5 +90,4 @@ class TorchCast(_compression.CastHook):
         return tensor.to(_BY_NAME[name])
 
 
-_cast = TorchCast()
-Compression = _compression.compression_for(_cast)
+Compression = _compression.compression_for(TorchOps())

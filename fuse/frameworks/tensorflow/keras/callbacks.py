@@ -8,7 +8,7 @@ import numpy as np
 from fuse.common import basics
 from fuse.common import collectives as _c
 from fuse.common.ops import Average
-from fuse.common.collectives import NumpyOps
+from fuse.common.array_ops import NumpyOps
 from fuse.frameworks.tensorflow.functions import broadcast_variables
 
 _numpy = NumpyOps()
