@@ -12,6 +12,7 @@ the shared code (collectives, compression, gradient bookkeeping) calls on its te
 from __future__ import annotations
 
 import abc
+import importlib
 import importlib.util
 from importlib import metadata
 from typing import ClassVar
@@ -31,6 +32,21 @@ class FrameworkAdapter(abc.ABC):
     distributions: ClassVar[tuple[str, ...]] = ()
     min_version: ClassVar[tuple[int, ...]] = ()
     extra: ClassVar[str] = ""
+    # where the framework-importing halves live: the public API's module, and the ArrayOps
+    # instance as "module:attribute" (imported only when asked for)
+    api_module: ClassVar[str] = ""
+    ops_object: ClassVar[str] = ""
+
+    @classmethod
+    def api(cls):
+        """The module holding the framework's public names (imports the framework)."""
+        return importlib.import_module(cls.api_module)
+
+    @classmethod
+    def ops(cls):
+        """The framework's ArrayOps (imports the framework)."""
+        module, _, attr = cls.ops_object.partition(":")
+        return getattr(importlib.import_module(module), attr)
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
@@ -50,11 +66,6 @@ class FrameworkAdapter(abc.ABC):
                 return False, (f"{cls.module} {version} is too old; fuse.{cls.name} needs "
                                f"{cls.module} >= {wanted}")
         return True, ""
-
-    @staticmethod
-    def ops():
-        """The framework's ArrayOps (imports the framework)."""
-        raise NotImplementedError
 
     @classmethod
     def version(cls) -> str | None:

@@ -11,10 +11,8 @@ class NumpyAdapter(FrameworkAdapter):
     name = "numpy"
     module = "numpy"
 
-    @staticmethod
-    def ops():
-        from fuse._api import _ops
-        return _ops
+    api_module = "fuse._api"
+    ops_object = "fuse._api:_ops"
 
     @classmethod
     def version(cls) -> str | None:

@@ -19,14 +19,5 @@ class MxnetAdapter(FrameworkAdapter):
     min_version = (1, 9)
     extra = "mxnet"
 
-    @staticmethod
-    def api():
-        """The module holding the public ``fuse.mxnet`` names (imports mxnet)."""
-        from fuse.frameworks.mxnet import api
-        return api
-
-    @staticmethod
-    def ops():
-        """The ArrayOps of mxnet tensors (imports mxnet)."""
-        from fuse.frameworks.mxnet.mpi_ops import _ops
-        return _ops
+    api_module = "fuse.frameworks.mxnet.api"
+    ops_object = "fuse.frameworks.mxnet.mpi_ops:_ops"

@@ -20,17 +20,8 @@ class TensorflowAdapter(FrameworkAdapter):
     min_version = (2, 16)   # the first release whose tf.keras is Keras 3
     extra = "tensorflow"
 
-    @staticmethod
-    def api():
-        """The module holding the public ``fuse.tensorflow`` names (imports TensorFlow)."""
-        from fuse.frameworks.tensorflow import api
-        return api
-
-    @staticmethod
-    def ops():
-        """The ArrayOps of TensorFlow tensors (imports TensorFlow)."""
-        from fuse.frameworks.tensorflow.mpi_ops import _ops
-        return _ops
+    api_module = "fuse.frameworks.tensorflow.api"
+    ops_object = "fuse.frameworks.tensorflow.mpi_ops:_ops"
 
     @staticmethod
     def keras_api():

@@ -15,14 +15,5 @@ class TorchAdapter(FrameworkAdapter):
     min_version = (2, 0)
     extra = "torch"
 
-    @staticmethod
-    def api():
-        """The module holding the public ``fuse.torch`` names (imports torch)."""
-        from fuse.frameworks.torch import api
-        return api
-
-    @staticmethod
-    def ops():
-        """The ArrayOps of torch tensors (imports torch)."""
-        from fuse.frameworks.torch.mpi_ops import _ops
-        return _ops
+    api_module = "fuse.frameworks.torch.api"
+    ops_object = "fuse.frameworks.torch.mpi_ops:_ops"
