@@ -553,6 +553,45 @@ def test_world_on_named_interface(tmp_path):
         assert "127.0.0.1" in address, address
 
 
+def _secret_rank(rank, path, secret, results):
+    os.environ["FUSE_RENDEZVOUS_DIR"] = path
+    os.environ[SECRET_ENV] = secret
+    try:
+        backend = GlooBackend(Config.from_env({}, rank=rank, size=2, gloo_timeout_seconds=TIMEOUT))
+        buf = np.array([rank + 1], dtype=np.int32)
+        backend.world.allreduce(buf, "int32", "sum")
+        results.put((rank, int(buf[0]), ""))
+        backend.close()
+    except BaseException as err:
+        results.put((rank, None, f"{type(err).__name__}: {err}"))
+
+
+@pytest.mark.parametrize("same", [True, False])
+def test_every_connection_proves_the_jobs_secret(tmp_path, same):
+    """A peer that does not know the job's secret (as a process that connected to a Gloo
+    listener in a rank's place) is refused on its connection, by name, before any of the job's
+    data travels; peers that know it connect as before."""
+    secrets = ["ab" * 16, "ab" * 16 if same else "cd" * 16]
+    results = CTX.Queue()
+    procs = [CTX.Process(target=_secret_rank, args=(r, str(tmp_path), secrets[r], results),
+                         daemon=True) for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        got = sorted(results.get(timeout=60) for _ in procs)
+    finally:
+        for p in procs:
+            p.join(5)
+            p.kill()
+    for rank, total, error in got:
+        if same:
+            assert total == 3, error
+        else:
+            assert total is None, f"rank {rank} reduced with a peer that has another secret"
+            assert (f"connections rank {rank} holds for rank(s) [{1 - rank}]" in error
+                    and "did not prove the job's secret" in error), error
+
+
 def test_rendezvous_timeout_names_the_missing_keys(tmp_path):
     config = Config.from_env({}, rank=0, size=2, gloo_timeout_seconds=1.0)
     start = time.monotonic()

@@ -18,6 +18,8 @@ from typing import Sequence
 
 from fuse.backends.base import Backend, Group
 from fuse.backends.gloo.errors import GlooError
+from fuse.backends.gloo.peer_proof import prove_peers
+from fuse.runner.store import secret_from_env
 
 __all__ = ["GlooBackend", "GlooError", "choose_address"]
 
@@ -112,10 +114,12 @@ class GlooBackend(Backend):
         return str(self._device) if self._device is not None else "none"
 
     def _connect(self, ranks: list[int], group_id: int) -> Group:
+        prefix = f"{self._prefix}g{group_id}/"
         context = self._native.GlooContext(
             self._device, ranks.index(self.rank), len(ranks), self.timeout,
-            self._store if len(ranks) > 1 else None, f"{self._prefix}g{group_id}/")
+            self._store if len(ranks) > 1 else None, prefix)
         self._groups[group_id] = context
+        prove_peers(context, ranks, self.rank, prefix, secret_from_env())
         return context
 
     def exchange(self, data: bytes) -> list[bytes]:
