@@ -4,8 +4,6 @@ fixes the best setting, leaves explicit knobs alone, and results stay right thro
 from __future__ import annotations
 
 import csv
-import statistics
-import time
 
 import needs
 import numpy as np
@@ -62,20 +60,18 @@ def _workload(compare_rounds=0):
                     (state["fusion_threshold"], round(state["cycle_time_ms"], 6),
                      state["cache_enabled"]), "values the engine uses")
     final = fuse.broadcast_object(state, root_rank=0)
-    timings = {"default": [], "tuned": []}
+    # switching between the defaults and the tuned values keeps every result right (whether
+    # the tuned values are faster is bench/autotune.py's question, not a test's)
     for _ in range(compare_rounds):
         for label in ("default", "tuned"):
             if rank == 0:
                 engine.set_tuning(*(initial if label == "default" else applied))
-            step()  # the coordinator takes the setting at its next step: not timed
-            t0 = time.perf_counter()
             for _ in range(COMPARE_STEPS):
                 step()
-            timings[label].append(time.perf_counter() - t0)
     fuse.shutdown()
     check.finish()
     return {"rank": rank, "steps": steps, "checks": check.count, "final": final,
-            "own": state, "initial": initial, "timings": timings}
+            "own": state, "initial": initial}
 
 
 def _needs_optimiser():
@@ -116,12 +112,7 @@ def test_autotune_converges_and_ranks_agree(tmp_path):
     assert final["fixed"] == []
     # the search moved: not every sample used the same setting
     assert len({(r[0], r[1], r[2]) for r in rows}) > 1
-    # and where it ended is not worse than where it started (the defaults), on the same
-    # workload in the same job, in alternating blocks; medians, with room for a shared machine
-    timings = out[0]["timings"]
-    default, tuned = (statistics.median(timings[k]) for k in ("default", "tuned"))
     assert out[0]["initial"] == (128 * 1024 * 1024, 1.0, True)
-    assert tuned <= 1.25 * default, (out[0]["initial"], final, timings)
 
 
 def test_autotune_keeps_explicit_knobs(tmp_path):
