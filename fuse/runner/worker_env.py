@@ -8,6 +8,7 @@ into fuse's identities, written once for both integrations:
   (ranks contiguous per host, hosts in order of first appearance, local and cross ranks as
   ``fuserun`` assigns them);
 - :class:`DriverStore`: the rendezvous store in the driver, with the job's secret;
+- :func:`job_env`: what the driver tells one worker (identity, store, secret);
 - :func:`worker_env`: the environment one worker runs fuse with, computed on the worker itself
   (its host's usable cores decide its thread budget);
 - :func:`root_cause`: which failed rank to blame, by the errors the ranks left in the store.
@@ -23,7 +24,7 @@ from fuse.common import thread_budget
 from .hosts import HostSpec, Slot, assign_slots, loopback_interface
 from .store import SECRET_ENV, KVStoreServer, make_secret
 
-__all__ = ["slots_for_hosts", "DriverStore", "worker_env", "root_cause"]
+__all__ = ["slots_for_hosts", "DriverStore", "job_env", "worker_env", "root_cause"]
 
 
 def slots_for_hosts(hosts: Sequence[str], hostnames: Mapping[str, str] | None = None
@@ -67,32 +68,38 @@ class DriverStore:
         self.port = self.server.port
 
     def job_env(self, slot: Slot, nics: Sequence[str] | None = None) -> dict[str, str]:
-        """What the driver hands worker ``slot``: its identity, the store and the secret
-        (the thread budget is added on the worker, by :func:`worker_env`)."""
-        env = {"PYTHONUNBUFFERED": "1", SECRET_ENV: self.secret.hex()}
-        for prefix in ("FUSE_", "HOROVOD_"):
-            env[prefix + "GLOO_RENDEZVOUS_ADDR"] = self.addr
-            env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(self.port)
-        if nics:
-            env["FUSE_GLOO_IFACE"] = nics[0]
-        elif self.addr.startswith("127."):
-            env["FUSE_GLOO_IFACE"] = loopback_interface()   # a one-machine job stays on loopback
-        env.update(slot.env())
-        return env
+        """What the driver hands worker ``slot``: see :func:`job_env`."""
+        return job_env(slot, self.addr, self.port, self.secret, nics)
 
     def close(self) -> None:
         self.server.stop()
 
 
-def worker_env(job_env: Mapping[str, str], environ: Mapping[str, str] | None = None
+def job_env(slot: Slot, addr: str, port: int, secret: bytes,
+            nics: Sequence[str] | None = None) -> dict[str, str]:
+    """A worker's identity, the store's address and the job's secret, as its variables (the
+    thread budget is added on the worker, by :func:`worker_env`)."""
+    env = {"PYTHONUNBUFFERED": "1", SECRET_ENV: secret.hex()}
+    for prefix in ("FUSE_", "HOROVOD_"):
+        env[prefix + "GLOO_RENDEZVOUS_ADDR"] = addr
+        env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(port)
+    if nics:
+        env["FUSE_GLOO_IFACE"] = nics[0]
+    elif addr.startswith("127."):
+        env["FUSE_GLOO_IFACE"] = loopback_interface()   # a one-machine job stays on loopback
+    env.update(slot.env())
+    return env
+
+
+def worker_env(given: Mapping[str, str], environ: Mapping[str, str] | None = None
                ) -> dict[str, str]:
-    """The variables to set in a worker process: ``job_env`` (from :meth:`DriverStore.job_env`)
+    """The variables to set in a worker process: ``given`` (from :func:`job_env`)
     plus this host's thread budget for the job's workers here, as ``fuserun`` gives its
     workers.  A budget variable already set (by the user, or by Ray from ``num_cpus``) stays."""
     base = dict(os.environ if environ is None else environ)
-    base.update(job_env)
-    local_size = int(job_env.get("FUSE_LOCAL_SIZE", "1"))
-    out = dict(job_env)
+    base.update(given)
+    local_size = int(given.get("FUSE_LOCAL_SIZE", "1"))
+    out = dict(given)
     out.update(thread_budget.budget_env(base, local_size, thread_budget.usable_cores()))
     return out
 

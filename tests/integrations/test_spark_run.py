@@ -1,0 +1,121 @@
+"""fuse.spark.run on a real local Spark (local[2], one JVM per module): a torch training whose
+weights match fuserun's, ranks and environment, and a rank that raises or is killed."""
+
+import os
+import signal
+import subprocess
+import sys
+
+import needs
+import pytest
+
+needs.module("pyspark", "spark")
+needs.module("torch")
+
+import integration_training  # noqa: E402
+
+import fuse.spark  # noqa: E402
+from fuse.runner.api import WorkerError  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local Spark with 2 task slots for the whole module (the JVM starts slowly)."""
+    import shutil
+    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
+        needs.missing("spark", "no java on PATH and no JAVA_HOME")
+    from pyspark.sql import SparkSession
+    os.environ["PYSPARK_PYTHON"] = sys.executable      # the executors' Python: this one
+    session = (SparkSession.builder.master("local[2]").appName("fuse-spark-tests")
+               .config("spark.ui.enabled", "false").getOrCreate())
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
+
+
+def test_training_matches_fuserun(spark, fuserun_training):
+    results = fuse.spark.run(integration_training.train, num_proc=2)
+    assert [r["rank"] for r in results] == [0, 1]
+    assert all(r["size"] == 2 and r["local_size"] == 2 for r in results)
+    assert results[0]["weights"] == results[1]["weights"], "the replicas diverged"
+    assert results[0]["weights"] == fuserun_training[0]["weights"], \
+        "Spark's ranks trained to other weights than fuserun's"
+
+
+def _identity(scale, offset=0):
+    import numpy as np
+
+    import fuse
+    fuse.init()
+    total = fuse.allreduce(np.ones(2) * (fuse.rank() + 1), op=fuse.Sum)
+    return {"rank": fuse.rank(), "local_rank": fuse.local_rank(), "cross_size": fuse.cross_size(),
+            "threads": os.environ["OMP_NUM_THREADS"], "sum": float(total[0]) * scale + offset,
+            "secret": bool(os.environ.get("FUSE_SECRET_KEY")), "mark": os.environ.get("MARK")}
+
+
+def test_ranks_args_and_environment(spark):
+    env = dict(os.environ, MARK="from env")
+    ids = fuse.spark.run(_identity, args=(2,), kwargs={"offset": 1}, num_proc=2, env=env)
+    assert [i["rank"] for i in ids] == [0, 1] and [i["local_rank"] for i in ids] == [0, 1]
+    assert {i["cross_size"] for i in ids} == {1}
+    assert {i["sum"] for i in ids} == {7.0}
+    assert {i["secret"] for i in ids} == {True} and {i["mark"] for i in ids} == {"from env"}
+    cores = len(os.sched_getaffinity(0))
+    assert {i["threads"] for i in ids} == {str(max(1, cores // 2))}    # fuserun's budget
+
+
+def _fails_on_rank_1(how):
+    import numpy as np
+
+    import fuse
+    fuse.init()
+    if fuse.rank() == 1:
+        if how == "raise":
+            raise ValueError("rank one's data is bad")
+        os.kill(os.getpid(), signal.SIGKILL)
+    for _ in range(1000):   # rank 0 waits in collectives until fuse takes it down
+        fuse.allreduce(np.ones(4), name="x")
+    return "rank 0 was never stopped"
+
+
+def test_rank_that_raises(spark):
+    with pytest.raises(ValueError, match="rank one's data is bad") as info:
+        fuse.spark.run(_fails_on_rank_1, args=["raise"], num_proc=2)
+    cause = info.value.__cause__
+    assert isinstance(cause, WorkerError) and cause.rank == 1, cause
+    assert any("rank 1 of 2" in note for note in getattr(info.value, "__notes__", [])), \
+        "the exception does not say which rank raised it"
+
+
+def test_more_ranks_than_slots_time_out(spark):
+    """Spark waits for 3 barrier slots that local[2] never has: start_timeout ends it (and
+    the next test shows the context still works)."""
+    with pytest.raises(WorkerError, match="not all 3 ranks started within 5 s"):
+        fuse.spark.run(lambda: 1, num_proc=3, start_timeout=5)
+
+
+def test_rank_that_is_killed_then_the_context_runs_on(spark):
+    with pytest.raises(WorkerError) as info:
+        fuse.spark.run(_fails_on_rank_1, args=["kill"], num_proc=2)
+    assert info.value.rank == 1, info.value
+    assert "SIGKILL" in str(info.value), str(info.value)
+    assert fuse.spark.run(lambda: "again", num_proc=2) == ["again", "again"]
+
+
+def test_horovod_style_script():
+    """examples/spark_torch_style.py is a Horovod-on-Spark script with its imports changed."""
+    script = os.path.join(ROOT, "examples", "spark_torch_style.py")
+    with open(script) as f:
+        text = f.read()
+    assert "import fuse.spark" in text and "import fuse.torch as hvd" in text
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("FUSE_", "HOROVOD_"))}
+    env["PYSPARK_PYTHON"] = sys.executable
+    proc = subprocess.run([sys.executable, script, "--num-proc", "2"], capture_output=True,
+                          text=True, timeout=240, env=env)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "ranks [0, 1] agree" in proc.stdout, proc.stdout[-2000:]
