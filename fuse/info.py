@@ -3,8 +3,8 @@
 Prints fuse's version, Python, numpy, whether the engine imports, every backend and framework
 plugin with "available" or "unavailable: <reason>", which deep-learning frameworks are installed
 (from package metadata, without importing them), whether the Ray and Spark integrations can run
-(and why not), and the FUSE_/HOROVOD_ environment knobs in effect.  ``python -m fuse`` and ``fuserun --check-build`` print the same.  Always exits 0: it is
-a report, not a test.
+(and why not), and the FUSE_/HOROVOD_ environment knobs in effect.  ``python -m fuse`` and
+``fuserun --check-build`` print the same.  Always exits 0: it is a report, not a test.
 """
 
 from __future__ import annotations

@@ -96,7 +96,8 @@ class RayExecutor:
         self.settings = settings or self.create_settings()
         self.num_hosts = num_hosts
         self.num_workers_per_host = num_workers_per_host
-        self.num_workers = num_workers if num_workers is not None else num_hosts * num_workers_per_host
+        self.num_workers = (num_workers if num_workers is not None
+                            else num_hosts * num_workers_per_host)
         self.cpus_per_worker = cpus_per_worker
         self.use_gpu = use_gpu
         self.gpus_per_worker = (gpus_per_worker or 1) if use_gpu else 0
@@ -151,9 +152,10 @@ class RayExecutor:
             strategy = PlacementGroupSchedulingStrategy(
                 placement_group=pg,
                 placement_group_bundle_index=index[i] if index is not None else -1)
-            actors.append(actor_cls.options(num_cpus=self.cpus_per_worker,
-                                            num_gpus=self.gpus_per_worker,
-                                            scheduling_strategy=strategy).remote(i, self.num_workers))
+            options = actor_cls.options(num_cpus=self.cpus_per_worker,
+                                        num_gpus=self.gpus_per_worker,
+                                        scheduling_strategy=strategy)
+            actors.append(options.remote(i, self.num_workers))
         try:
             placements = self._get([a.placement.remote() for a in actors], self.settings.timeout_s,
                                    "start")

@@ -1,7 +1,8 @@
 """One small torch training, run the same way by fuserun, by fuse.ray and by fuse.spark: the
 integration tests compare the weights each way ends with.
 
-``python integration_training.py OUT`` (under ``fuserun -np 2``) writes each rank's result to ``OUT.<rank>``.
+``python integration_training.py OUT`` (under ``fuserun -np 2``) writes each rank's result to
+``OUT.<rank>``.
 """
 
 from __future__ import annotations
