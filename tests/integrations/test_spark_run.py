@@ -34,7 +34,23 @@ def spark():
     try:
         yield session
     finally:
-        session.stop()
+        _stop_spark(session)
+
+
+def _stop_spark(session) -> None:
+    """Stop the session and its JVM: SparkSession.stop() keeps the JVM for the rest of the
+    process, which here is the rest of the test suite."""
+    from pyspark import SparkContext
+    gateway = SparkContext._gateway
+    session.stop()
+    if gateway is None:
+        return
+    gateway.shutdown()
+    proc = getattr(gateway, "proc", None)     # the JVM pyspark started (launch_gateway)
+    if proc is not None:
+        proc.kill()
+        proc.wait(timeout=30)
+    SparkContext._gateway = SparkContext._jvm = None
 
 
 def test_training_matches_fuserun(spark, fuserun_training):
