@@ -245,7 +245,7 @@ class RayExecutor:
                 i = index[ref]
                 try:
                     results[i] = ray.get(ref)
-                except (ray.exceptions.RayError, Exception) as err:
+                except Exception as err:        # RayTaskError, RayActorError, ...
                     failed[i] = err
                     seen.append(i)
             if failed and grace_end is None:

@@ -9,6 +9,7 @@ grouped by the executors' hosts.  Results and errors come back through the store
 from __future__ import annotations
 
 import json
+import os
 import socket
 import sys
 import threading
@@ -83,7 +84,6 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, A
 
 
 def _start_timeout(value: float | None) -> float:
-    import os
     if value is not None:
         return float(value)
     for name in ("FUSE_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT"):
