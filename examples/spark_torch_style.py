@@ -1,6 +1,7 @@
 """A Horovod-on-Spark PyTorch script (synthetic regression data, a small MLP).
 
-Written exactly as for Horovod; only the imports differ:
+Written exactly as for Horovod; only the imports differ (and so the module the run is called on,
+horovod.spark.run -> fuse.spark.run):
     import horovod.spark                  ->   import fuse.spark
     import horovod.torch as hvd           ->   import fuse.torch as hvd
 
@@ -9,6 +10,7 @@ Run:  python examples/spark_torch_style.py --num-proc 2     (a local Spark, loca
 """
 
 import argparse
+import sys
 
 import torch
 from pyspark.sql import SparkSession
@@ -49,7 +51,9 @@ if __name__ == "__main__":
 
     spark = (SparkSession.builder.appName("fuse-spark-example")
              .master(args.master or f"local[{args.num_proc}]").getOrCreate())
-    results = fuse.spark.run(train_fn, kwargs=dict(epochs=args.epochs), num_proc=args.num_proc)
+    results = fuse.spark.run(train_fn, kwargs=dict(epochs=args.epochs), num_proc=args.num_proc,
+                             stdout=sys.stdout, stderr=sys.stderr, verbose=2,
+                             prefix_output_with_timestamp=True)
     spark.stop()
     ranks = [r[0] for r in results]
     assert len({r[2] for r in results}) == 1, f"the replicas diverged: {results}"

@@ -80,8 +80,8 @@ def test_ranks_args_and_environment(spark):
     assert {i["cross_size"] for i in ids} == {1}
     assert {i["sum"] for i in ids} == {7.0}
     assert {i["secret"] for i in ids} == {True} and {i["mark"] for i in ids} == {"from env"}
-    cores = len(os.sched_getaffinity(0))
-    assert {i["threads"] for i in ids} == {str(max(1, cores // 2))}    # fuserun's budget
+    from fuse.common import thread_budget
+    assert {i["threads"] for i in ids} == {str(thread_budget.threads_per_worker(2))}  # fuserun's
 
 
 def _fails_on_rank_1(how):
