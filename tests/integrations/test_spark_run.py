@@ -4,6 +4,7 @@ weights match fuserun's, ranks and environment, and a rank that raises or is kil
 import os
 import signal
 import sys
+import time
 
 import needs
 import pytest
@@ -114,11 +115,40 @@ def test_more_ranks_than_slots_time_out(spark):
         fuse.spark.run(lambda: 1, num_proc=3, start_timeout=5)
 
 
+def _rank_processes() -> list[int]:
+    """Our descendants (through the JVM and its Python workers) that run a fuse rank."""
+    parents = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    found = []
+    for pid in parents:
+        p = pid
+        while p in parents and p != os.getpid():
+            p = parents[p]
+        if p == os.getpid() and pid != os.getpid():
+            try:
+                with open(f"/proc/{pid}/cmdline", "rb") as f:
+                    if b"fuse.runner.run_task" in f.read():
+                        found.append(pid)
+            except OSError:
+                pass
+    return found
+
+
 def test_rank_that_is_killed_then_the_context_runs_on(spark):
     with pytest.raises(WorkerError) as info:
         fuse.spark.run(_fails_on_rank_1, args=["kill"], num_proc=2)
     assert info.value.rank == 1, info.value
     assert "SIGKILL" in str(info.value), str(info.value)
+    deadline = time.monotonic() + 30
+    while _rank_processes() and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _rank_processes() == [], "a rank process outlived the failed job"
     assert fuse.spark.run(lambda: "again", num_proc=2) == ["again", "again"]
 
 
