@@ -16,6 +16,7 @@ into fuse's identities, written once for both integrations:
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Mapping, Sequence
 
@@ -45,13 +46,8 @@ def slots_for_hosts(hosts: Sequence[str], hostnames: Mapping[str, str] | None = 
     for slot in by_rank:
         queues[slot.hostname].append(slot)
     names = hostnames or {}
-    out = []
-    for host in hosts:
-        slot = queues[host].pop(0)
-        out.append(Slot(hostname=names.get(host, host), rank=slot.rank, size=slot.size,
-                        local_rank=slot.local_rank, local_size=slot.local_size,
-                        cross_rank=slot.cross_rank, cross_size=slot.cross_size))
-    return out
+    return [dataclasses.replace(queues[host].pop(0), hostname=names.get(host, host))
+            for host in hosts]
 
 
 class DriverStore:
