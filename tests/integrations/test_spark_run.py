@@ -99,6 +99,13 @@ def _fails_on_rank_1(how):
     return "rank 0 was never stopped"
 
 
+def test_elastic_and_mpi_say_they_are_not_there():
+    with pytest.raises(NotImplementedError, match="elastic"):
+        fuse.spark.run_elastic(lambda: 1, num_proc=2)
+    with pytest.raises(NotImplementedError, match="Gloo only"):
+        fuse.spark.run(lambda: 1, num_proc=2, use_mpi=True)
+
+
 def test_rank_that_raises(spark):
     with pytest.raises(ValueError, match="rank one's data is bad") as info:
         fuse.spark.run(_fails_on_rank_1, args=["raise"], num_proc=2)
