@@ -2,9 +2,9 @@
 
 Prints fuse's version, Python, numpy, whether the engine imports, every backend and framework
 plugin with "available" or "unavailable: <reason>", which deep-learning frameworks are installed
-(from package metadata, without importing them), and the FUSE_/HOROVOD_ environment knobs in
-effect.  ``python -m fuse`` and ``fuserun --check-build`` print the same.  Always exits 0: it is
-a report, not a test.
+(from package metadata, without importing them), whether the Ray and Spark integrations can run
+(and why not), and the FUSE_/HOROVOD_ environment knobs in effect.  ``python -m fuse`` and
+``fuserun --check-build`` print the same.  Always exits 0: it is a report, not a test.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import argparse
 import json
 import os
 import platform
+import shutil
+import subprocess
 import sys
 from importlib import metadata, util
 from typing import Any
@@ -80,6 +82,43 @@ def installed_frameworks() -> dict[str, dict[str, Any]]:
     return out
 
 
+def _java() -> tuple[str | None, str]:
+    """(the java executable Spark would start, its version line) or (None, why there is none).
+    PySpark runs $JAVA_HOME/bin/java when JAVA_HOME is set, else java from PATH."""
+    home = os.environ.get("JAVA_HOME")
+    java = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not java or not os.access(java, os.X_OK):
+        return None, (f"JAVA_HOME={home} has no bin/java" if home else
+                      "no Java runtime: java is not on PATH and JAVA_HOME is unset (install a "
+                      "Java 17+ runtime, e.g. Debian's default-jre-headless)")
+    try:
+        proc = subprocess.run([java, "-version"], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired) as err:
+        return None, f"{java} does not run: {err}"
+    first = (proc.stderr or proc.stdout).strip().splitlines()
+    return java, first[0] if first else "version unknown"
+
+
+def integrations() -> dict[str, dict[str, Any]]:
+    """fuse.ray and fuse.spark: whether each can run here, from what is installed (Ray; PySpark
+    and a Java runtime), and the reason when it cannot.  Imports neither."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, module, dist, extra in (("fuse.ray", "ray", "ray", "ray"),
+                                      ("fuse.spark", "pyspark", "pyspark", "spark")):
+        version = _version(dist) if util.find_spec(module) is not None else None
+        row: dict[str, Any] = {"available": version is not None, "package": dist,
+                               "version": version,
+                               "reason": "" if version else
+                               f"{module} is not installed (pip install fuse[{extra}])"}
+        if name == "fuse.spark" and version is not None:
+            java, detail = _java()
+            row["java"] = detail if java else None
+            if java is None:
+                row["available"], row["reason"] = False, detail
+        out[name] = row
+    return out
+
+
 def environment() -> dict[str, Any]:
     """The knobs set in the environment, as ``fuse.config.Config`` reads them."""
     from fuse.config import Config
@@ -128,6 +167,7 @@ def collect() -> dict[str, Any]:
         "backends": [p.as_dict() for p in describe_backends()],
         "frameworks": [p.as_dict() for p in describe_frameworks()],
         "installed_frameworks": installed_frameworks(),
+        "integrations": integrations(),
         "environment": environment(),
     }
 
@@ -178,6 +218,13 @@ def render(data: dict[str, Any]) -> str:
         else:
             state = "installed (version unknown)"
         lines.append(f"  {module:<10}  {state}")
+    lines += ["", "cluster integrations:"]
+    for name, info in data["integrations"].items():
+        if info["available"]:
+            java = f", {info['java']}" if info.get("java") else ""
+            lines.append(f"  {name:<10}  available [{info['package']} {info['version']}{java}]")
+        else:
+            lines.append(f"  {name:<10}  unavailable: {info['reason']}")
     lines += ["", "environment:"]
     if env["error"]:
         lines.append(f"  error: {env['error']}")

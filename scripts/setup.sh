@@ -76,6 +76,24 @@ PY
   # torch, since the `autotune` extra would otherwise pull an unpinned one.
   .venv/bin/python -m pip install -q "optuna>=3.6" scipy
 fi
+# The Ray and Spark integrations (fuse.ray, fuse.spark) and their tests: Ray and PySpark share
+# .venv (neither pins NumPy or torch); Spark runs on a Java runtime, which Debian's
+# default-jre-headless gives where there is none (Spark 4 needs Java 17 or later).
+# FUSE_SKIP_INTEGRATIONS=1 leaves all three out: tests/integrations then reports itself skipped.
+if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then
+  if ! command -v java >/dev/null 2>&1; then
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq default-jre-headless >/dev/null
+  fi
+  if ! .venv/bin/python -c "import ray, pyspark" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "ray==${FUSE_RAY_VERSION:-2.60.0}" \
+      "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" ||
+      { echo "setup: FAILED to install ray and pyspark (FUSE_SKIP_INTEGRATIONS=1 skips them)" >&2
+        exit 1; }
+  fi
+  .venv/bin/python -c "import ray, pyspark" && java -version >/dev/null 2>&1 ||
+    { echo "setup: FAILED: ray, pyspark or java does not work" >&2; exit 1; }
+fi
 # What the main suite needs from .venv must be there now, or setup fails here rather than the
 # tests skipping later: MPI (mpi4py, and mpiexec from the mpich wheel), the autotuner's optimiser.
 .venv/bin/python -c "import fuse, mpi4py, ml_dtypes, pytest" ||

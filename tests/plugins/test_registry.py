@@ -283,7 +283,8 @@ def test_info_does_not_import_frameworks():
         import sys
         import fuse.info
         fuse.info.collect()
-        print(sorted(m for m in ("torch", "tensorflow", "mxnet") if m in sys.modules))
+        print(sorted(m for m in ("torch", "tensorflow", "mxnet", "ray", "pyspark")
+                     if m in sys.modules))
     """)
     assert out.strip() == "[]"
 
@@ -429,3 +430,28 @@ def test_two_workers_on_kv_backend(kv_installed, tmp_path):
     assert proc.returncode == 0, f"stdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
     for rank in (0, 1):
         assert f"kv-ok rank {rank} [0.0, 3.0, 6.0, 9.0]" in proc.stdout, proc.stdout
+
+
+def test_info_says_why_an_integration_is_unavailable(monkeypatch):
+    import fuse.info
+    real = fuse.info.util.find_spec
+    monkeypatch.setattr(fuse.info.util, "find_spec",
+                        lambda name, *a: None if name == "ray" else real(name, *a))
+    monkeypatch.setenv("JAVA_HOME", "/nonexistent-jre")
+    rows = fuse.info.integrations()
+    assert not rows["fuse.ray"]["available"]
+    assert rows["fuse.ray"]["reason"] == "ray is not installed (pip install fuse[ray])"
+    if rows["fuse.spark"]["version"] is not None:      # pyspark is here: Java is what lacks
+        assert not rows["fuse.spark"]["available"]
+        assert "JAVA_HOME=/nonexistent-jre has no bin/java" in rows["fuse.spark"]["reason"]
+    text = fuse.info.render({**fuse.info.collect(), "integrations": rows})
+    assert "fuse.ray    unavailable: ray is not installed (pip install fuse[ray])" in text
+
+
+def test_info_lists_the_integrations_that_run_here():
+    import needs
+    needs.module("ray")
+    needs.module("pyspark", "spark")
+    data = json.loads(run_python(["-m", "fuse.info", "--json"]).stdout)["integrations"]
+    assert data["fuse.ray"]["available"], data
+    assert data["fuse.spark"]["available"] and data["fuse.spark"]["java"], data

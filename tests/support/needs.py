@@ -30,6 +30,9 @@ WHY = {
                   "(bash scripts/test_tensorflow.sh makes it)",
     "ssh": "the ssh test needs root, iproute2 and openssh-server (scripts/setup.sh installs it "
            "as root with CI=true or FUSE_INSTALL_SSHD=1)",
+    "ray": "Ray is not installed (pip install 'fuse[ray]'; scripts/setup.sh installs it)",
+    "spark": "PySpark or its Java runtime is missing (pip install 'fuse[spark]' and a Java 17+ "
+             "runtime; scripts/setup.sh installs both)",
     "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/mxnet runs in .venv-mxnet "
              "(bash scripts/test_mxnet.sh makes it)",
 }

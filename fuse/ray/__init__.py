@@ -1,0 +1,26 @@
+"""fuse on Ray: ``from fuse.ray import RayExecutor`` where a script had
+``from horovod.ray import RayExecutor`` (``pip install fuse[ray]``)."""
+
+try:
+    import ray as _ray  # noqa: F401  (the integration is nothing without it)
+except ImportError as err:
+    raise ImportError(f"fuse.ray needs Ray: pip install 'fuse[ray]' ({err})") from err
+
+from .runner import RayExecutor, RaySettings
+from .worker import BaseHorovodWorker, FuseWorker
+
+__all__ = ["RayExecutor", "RaySettings", "BaseHorovodWorker", "FuseWorker",
+           "ElasticRayExecutor"]
+
+
+class ElasticRayExecutor:
+    """Horovod's elastic Ray executor: not supported yet (fuse has no elastic mode)."""
+
+    def __init__(self, *args, **kwargs):
+        raise NotImplementedError("fuse.ray.ElasticRayExecutor: elastic training is not "
+                                  "supported yet; use RayExecutor(num_workers=...)")
+
+    @staticmethod
+    def create_settings(*args, **kwargs):
+        raise NotImplementedError("fuse.ray.ElasticRayExecutor: elastic training is not "
+                                  "supported yet; use RayExecutor.create_settings")
