@@ -176,6 +176,10 @@ cdef class Engine(CoordinatorLink):
     def _install_shm(self, int pset_id, SharedSegments segments):
         self.psets.install_shm(pset_id, segments)
 
+    def _install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
+                           size_t min_bytes):
+        self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes)
+
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
         fuse.common.shm.share_regions), between two passes of the loop."""
@@ -385,8 +389,9 @@ cdef class Engine(CoordinatorLink):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
-        (``split``) and how many through shared memory (``shm``; ``shm_direct`` of them
-        straight between the ranks' shared gradient buffers), waits that completed while
+        (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
+        straight between the ranks' shared gradient buffers) and how many hierarchically
+        across hosts (``hierarchical``), waits that completed while
         the waiting thread ran the loop itself (``driven``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
@@ -394,7 +399,7 @@ cdef class Engine(CoordinatorLink):
         cdef Executor x = self.executor
         shm = self.shared_memory
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
-                "split": x.st_split, "shm": x.st_shm,
+                "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
                 "shm_direct": shm.direct if shm is not None else 0,
                 "driven": self.st_driven,
                 "cycles": self.coord.st_cycles,

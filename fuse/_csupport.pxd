@@ -44,6 +44,11 @@ cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
                       size_t errlen)
         void add_region(vector[char*] bases, vector[size_t] bytes)
         uint64_t direct
+        # the intra-host halves of the hierarchical allreduce
+        size_t index()
+        size_t shard_begin(size_t count, size_t k)
+        int reduce_scatter(void* buf, size_t count, int dtype, int op, char* err, size_t errlen)
+        int allgather(void* buf, size_t count, int dtype, cbool ok, char* err, size_t errlen)
 
 cdef extern from "lane.h" namespace "fuse" nogil:
     cppclass Lane:

@@ -292,6 +292,36 @@ cdef class Executor:
         """Whether an allreduce of ``nbytes`` goes through same-host shared memory."""
         return ps.shm != NULL and self.shm_bytes != 0 and nbytes >= self.shm_bytes
 
+    cdef bint _via_hier(self, PSet* ps, size_t nbytes) noexcept nogil:
+        """Whether an allreduce of ``nbytes`` goes hierarchically (the set spans hosts)."""
+        return ps.hier != NULL and nbytes != 0 and nbytes >= ps.hier.min_bytes
+
+    cdef int _reduce_hier(self, PSet* ps, char* buf, size_t count, int dtype, int op,
+                          double post, string& err) noexcept nogil:
+        """The hierarchical allreduce (fuse/common/hierarchy.py): reduce-scatter among this
+        host's ranks through shared memory, this rank's shard reduced with its peers on the
+        other hosts over its own connection (every local rank at once, so each host's link
+        carries the data once) and postscaled, then allgather on this host."""
+        cdef Hierarchy* h = ps.hier
+        cdef size_t dsize = dtype_size(dtype)
+        cdef size_t me = ps.hier.local.index()
+        cdef size_t lo, hi
+        cdef int rc
+        cdef char errbuf[ERRLEN]
+        errbuf[0] = 0
+        if h.local.reduce_scatter(buf, count, dtype, op, errbuf, ERRLEN) != 0:
+            err = _str(errbuf)
+            return 1
+        lo = h.local.shard_begin(count, me)
+        hi = h.local.shard_begin(count, me + 1)
+        rc = self._reduce(h.cross, buf + lo * dsize, hi - lo, dtype, op, post, err)
+        # even after a failure: the host's other ranks wait in it and learn of the failure
+        if h.local.allgather(buf, count, dtype, rc == 0, errbuf, ERRLEN) != 0 and rc == 0:
+            err = _str(errbuf)
+            rc = 1
+        self.st_hier += 1
+        return rc
+
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil:
         """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  When
@@ -303,6 +333,8 @@ cdef class Executor:
         cdef HalfJob job
         cdef int rc, rc_lane
         cdef char errbuf[ERRLEN]
+        if self._via_hier(ps, count * dsize):
+            return self._reduce_hier(ps, buf, count, dtype, op, post, err)
         if self._via_shm(ps, count * dsize):
             # every member is on this host: no backend at all (the postscale is applied by
             # each part's owner while the part is in cache)

@@ -158,6 +158,9 @@ cdef struct HandleState:
     bint drivable           # settled by negotiation alone: its waiter may drive (Engine._drive)
 
 
+cdef struct Hierarchy
+
+
 cdef struct PSet:
     vector[int] ranks
     int index              # this rank's position, -1 if not a member
@@ -168,6 +171,16 @@ cdef struct PSet:
     fuse_group_ops* twin   # a second native connection to the same ranks, or NULL (Executor)
     ShmAllreduce* shm      # the members' shared-memory segments when they share a host, or NULL
     PyObject* pygroup      # borrowed; Engine._groups keeps it alive
+    Hierarchy* hier        # how the set's allreduces go hierarchically, or NULL (Executor)
+
+
+cdef struct Hierarchy:
+    # A set spanning hosts with several members on each (fuse/common/hierarchy.py): reduce-
+    # scatter among this host's members through shared memory, allreduce this rank's shard with
+    # its peers on the other hosts, allgather on this host.
+    ShmAllreduce* local    # this host's members' shared-memory segments
+    PSet* cross            # this rank's peers (same local rank) on every host
+    size_t min_bytes       # allreduces of at least this many bytes go this way
 
 
 cdef extern from * nogil:

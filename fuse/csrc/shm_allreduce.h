@@ -108,7 +108,109 @@ class ShmAllreduce {
     return 0;
   }
 
+  // ---- the intra-host halves of the hierarchical allreduce (fuse/common/hierarchy.py): the
+  // buffer's elements are cut into one shard per rank, the same cut on every host, so that the
+  // ranks with the same index on every host hold the same elements between the two calls.
+
+  size_t index() const { return static_cast<size_t>(rank_); }   // this rank's, among bases
+
+  // First element of rank k's shard of a buffer of `count` elements (k == n: the end).
+  size_t shard_begin(size_t count, size_t k) const {
+    return static_cast<size_t>((static_cast<unsigned __int128>(count) * k) / bases_.size());
+  }
+
+  // Afterwards this rank's shard of buf holds the reduction of every rank's shard (the rest of
+  // buf is left as it was).  Per step, every rank publishes one piece of each other rank's
+  // shard in its own segment, in one slot per owner; barrier; each owner reduces its piece
+  // from everyone's slot.  The halves alternate as in allreduce(): a rank publishing step s + 2
+  // has passed the barrier of step s + 1, so everyone has finished reading step s.
+  int reduce_scatter(void* buf, size_t count, int dtype, int op, char* err, size_t errlen) {
+    ReduceFn reduce = reduce_kernel(dtype, op);
+    if (reduce == nullptr) {
+      snprintf(err, errlen, "shared-memory reduce-scatter: no kernel for %s %s",
+               dtype_name(dtype), op_name(op));
+      return 1;
+    }
+    const size_t n = bases_.size();
+    const size_t esize = dtype_size(dtype);
+    const size_t piece = chunk_ / n / esize;    // elements per slot
+    const size_t me = static_cast<size_t>(rank_);
+    char* raw = static_cast<char*>(buf);
+    for (size_t done = 0; done < longest_shard(count); done += piece, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      for (size_t k = 0; k < n; ++k) {
+        size_t a, z;
+        if (k == me || !piece_of(count, k, done, piece, &a, &z)) continue;
+        memcpy(data(me) + half + k * piece * esize, raw + a * esize, (z - a) * esize);
+      }
+      if (barrier(err, errlen) != 0) return 1;
+      size_t a, z;
+      if (!piece_of(count, me, done, piece, &a, &z)) continue;
+      for (size_t k = 0; k < n; ++k)
+        if (k != me) reduce(raw + a * esize, raw + a * esize, data(k) + half + me * piece * esize,
+                            z - a);
+    }
+    return 0;
+  }
+
+  // Afterwards buf holds every rank's shard, copied from its owner's buf.  `ok` false says
+  // this rank's shard is not a result (its cross-host part failed): then every rank returns an
+  // error instead of using it.  Each rank's status travels with its first piece, in the last 8
+  // bytes of that step's half, which no piece reaches.
+  int allgather(void* buf, size_t count, int dtype, bool ok, char* err, size_t errlen) {
+    const size_t n = bases_.size();
+    const size_t esize = dtype_size(dtype);
+    const size_t piece = (chunk_ - kStatusBytes) / esize;
+    const size_t me = static_cast<size_t>(rank_);
+    const size_t longest = longest_shard(count);
+    char* raw = static_cast<char*>(buf);
+    for (size_t done = 0; done == 0 || done < longest; done += piece, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      size_t a, z;
+      if (piece_of(count, me, done, piece, &a, &z))
+        memcpy(data(me) + half, raw + a * esize, (z - a) * esize);
+      if (done == 0) status(me, half)->store(ok ? 1 : 0, std::memory_order_relaxed);
+      if (barrier(err, errlen) != 0) return 1;
+      if (done == 0) {
+        for (size_t k = 0; k < n; ++k) {
+          if (status(k, half)->load(std::memory_order_relaxed) != 1) {
+            ++chunks_;   // every rank stops here, at the same step
+            snprintf(err, errlen,
+                     "hierarchical allreduce: local rank %zu could not reduce its shard across "
+                     "hosts (its own error says why)", k);
+            return 1;
+          }
+        }
+      }
+      for (size_t k = 0; k < n; ++k)
+        if (k != me && piece_of(count, k, done, piece, &a, &z))
+          memcpy(raw + a * esize, data(k) + half, (z - a) * esize);
+    }
+    return 0;
+  }
+
  private:
+  static constexpr size_t kStatusBytes = 8;
+
+  std::atomic<int64_t>* status(size_t k, size_t half) const {
+    return reinterpret_cast<std::atomic<int64_t>*>(data(k) + half + chunk_ - kStatusBytes);
+  }
+
+  size_t longest_shard(size_t count) const {
+    const size_t n = bases_.size();
+    return (count + n - 1) / n;
+  }
+
+  // Elements [*a, *z) of rank k's shard that a step starting `done` elements into every shard
+  // covers, at most `piece` of them; false when that shard has none left.
+  bool piece_of(size_t count, size_t k, size_t done, size_t piece, size_t* a, size_t* z) const {
+    const size_t lo = shard_begin(count, k), hi = shard_begin(count, k + 1);
+    if (lo + done >= hi) return false;
+    *a = lo + done;
+    *z = hi - *a < piece ? hi : *a + piece;
+    return true;
+  }
+
   struct Region {
     std::vector<char*> bases;
     std::vector<size_t> bytes;

@@ -1,0 +1,131 @@
+"""Hierarchical allreduce (fuse/common/hierarchy.py) on real workers that the launcher places on
+two "hosts": ``localhost`` and ``127.0.0.1`` are both this machine, but the workers get the host
+names, local ranks and cross ranks of a 2 x 2 job, so the world has two hosts with two ranks
+each (shared memory inside each, Gloo between them over this machine's own address)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from par_util import (DTYPES, FLOAT_DTYPES, OPS, Checker, assert_counts, data_kind, op_value,
+                      rank_array, reduce_ref, run_job)
+
+pytestmark = pytest.mark.timeout(240)
+
+TWO_BY_TWO = "localhost:2,127.0.0.1:2"
+# Sizes in elements: one element per shard and fewer than the local ranks; odd, so the
+# shards differ in length; several shared-memory steps per shard (1 MiB chunks) for every dtype
+SIZES = (1, 3, 33001, 700_001)
+
+
+def _hier_count() -> int:
+    from fuse.common import basics
+    return basics.engine().stats()["hierarchical"]
+
+
+def _scaled(dt: str):
+    return [(0.5, 4.0)] if dt in FLOAT_DTYPES else [(1.0, 2.0)]
+
+
+def _matrix(n_checks_min: int = 0) -> int:
+    """Every dtype x op x size, with pre/postscale, against numpy; and that it went hierarchical."""
+    import fuse
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    c.equal((fuse.local_size(), fuse.cross_size()), (2, 2), "the launcher's 2 x 2 layout")
+    before = _hier_count()
+    calls = 0
+    for size in SIZES:
+        for dt in DTYPES:
+            for op in OPS:
+                tag = f"h.{size}.{dt}.{op}"
+                ins = [rank_array(dt, (size,), k, tag, data_kind(op)) for k in range(n)]
+                c.array(fuse.allreduce(ins[r], name=tag, op=op_value(op)), reduce_ref(ins, op), tag)
+                calls += 1
+                if op in ("sum", "average"):
+                    for pre, post in _scaled(dt):
+                        stag = f"{tag}.scaled"
+                        out = fuse.allreduce(ins[r], name=stag, op=op_value(op),
+                                             prescale_factor=pre, postscale_factor=post)
+                        c.array(out, reduce_ref(ins, op, pre, post), stag)
+                        calls += 1
+    c.equal(_hier_count() - before, calls, "every allreduce went hierarchically")
+    # fused: many tensors of mixed sizes in one response
+    tags = [f"f.{i}" for i in range(6)]
+    ins = [[rank_array("float32", (1000 * i + 7,), k, t) for k in range(n)]
+           for i, t in enumerate(tags)]
+    handles = [fuse.allreduce_async(x[r], name=t, op=fuse.Sum) for x, t in zip(ins, tags)]
+    for h, x, t in zip(handles, ins, tags):
+        c.array(fuse.synchronize(h), reduce_ref(x, "sum"), t + " (fused)")
+    # another process set keeps the flat allreduce, and is right
+    pair = fuse.add_process_set([0, 2])
+    if r in (0, 2):
+        before = _hier_count()
+        ins = [rank_array("float64", (50_000,), k, "pset") for k in (0, 2)]
+        out = fuse.allreduce(ins[r // 2], name="pset", op=fuse.Average, process_set=pair)
+        c.array(out, reduce_ref(ins, "average"), "process set [0, 2]")
+        c.equal(_hier_count() - before, 0, "process set [0, 2] stays flat")
+    fuse.remove_process_set(pair)
+    return c.finish()
+
+
+def _job_matrix() -> int:
+    import fuse
+    fuse.init(process_sets="dynamic")
+    try:
+        return _matrix()
+    finally:
+        fuse.shutdown()
+
+
+def test_every_dtype_and_op_on_two_hosts_of_two():
+    # forced on, inline off: every allreduce, however small, takes the hierarchical path
+    env = {"FUSE_HIERARCHICAL_ALLREDUCE": "1", "FUSE_INLINE_THRESHOLD": "0"}
+    assert_counts(run_job(_job_matrix, 4, env=env, hosts=TWO_BY_TWO), 100)
+
+
+def _job_auto() -> dict:
+    """What goes hierarchically by default: the large allreduce, not the small one."""
+    import fuse
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    counts = {}
+    for label, size in (("small", 1000), ("large", 300_000)):
+        ins = [rank_array("float32", (size,), k, label) for k in range(n)]
+        before = _hier_count()
+        c.array(fuse.allreduce(ins[r], name=label, op=fuse.Sum), reduce_ref(ins, "sum"), label)
+        counts[label] = _hier_count() - before
+    c.finish()
+    fuse.shutdown()
+    return counts
+
+
+@pytest.mark.parametrize("setting, expected", [
+    (None, {"small": 0, "large": 1}),           # auto: from FUSE_HIERARCHICAL_THRESHOLD up
+    ("0", {"small": 0, "large": 0}),            # Horovod's spelling, off
+])
+def test_automatic_choice_and_off(setting, expected):
+    env = {"FUSE_INLINE_THRESHOLD": "0"}
+    if setting is not None:
+        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = setting
+    assert run_job(_job_auto, 4, env=env, hosts=TWO_BY_TWO) == [expected] * 4
+
+
+def _job_uneven() -> int:
+    import fuse
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    ins = [rank_array("int32", (100_000,), k, "uneven") for k in range(n)]
+    c.array(fuse.allreduce(ins[r], name="uneven", op=fuse.Sum), reduce_ref(ins, "sum"), "uneven")
+    c.equal(_hier_count(), 0, "an uneven layout stays flat")
+    fuse.shutdown()
+    return c.finish()
+
+
+def test_a_layout_that_does_not_fit_stays_flat(tmp_path):
+    # 2 ranks on one host, 1 on the other: forced on, it says why and reduces flat
+    env = {"FUSE_HIERARCHICAL_ALLREDUCE": "1", "FUSE_INLINE_THRESHOLD": "0"}
+    assert_counts(run_job(_job_uneven, 3, env=env, hosts="localhost:2,127.0.0.1:1"))
