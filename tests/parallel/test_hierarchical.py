@@ -1,7 +1,10 @@
 """Hierarchical allreduce (fuse/common/hierarchy.py) on real workers that the launcher places on
 two "hosts": ``localhost`` and ``127.0.0.1`` are both this machine, but the workers get the host
 names, local ranks and cross ranks of a 2 x 2 job, so the world has two hosts with two ranks
-each (shared memory inside each, Gloo between them over this machine's own address)."""
+each (shared memory inside each, Gloo between them over this machine's own address).
+
+Under mpirun (tests/mpi runs these again on the MPI backend) MPI says every rank is on this
+host, so the workers give themselves the same layout through ``fuse.init``'s overrides."""
 
 from __future__ import annotations
 
@@ -17,6 +20,23 @@ TWO_BY_TWO = "localhost:2,127.0.0.1:2"
 # Sizes in elements: one element per shard and fewer than the local ranks; odd, so the
 # shards differ in length; several shared-memory steps per shard (1 MiB chunks) for every dtype
 SIZES = (1, 3, 33001, 700_001)
+
+
+def _init(hosts: tuple[int, ...] = (2, 2), **kwargs) -> None:
+    """fuse.init(); under mpirun, with the identity of ``hosts[i]`` ranks on host i."""
+    import os
+
+    import fuse
+    if os.environ.get("FUSE_BACKEND") == "mpi":
+        from mpi4py import MPI
+        rank, first = MPI.COMM_WORLD.Get_rank(), 0
+        for host, n in enumerate(hosts):
+            if rank < first + n:
+                kwargs.update(hostname=f"host{host}", local_rank=rank - first, local_size=n,
+                              cross_rank=host, cross_size=len(hosts))
+                break
+            first += n
+    fuse.init(**kwargs)
 
 
 def _hier_count() -> int:
@@ -72,7 +92,7 @@ def _matrix(n_checks_min: int = 0) -> int:
 
 def _job_matrix() -> int:
     import fuse
-    fuse.init(process_sets="dynamic")
+    _init(process_sets="dynamic")
     try:
         return _matrix()
     finally:
@@ -88,7 +108,7 @@ def test_every_dtype_and_op_on_two_hosts_of_two():
 def _job_auto() -> dict:
     """What goes hierarchically by default: the large allreduce, not the small one."""
     import fuse
-    fuse.init()
+    _init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
     counts = {}
@@ -115,7 +135,7 @@ def test_automatic_choice_and_off(setting, expected):
 
 def _job_uneven() -> int:
     import fuse
-    fuse.init()
+    _init((2, 1))
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
     ins = [rank_array("int32", (100_000,), k, "uneven") for k in range(n)]
