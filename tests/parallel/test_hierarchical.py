@@ -8,7 +8,6 @@ host, so the workers give themselves the same layout through ``fuse.init``'s ove
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 
 from par_util import (DTYPES, FLOAT_DTYPES, OPS, Checker, assert_counts, data_kind, op_value,
