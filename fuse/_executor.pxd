@@ -54,6 +54,8 @@ cdef class Executor:
     cdef bint _via_hier(self, PSet* ps, size_t nbytes) noexcept nogil
     cdef int _reduce_hier(self, PSet* ps, char* buf, size_t count, int dtype, int op,
                           double post, string& err) noexcept nogil
+    cdef int _hier_piece(self, Hierarchy* h, char* buf, size_t count, int dtype, int op,
+                         double post, string& err) noexcept nogil
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil

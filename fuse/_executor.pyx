@@ -192,6 +192,12 @@ cdef struct HalfJob:
     char err[ERRLEN]
 
 
+# The hierarchical allreduce's pipeline unit (Executor._reduce_hier): small enough that the
+# first reduce-scatter and the last allgather, which nothing overlaps, are short; large enough
+# that each cross-host call keeps the link busy.
+cdef size_t HIER_SEGMENT_BYTES = 8 << 20
+
+
 cdef int _run_half(void* arg) noexcept nogil:
     """The lane's share of a split allreduce: its half over the twin connection, then the
     postscale of that half."""
@@ -202,6 +208,21 @@ cdef int _run_half(void* arg) noexcept nogil:
     if rc == 0:
         scale_buffer(job.buf, job.count, job.dtype, job.post)
     return rc
+
+
+cdef void _start_cross(Lane* lane, Hierarchy* h, HalfJob* job, char* seg, size_t count,
+                       int dtype, int op, double post) noexcept nogil:
+    """Start this rank's shard of a segment of ``count`` elements at ``seg`` on the lane:
+    reduced with its peers on the other hosts, then postscaled (Executor._reduce_hier)."""
+    cdef size_t lo = h.local.shard_begin(count, h.local.index())
+    cdef size_t hi = h.local.shard_begin(count, h.local.index() + 1)
+    job.ops = h.cross.native
+    job.buf = seg + lo * dtype_size(dtype)
+    job.count = hi - lo
+    job.dtype = dtype
+    job.op = op
+    job.post = post
+    lane.start(_run_half, job)
 
 
 cdef class SharedSegments:
@@ -301,10 +322,65 @@ cdef class Executor:
         """The hierarchical allreduce (fuse/common/hierarchy.py): reduce-scatter among this
         host's ranks through shared memory, this rank's shard reduced with its peers on the
         other hosts over its own connection (every local rank at once, so each host's link
-        carries the data once) and postscaled, then allgather on this host."""
+        carries the data once) and postscaled, then allgather on this host.
+
+        Over a native connection the buffer goes in segments, pipelined: the lane thread
+        reduces segment s across hosts while this thread reduce-scatters segment s + 1 and
+        gathers segment s - 1, so the link is rarely idle while memory is copied.  Every
+        local rank makes the same shared-memory calls in the same order, failures included:
+        a rank whose cross-host part failed says so in the allgather of that segment, where
+        all of the host's ranks stop together."""
         cdef Hierarchy* h = ps.hier
         cdef size_t dsize = dtype_size(dtype)
-        cdef size_t me = ps.hier.local.index()
+        cdef size_t step = HIER_SEGMENT_BYTES // dsize
+        cdef size_t nseg, s
+        cdef bint lane_ok = True
+        cdef int rc = 0, rc_cross = 0
+        cdef string cross_err
+        cdef char errbuf[ERRLEN]
+        cdef HalfJob job
+        self.st_hier += 1
+        if h.cross.native == NULL:     # a backend driven through Python: one piece, in turn
+            return self._hier_piece(h, buf, count, dtype, op, post, err)
+        if self.lane == NULL:
+            self.lane = lane_new()
+        nseg = (count + step - 1) // step
+        errbuf[0] = 0
+        if h.local.reduce_scatter(buf, min(step, count), dtype, op, errbuf, ERRLEN) != 0:
+            err = _str(errbuf)
+            return 1
+        for s in range(nseg):
+            if rc_cross == 0:
+                _start_cross(self.lane, h, &job, buf + s * step * dsize,
+                             min(step, count - s * step), dtype, op, post)
+            if rc == 0 and s + 1 < nseg:
+                rc = h.local.reduce_scatter(buf + (s + 1) * step * dsize,
+                                            min(step, count - (s + 1) * step), dtype, op,
+                                            errbuf, ERRLEN)
+            if rc == 0 and s > 0:
+                rc = h.local.allgather(buf + (s - 1) * step * dsize, step, dtype, lane_ok,
+                                       errbuf, ERRLEN)
+            if rc_cross == 0:
+                rc_cross = self.lane.wait()
+                if rc_cross != 0:
+                    cross_err = _str(job.err)
+            lane_ok = rc_cross == 0
+            if rc != 0:
+                break
+        if rc == 0:
+            rc = h.local.allgather(buf + (nseg - 1) * step * dsize,
+                                   count - (nseg - 1) * step, dtype, lane_ok, errbuf, ERRLEN)
+        if rc_cross != 0:
+            err = cross_err
+            return rc_cross
+        if rc != 0:
+            err = _str(errbuf)
+        return rc
+
+    cdef int _hier_piece(self, Hierarchy* h, char* buf, size_t count, int dtype, int op,
+                         double post, string& err) noexcept nogil:
+        """The three steps one after the other, for the whole buffer."""
+        cdef size_t me = h.local.index()
         cdef size_t lo, hi
         cdef int rc
         cdef char errbuf[ERRLEN]
@@ -314,12 +390,11 @@ cdef class Executor:
             return 1
         lo = h.local.shard_begin(count, me)
         hi = h.local.shard_begin(count, me + 1)
-        rc = self._reduce(h.cross, buf + lo * dsize, hi - lo, dtype, op, post, err)
+        rc = self._reduce(h.cross, buf + lo * dtype_size(dtype), hi - lo, dtype, op, post, err)
         # even after a failure: the host's other ranks wait in it and learn of the failure
         if h.local.allgather(buf, count, dtype, rc == 0, errbuf, ERRLEN) != 0 and rc == 0:
             err = _str(errbuf)
             rc = 1
-        self.st_hier += 1
         return rc
 
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,

@@ -69,6 +69,14 @@ def _matrix(n_checks_min: int = 0) -> int:
                                              prescale_factor=pre, postscale_factor=post)
                         c.array(out, reduce_ref(ins, op, pre, post), stag)
                         calls += 1
+    # several pipeline segments (8 MiB each: Executor._reduce_hier), the last one partial
+    for dt in ("float32", "float64", "int32"):
+        for op, post in (("average", 2.0), ("max", 1.0)):
+            tag = f"h.segments.{dt}.{op}"
+            ins = [rank_array(dt, (3_000_001,), k, tag, data_kind(op)) for k in range(n)]
+            out = fuse.allreduce(ins[r], name=tag, op=op_value(op), postscale_factor=post)
+            c.array(out, reduce_ref(ins, op, postscale=post), tag)
+            calls += 1
     c.equal(_hier_count() - before, calls, "every allreduce went hierarchically")
     # fused: many tensors of mixed sizes in one response
     tags = [f"f.{i}" for i in range(6)]
