@@ -177,8 +177,9 @@ cdef class Engine(CoordinatorLink):
         self.psets.install_shm(pset_id, segments)
 
     def _install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
-                           size_t min_bytes):
-        self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes)
+                           size_t min_bytes, size_t gather_min_bytes, local_index):
+        self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes,
+                                     gather_min_bytes, local_index)
 
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
@@ -391,8 +392,8 @@ cdef class Engine(CoordinatorLink):
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
         (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
         straight between the ranks' shared gradient buffers) and how many hierarchically
-        across hosts (``hierarchical``), waits that completed while
-        the waiting thread ran the loop itself (``driven``), coordinator cycles that
+        across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``), waits that
+        completed while the waiting thread ran the loop itself (``driven``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
@@ -400,6 +401,7 @@ cdef class Engine(CoordinatorLink):
         shm = self.shared_memory
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
                 "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
+                "hierarchical_allgathers": x.st_hier_gather,
                 "shm_direct": shm.direct if shm is not None else 0,
                 "driven": self.st_driven,
                 "cycles": self.coord.st_cycles,

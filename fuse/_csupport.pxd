@@ -49,6 +49,9 @@ cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
         size_t shard_begin(size_t count, size_t k)
         int reduce_scatter(void* buf, size_t count, int dtype, int op, char* err, size_t errlen)
         int allgather(void* buf, size_t count, int dtype, cbool ok, char* err, size_t errlen)
+        int allgather_ranges(char* buf, const vector[size_t]& offset,
+                             const vector[size_t]& bytes, const vector[int]& owner, cbool ok,
+                             char* err, size_t errlen)
 
 cdef extern from "lane.h" namespace "fuse" nogil:
     cppclass Lane:

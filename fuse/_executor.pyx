@@ -550,9 +550,53 @@ cdef class Executor:
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
         if out == NULL and rows * row:
             return EX_LOCAL
+        if ps.hier != NULL and rows * row != 0 and <size_t>(rows * row) >= ps.hier.gather_min_bytes:
+            return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
         if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
+
+    cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
+                             vector[size_t]& recvbytes, string& err) noexcept nogil:
+        """The hierarchical allgather (fuse/common/hierarchy.py): gather with this rank's peers
+        on the other hosts (each host's link carries every other host's data once), put their
+        rows in place, then share on this host through shared memory: every local rank owns
+        the rows of the members with its local index."""
+        cdef Hierarchy* h = ps.hier
+        cdef PSet* cross = h.cross
+        cdef vector[size_t] offsets, cross_bytes, owned_bytes
+        cdef vector[int] owners
+        cdef size_t i, j, pos = 0, total = 0
+        cdef char* staging
+        cdef int rc
+        cdef char errbuf[ERRLEN]
+        self.st_hier_gather += 1
+        for i in range(recvbytes.size()):
+            offsets.push_back(pos)
+            pos += recvbytes[i]
+            owners.push_back(h.local_index[i])
+        for i in range(cross.ranks.size()):
+            j = <size_t>_position(ps, cross.ranks[i])
+            cross_bytes.push_back(recvbytes[j])
+            total += recvbytes[j]
+        staging = <char*>self.fusion.get(total if total else 1)
+        if staging == NULL:
+            err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
+            rc = 1     # still through the host's step below, so that the others hear of it
+        else:
+            rc = _b_allgatherv(cross, inp, recvbytes[ps.index], staging, cross_bytes, err)
+        if rc == 0:
+            pos = 0
+            for i in range(cross.ranks.size()):
+                j = <size_t>_position(ps, cross.ranks[i])
+                memcpy(out + offsets[j], staging + pos, recvbytes[j])
+                pos += recvbytes[j]
+        errbuf[0] = 0
+        if h.local.allgather_ranges(out, offsets, recvbytes, owners, rc == 0, errbuf,
+                                    ERRLEN) != 0 and rc == 0:
+            err = _str(errbuf)
+            rc = 1
+        return EX_BACKEND if rc else EX_OK
 
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil:

@@ -177,10 +177,13 @@ cdef struct PSet:
 cdef struct Hierarchy:
     # A set spanning hosts with several members on each (fuse/common/hierarchy.py): reduce-
     # scatter among this host's members through shared memory, allreduce this rank's shard with
-    # its peers on the other hosts, allgather on this host.
+    # its peers on the other hosts, allgather on this host; for allgather, gather with the
+    # peers on the other hosts, then share on this host.  A threshold of SIZE_MAX: never.
     ShmAllreduce* local    # this host's members' shared-memory segments
     PSet* cross            # this rank's peers (same local rank) on every host
     size_t min_bytes       # allreduces of at least this many bytes go this way
+    size_t gather_min_bytes  # allgathers of at least this many bytes (in all) go this way
+    vector[int] local_index  # per member (position in the set): its index on its host
 
 
 cdef extern from * nogil:

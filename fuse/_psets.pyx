@@ -86,12 +86,15 @@ cdef class ProcessSets:
             lock_release(self.lock)
 
     def install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
-                          size_t min_bytes):
-        """Let a process set that spans hosts reduce its allreduces of at least ``min_bytes``
-        hierarchically (fuse.common.hierarchy): ``local`` are the shared-memory segments of
-        this host's members, ``cross_group`` the backend Group of ``cross_ranks``, this rank's
-        peers on the other hosts.  Every member installs its own before the engine starts."""
+                          size_t min_bytes, size_t gather_min_bytes, local_index):
+        """Let a process set that spans hosts run its allreduces of at least ``min_bytes`` and
+        allgathers of at least ``gather_min_bytes`` hierarchically (fuse.common.hierarchy):
+        ``local`` are the shared-memory segments of this host's members, ``cross_group`` the
+        backend Group of ``cross_ranks``, this rank's peers on the other hosts, and
+        ``local_index[i]`` the index of the set's i-th member on its host.  Every member
+        installs its own before the engine starts."""
         cdef PSet cross = self._describe(cross_ranks, cross_group, (pset_id, "cross"))
+        cdef vector[int] index_on_host = [int(i) for i in local_index]
         self.groups[(pset_id, "hier shm")] = local
         local.installed = True
         with nogil:
@@ -101,6 +104,8 @@ cdef class ProcessSets:
                 self.hier[pset_id].local = local.impl
                 self.hier[pset_id].cross = &self.cross[pset_id]
                 self.hier[pset_id].min_bytes = min_bytes
+                self.hier[pset_id].gather_min_bytes = gather_min_bytes
+                self.hier[pset_id].local_index = index_on_host
                 self.map[pset_id].hier = &self.hier[pset_id]
             lock_release(self.lock)
 

@@ -19,13 +19,19 @@ with an error instead of waiting or using its shard.  The executor (fuse/_execut
 ``_reduce_hier``) runs this for the world's process set; other process sets, and jobs whose
 layout does not fit, keep the flat allreduce.
 
+Allgather, the same way round: each rank gathers the rows of its peers on the other hosts
+(each host's link carries every other host's rows once, where a flat ring carries them from
+each of the L ranks' positions), puts them in place, then the host's ranks share what they got
+through shared memory (``ShmAllreduce::allgather_ranges``).
+
 When: the layout must have H > 1 hosts with the same L > 1 ranks each (the launcher's host names
 and local ranks; ranks under one kernel that share memory).  ``FUSE_HIERARCHICAL_ALLREDUCE``
 (or ``HOROVOD_HIERARCHICAL_ALLREDUCE``, ``fuserun --hierarchical-allreduce``) = 1 sends every
 allreduce that reaches the backend this way, 0 none; unset ("auto"), allreduces of at least
 ``FUSE_HIERARCHICAL_THRESHOLD`` bytes (256 KiB) go hierarchically.  Smaller ones go flat: their
 cost is the number of messages, not the link, and below the inline threshold (64 KiB over the
-set) the coordinator reduces them anyway.  All ranks must ask for the same mode.
+set) the coordinator reduces them anyway.  ``FUSE_HIERARCHICAL_ALLGATHER`` chooses for
+allgather the same way, by the size of the gathered result.  All ranks must ask for the same.
 """
 
 from __future__ import annotations
@@ -60,7 +66,9 @@ class Layout:
 
 def _describe(config) -> dict:
     return {"host": config.hostname, "kernel": shm._host_id(), "local_rank": config.local_rank,
-            "local_size": config.local_size, "mode": config.hierarchical_allreduce}
+            "local_size": config.local_size,
+            "mode": f"allreduce {config.hierarchical_allreduce}, "
+                    f"allgather {config.hierarchical_allgather}"}
 
 
 def plan_layout(peers: list[dict], rank: int) -> tuple[Layout | None, str]:
@@ -69,8 +77,8 @@ def plan_layout(peers: list[dict], rank: int) -> tuple[Layout | None, str]:
     modes = {p["mode"] for p in peers}
     if len(modes) > 1:
         by_mode = {m: [r for r, p in enumerate(peers) if p["mode"] == m] for m in sorted(modes)}
-        raise ValueError("FUSE_HIERARCHICAL_ALLREDUCE differs between ranks: " + "; ".join(
-            f"{mode} on ranks {ranks}" for mode, ranks in by_mode.items()))
+        raise ValueError("FUSE_HIERARCHICAL_ALLREDUCE/_ALLGATHER differ between ranks: "
+                         + "; ".join(f"{mode} on ranks {ranks}" for mode, ranks in by_mode.items()))
     hosts: dict[tuple[str, str], list[int]] = {}
     for r, p in enumerate(peers):
         hosts.setdefault((p["host"], p["kernel"]), []).append(r)
@@ -118,38 +126,61 @@ def _map_host_segments(config, exchange: Callable[[bytes], list[bytes]],
     return shm.SharedSegments(maps, layout.local_index, shm.CHUNK_BYTES)
 
 
+# a threshold no buffer reaches: the engine's "never"
+NEVER = (1 << 64) - 1
+
+
 @dataclasses.dataclass
 class Hierarchy:
     """What the engine needs (Engine._install_hierarchy)."""
     layout: Layout
     segments: shm.SharedSegments
     cross_group: object
-    min_bytes: int
+    min_bytes: int          # allreduces of at least this many bytes go hierarchically
+    gather_min_bytes: int   # allgathers likewise
+
+    def local_index(self, size: int) -> list[int]:
+        """Every rank's index on its host."""
+        index = [0] * size
+        for host in self.layout.hosts:
+            for i, r in enumerate(host):
+                index[r] = i
+        return index
+
+
+def _threshold(mode: str, config) -> int:
+    return {"on": 0, "off": NEVER}.get(mode, config.hierarchical_threshold)
 
 
 def connect(config, backend, log) -> Hierarchy | None:
-    """The hierarchical allreduce's connections, or None when the job keeps the flat one.
+    """The hierarchical collectives' connections, or None when the job keeps the flat ones.
     Collective: every rank calls it at start-up, after the world connected."""
     if config.size < 2 or config.local_size == config.size:
         return None       # one host (as every rank's launcher says): nothing to exchange
     peers = [json.loads(raw) for raw in backend.exchange(json.dumps(_describe(config)).encode())]
     layout, why = plan_layout(peers, config.rank)
-    mode = config.hierarchical_allreduce
-    if mode == "off":
+    modes = {"FUSE_HIERARCHICAL_ALLREDUCE": config.hierarchical_allreduce,
+             "FUSE_HIERARCHICAL_ALLGATHER": config.hierarchical_allgather}
+    if all(mode == "off" for mode in modes.values()):
         return None
     if layout is None:
-        if mode == "on" and config.rank == 0:
-            log.warning("FUSE_HIERARCHICAL_ALLREDUCE is on but %s; allreduces stay flat", why)
+        forced = [name for name, mode in modes.items() if mode == "on"]
+        if forced and config.rank == 0:
+            log.warning("%s on but %s; the collectives stay flat", " and ".join(forced), why)
         return None
     segments = _map_host_segments(config, backend.exchange, layout)
     if segments is None:
         if config.rank == 0:
-            log.warning("hierarchical allreduce: a host's ranks cannot share memory; "
-                        "allreduces stay flat")
+            log.warning("hierarchical collectives: a host's ranks cannot share memory; "
+                        "the collectives stay flat")
         return None
     cross = backend.create_group(layout.cross_ranks, CROSS_GROUP_ID + layout.local_index)
-    min_bytes = 0 if mode == "on" else config.hierarchical_threshold
+    hier = Hierarchy(layout, segments, cross, _threshold(config.hierarchical_allreduce, config),
+                     _threshold(config.hierarchical_allgather, config))
     if config.rank == 0:
-        log.info("hierarchical allreduce: %d hosts x %d ranks, for allreduces of at least %d "
-                 "bytes", len(layout.hosts), len(layout.local_ranks), min_bytes)
-    return Hierarchy(layout, segments, cross, min_bytes)
+        def says(n):
+            return "never" if n == NEVER else f"from {n} bytes"
+        log.info("hierarchical collectives: %d hosts x %d ranks; allreduce %s, allgather %s",
+                 len(layout.hosts), len(layout.local_ranks), says(hier.min_bytes),
+                 says(hier.gather_min_bytes))
+    return hier

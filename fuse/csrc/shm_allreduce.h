@@ -189,8 +189,64 @@ class ShmAllreduce {
     return 0;
   }
 
+  // The hierarchical allgather's intra-host part: range i of buf (`bytes[i]` bytes from
+  // `offset[i]`) is filled on its owner, rank `owner[i]`; afterwards every rank has every range.
+  // Each owner's ranges, in list order, form one stream that goes through its segment a chunk
+  // at a time; the lists must be the same on every rank.  `ok` as in allgather().
+  int allgather_ranges(char* buf, const std::vector<size_t>& offset,
+                       const std::vector<size_t>& bytes, const std::vector<int>& owner, bool ok,
+                       char* err, size_t errlen) {
+    const size_t n = bases_.size();
+    const size_t me = static_cast<size_t>(rank_);
+    const size_t piece = chunk_ - kStatusBytes;
+    std::vector<size_t> total(n, 0);
+    for (size_t i = 0; i < offset.size(); ++i) total[owner[i]] += bytes[i];
+    size_t longest = 0;
+    for (size_t k = 0; k < n; ++k) longest = total[k] > longest ? total[k] : longest;
+    for (size_t done = 0; done == 0 || done < longest; done += piece, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      stream_copy(buf, offset, bytes, owner, me, done, piece, data(me) + half, true);
+      if (done == 0) status(me, half)->store(ok ? 1 : 0, std::memory_order_relaxed);
+      if (barrier(err, errlen) != 0) return 1;
+      if (done == 0) {
+        for (size_t k = 0; k < n; ++k) {
+          if (status(k, half)->load(std::memory_order_relaxed) != 1) {
+            ++chunks_;
+            snprintf(err, errlen,
+                     "hierarchical allgather: local rank %zu could not gather its part across "
+                     "hosts (its own error says why)", k);
+            return 1;
+          }
+        }
+      }
+      for (size_t k = 0; k < n; ++k)
+        if (k != me) stream_copy(buf, offset, bytes, owner, k, done, piece, data(k) + half, false);
+    }
+    return 0;
+  }
+
  private:
   static constexpr size_t kStatusBytes = 8;
+
+  // Copies bytes [done, done + piece) of rank k's stream (its ranges of buf in list order)
+  // between buf and `seg` (which holds that window): into seg if `publish`, else out of it.
+  static void stream_copy(char* buf, const std::vector<size_t>& offset,
+                          const std::vector<size_t>& bytes, const std::vector<int>& owner,
+                          size_t k, size_t done, size_t piece, char* seg, bool publish) {
+    size_t pos = 0;
+    for (size_t i = 0; i < offset.size() && pos < done + piece; ++i) {
+      if (static_cast<size_t>(owner[i]) != k) continue;
+      const size_t a = pos > done ? pos : done;
+      const size_t z = pos + bytes[i] < done + piece ? pos + bytes[i] : done + piece;
+      if (a < z) {
+        char* in_buf = buf + offset[i] + (a - pos);
+        char* in_seg = seg + (a - done);
+        if (publish) memcpy(in_seg, in_buf, z - a);
+        else memcpy(in_buf, in_seg, z - a);
+      }
+      pos += bytes[i];
+    }
+  }
 
   std::atomic<int64_t>* status(size_t k, size_t half) const {
     return reinterpret_cast<std::atomic<int64_t>*>(data(k) + half + chunk_ - kStatusBytes);

@@ -86,7 +86,7 @@ def make_parser() -> argparse.ArgumentParser:
                "across once (jobs on several hosts with several ranks each); without either "
                "flag fuse chooses by size -> FUSE_HIERARCHICAL_ALLREDUCE")
     _bool_pair(g, "hierarchical-allgather", "hierarchical_allgather",
-               ignored.format("hierarchical allgather"))
+               "the same for allgather -> FUSE_HIERARCHICAL_ALLGATHER")
     _bool_pair(g, "torus-allreduce", "torus_allreduce", ignored.format("torus allreduce"))
 
     g = p.add_argument_group("autotune")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import pytest
 
+import numpy as np
+
 from par_util import (DTYPES, FLOAT_DTYPES, OPS, Checker, assert_counts, data_kind, op_value,
                       rank_array, reduce_ref, run_job)
 
@@ -47,9 +49,11 @@ def _scaled(dt: str):
     return [(0.5, 4.0)] if dt in FLOAT_DTYPES else [(1.0, 2.0)]
 
 
-def _matrix(n_checks_min: int = 0) -> int:
-    """Every dtype x op x size, with pre/postscale, against numpy; and that it went hierarchical."""
+def _matrix() -> int:
+    """Every dtype x op x size, with pre/postscale, against numpy, and allgathers; and that
+    they went hierarchically."""
     import fuse
+    from fuse.common import basics
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
     c.equal((fuse.local_size(), fuse.cross_size()), (2, 2), "the launcher's 2 x 2 layout")
@@ -85,6 +89,18 @@ def _matrix(n_checks_min: int = 0) -> int:
     handles = [fuse.allreduce_async(x[r], name=t, op=fuse.Sum) for x, t in zip(ins, tags)]
     for h, x, t in zip(handles, ins, tags):
         c.array(fuse.synchronize(h), reduce_ref(x, "sum"), t + " (fused)")
+    # allgather: rows differ per rank (one rank has none), one- and several-step exchanges
+    before = basics.engine().stats()["hierarchical_allgathers"]
+    gathers = 0
+    for dt in ("float32", "int8", "float64", "bool"):
+        for label, rows in (("small", lambda k: k + 1), ("uneven", lambda k: 0 if k == 1 else 7 * k),
+                            ("large", lambda k: 60_000 + 1000 * k)):
+            tag = f"g.{label}.{dt}"
+            ins = [rank_array(dt, (rows(k), 3), k, tag) for k in range(n)]
+            c.array(fuse.allgather(ins[r], name=tag), np.concatenate(ins), tag)
+            gathers += 1
+    c.equal(basics.engine().stats()["hierarchical_allgathers"] - before, gathers,
+            "every allgather went hierarchically")
     # another process set keeps the flat allreduce, and is right
     pair = fuse.add_process_set([0, 2])
     if r in (0, 2):
@@ -107,14 +123,16 @@ def _job_matrix() -> int:
 
 
 def test_every_dtype_and_op_on_two_hosts_of_two():
-    # forced on, inline off: every allreduce, however small, takes the hierarchical path
-    env = {"FUSE_HIERARCHICAL_ALLREDUCE": "1", "FUSE_INLINE_THRESHOLD": "0"}
+    # forced on, inline off: every allreduce and allgather, however small, goes hierarchically
+    env = {"FUSE_HIERARCHICAL_ALLREDUCE": "1", "FUSE_HIERARCHICAL_ALLGATHER": "1",
+           "FUSE_INLINE_THRESHOLD": "0"}
     assert_counts(run_job(_job_matrix, 4, env=env, hosts=TWO_BY_TWO), 100)
 
 
 def _job_auto() -> dict:
-    """What goes hierarchically by default: the large allreduce, not the small one."""
+    """What goes hierarchically by default: the large allreduce and allgather, not the small."""
     import fuse
+    from fuse.common import basics
     _init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
@@ -124,19 +142,25 @@ def _job_auto() -> dict:
         before = _hier_count()
         c.array(fuse.allreduce(ins[r], name=label, op=fuse.Sum), reduce_ref(ins, "sum"), label)
         counts[label] = _hier_count() - before
+        before = basics.engine().stats()["hierarchical_allgathers"]
+        c.array(fuse.allgather(ins[r], name=label + ".g"), np.concatenate(ins), label + " gather")
+        counts[label + " gather"] = basics.engine().stats()["hierarchical_allgathers"] - before
     c.finish()
     fuse.shutdown()
     return counts
 
 
 @pytest.mark.parametrize("setting, expected", [
-    (None, {"small": 0, "large": 1}),           # auto: from FUSE_HIERARCHICAL_THRESHOLD up
-    ("0", {"small": 0, "large": 0}),            # Horovod's spelling, off
+    # auto: from FUSE_HIERARCHICAL_THRESHOLD up (the large allgather's result is 4.8 MB, the
+    # small one's 16 KB)
+    (None, {"small": 0, "large": 1, "small gather": 0, "large gather": 1}),
+    # Horovod's spelling, off
+    ("0", {"small": 0, "large": 0, "small gather": 0, "large gather": 0}),
 ])
 def test_automatic_choice_and_off(setting, expected):
     env = {"FUSE_INLINE_THRESHOLD": "0"}
     if setting is not None:
-        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = setting
+        env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = env["HOROVOD_HIERARCHICAL_ALLGATHER"] = setting
     assert run_job(_job_auto, 4, env=env, hosts=TWO_BY_TWO) == [expected] * 4
 
 

@@ -53,8 +53,9 @@ def test_local_ranks_that_do_not_count_from_zero_stay_flat():
 
 
 def test_ranks_asking_for_different_modes_are_refused_by_name():
-    peers = _peers([("a", 2), ("b", 2)], mode="on")
-    peers[2]["mode"] = "auto"
-    with pytest.raises(ValueError, match=r"differs between ranks: auto on ranks \[2\]; "
-                                         r"on on ranks \[0, 1, 3\]"):
+    peers = _peers([("a", 2), ("b", 2)], mode="allreduce on, allgather auto")
+    peers[2]["mode"] = "allreduce auto, allgather auto"
+    with pytest.raises(ValueError, match=r"_ALLGATHER differ between ranks: allreduce auto, "
+                                         r"allgather auto on ranks \[2\]; allreduce on, "
+                                         r"allgather auto on ranks \[0, 1, 3\]"):
         plan_layout(peers, 0)
