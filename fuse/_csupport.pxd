@@ -65,7 +65,7 @@ cdef extern from "timeline.h" namespace "fuse" nogil:
         pass
     enum TlWhat:
         TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE,
-        TLW_SHM
+        TLW_SHM, TLW_HIER
     Timeline* tl_new()
     void tl_free(Timeline*)
     cbool tl_on(Timeline*)

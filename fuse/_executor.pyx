@@ -504,7 +504,10 @@ cdef class Executor:
         if tl:
             if fused:
                 tl_span_all(self.tl, resp.names, b'E', TLW_MEMCPY_IN, resp.kind)
-            act = TLW_SHM if self._via_shm(ps, total) else TLW_BACKEND
+            if self._via_hier(ps, total):
+                act = TLW_HIER
+            elif self._via_shm(ps, total):
+                act = TLW_SHM
             tl_span_all(self.tl, resp.names, b'B', act, resp.kind)
         t1 = now_seconds()
         if self._reduce(ps, buf, total // dsize if dsize else 0, resp.dtype, bop, post, err) != 0:

@@ -8,9 +8,10 @@ host, so the workers give themselves the same layout through ``fuse.init``'s ove
 
 from __future__ import annotations
 
-import pytest
+import json
 
 import numpy as np
+import pytest
 
 from par_util import (DTYPES, FLOAT_DTYPES, OPS, Checker, assert_counts, data_kind, op_value,
                       rank_array, reduce_ref, run_job)
@@ -157,11 +158,16 @@ def _job_auto() -> dict:
     # Horovod's spelling, off
     ("0", {"small": 0, "large": 0, "small gather": 0, "large gather": 0}),
 ])
-def test_automatic_choice_and_off(setting, expected):
-    env = {"FUSE_INLINE_THRESHOLD": "0"}
+def test_automatic_choice_and_off(setting, expected, tmp_path):
+    timeline = tmp_path / "timeline.json"
+    env = {"FUSE_INLINE_THRESHOLD": "0", "FUSE_TIMELINE": str(timeline)}
     if setting is not None:
         env["HOROVOD_HIERARCHICAL_ALLREDUCE"] = env["HOROVOD_HIERARCHICAL_ALLGATHER"] = setting
     assert run_job(_job_auto, 4, env=env, hosts=TWO_BY_TWO) == [expected] * 4
+    # the timeline names the path the large allreduce took
+    spans = {(e.get("name"), e.get("ph")) for e in json.loads(timeline.read_text())
+             if isinstance(e, dict)}
+    assert (("HIERARCHICAL_ALLREDUCE", "B") in spans) == bool(expected["large"]), spans
 
 
 def _job_uneven() -> int:
