@@ -553,7 +553,8 @@ cdef class Executor:
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
         if out == NULL and rows * row:
             return EX_LOCAL
-        if ps.hier != NULL and rows * row != 0 and <size_t>(rows * row) >= ps.hier.gather_min_bytes:
+        if (ps.hier != NULL and rows * row != 0
+                and <size_t>(rows * row) >= ps.hier.gather_min_bytes):
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
         if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
@@ -567,7 +568,7 @@ cdef class Executor:
         the rows of the members with its local index."""
         cdef Hierarchy* h = ps.hier
         cdef PSet* cross = h.cross
-        cdef vector[size_t] offsets, cross_bytes, owned_bytes
+        cdef vector[size_t] offsets, cross_bytes
         cdef vector[int] owners
         cdef size_t i, j, pos = 0, total = 0
         cdef char* staging

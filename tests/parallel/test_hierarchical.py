@@ -94,7 +94,8 @@ def _matrix() -> int:
     before = basics.engine().stats()["hierarchical_allgathers"]
     gathers = 0
     for dt in ("float32", "int8", "float64", "bool"):
-        for label, rows in (("small", lambda k: k + 1), ("uneven", lambda k: 0 if k == 1 else 7 * k),
+        for label, rows in (("small", lambda k: k + 1),
+                            ("uneven", lambda k: 0 if k == 1 else 7 * k),
                             ("large", lambda k: 60_000 + 1000 * k)):
             tag = f"g.{label}.{dt}"
             ins = [rank_array(dt, (rows(k), 3), k, tag) for k in range(n)]
