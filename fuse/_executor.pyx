@@ -192,10 +192,12 @@ cdef struct HalfJob:
     char err[ERRLEN]
 
 
-# The hierarchical allreduce's pipeline unit (Executor._reduce_hier): small enough that the
-# first reduce-scatter and the last allgather, which nothing overlaps, are short; large enough
-# that each cross-host call keeps the link busy.
-cdef size_t HIER_SEGMENT_BYTES = 8 << 20
+# The hierarchical allreduce's pipeline unit (Executor._reduce_hier): a quarter of the buffer
+# within these bounds, so that the first reduce-scatter and the last allgather, which nothing
+# overlaps, are short even for a few MiB, while each cross-host call is large enough to keep
+# the link busy.
+cdef size_t HIER_SEGMENT_MIN_BYTES = 1 << 20
+cdef size_t HIER_SEGMENT_MAX_BYTES = 8 << 20
 
 
 cdef int _run_half(void* arg) noexcept nogil:
@@ -332,7 +334,8 @@ cdef class Executor:
         all of the host's ranks stop together."""
         cdef Hierarchy* h = ps.hier
         cdef size_t dsize = dtype_size(dtype)
-        cdef size_t step = HIER_SEGMENT_BYTES // dsize
+        cdef size_t step = min(max(count * dsize // 4, HIER_SEGMENT_MIN_BYTES),
+                               HIER_SEGMENT_MAX_BYTES) // dsize
         cdef size_t nseg, s
         cdef bint lane_ok = True
         cdef int rc = 0, rc_cross = 0
