@@ -1,4 +1,4 @@
-"""Hierarchical allreduce for jobs that span hosts with several ranks on each.
+"""Hierarchical allreduce and allgather for jobs that span hosts with several ranks on each.
 
 Why: a flat ring over N = H hosts x L ranks sends 2 (N - 1) / N of the data out of every rank,
 and with the ranks of a host next to each other in the ring each host's link carries one rank's
@@ -14,15 +14,20 @@ How, for one allreduce of a buffer cut into L shards (the same cut on every host
    local ranks do so at once, so each host's link carries the data once;
 3. allgather among the host's ranks through shared memory.
 
+Over a native connection (Gloo) the buffer goes in segments (a quarter of it, 1 to 8 MiB),
+pipelined: a second thread sends segment s across while the engine thread reduce-scatters
+segment s + 1 and gathers segment s - 1, so the link seldom waits for memory work.
+
 A rank whose step 2 fails still joins step 3 and says so there, so the host's other ranks stop
 with an error instead of waiting or using its shard.  The executor (fuse/_executor.pyx,
 ``_reduce_hier``) runs this for the world's process set; other process sets, and jobs whose
 layout does not fit, keep the flat allreduce.
 
-Allgather, the same way round: each rank gathers the rows of its peers on the other hosts
-(each host's link carries every other host's rows once, where a flat ring carries them from
-each of the L ranks' positions), puts them in place, then the host's ranks share what they got
-through shared memory (``ShmAllreduce::allgather_ranges``).
+Allgather, the other way round: each rank gathers the rows of its peers on the other hosts
+over its own connection, puts them in place, then the host's ranks share what they got through
+shared memory (``ShmAllreduce::allgather_ranges``).  Each host receives the other hosts' rows
+once: for 2 x 2, half of the result, where a flat ring passes three quarters of it over each
+link between the hosts.
 
 When: the layout must have H > 1 hosts with the same L > 1 ranks each (the launcher's host names
 and local ranks; ranks under one kernel that share memory).  ``FUSE_HIERARCHICAL_ALLREDUCE``
