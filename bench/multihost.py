@@ -181,10 +181,10 @@ def main():
                         med = row["median"]
                         row["bandwidth_GBps"] = {k: ALLREDUCE_BYTES / 1e9 / v
                                                  for k, v in med.items()}
-                        # a flat ring sends 2(n-1)/n of the buffer over each rank's link; with
-                        # several ranks per host they share that host's link (DDP, and fuse
-                        # with one rank per host)
-                        per_link = 2 * (n - 1) / n * ranks
+                        # a flat ring (DDP, and fuse with one rank per host) sends 2(n-1)/n of
+                        # the buffer from each rank to the next; with the ranks of a host next
+                        # to each other in the ring, one of them sends across the host's link
+                        per_link = 2 * (n - 1) / n
                         row["ring_limit_GBps"] = config["link_GBps"] / per_link
                         # fuse's hierarchical allreduce (several ranks per host, the default
                         # from 256 KiB up) sends 2(h-1)/h of it over each host's link

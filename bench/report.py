@@ -233,9 +233,10 @@ def multihost_section(w: dict) -> str:
         f"{rate} in both directions (tbf); fuse starts from the first host over ssh, DDP runs "
         "one torchrun per host. The hosts share this machine's 2 cores, so both sides run with "
         "OMP_NUM_THREADS=1. Bandwidth: 64 MiB / time per allreduce, next to what the link "
-        "allows for the algorithm: a flat ring sends 2(n-1)/n of the buffer from each rank, "
-        "and the ranks of a host share its link; fuse's hierarchical allreduce (several ranks "
-        "per host) sends 2(h-1)/h of it from each host.", "", "![across hosts](plots/multihost.png)"])
+        "allows for the algorithm: a flat ring sends 2(n-1)/n of the buffer from each rank to "
+        "the next, and with a host's ranks next to each other one of them sends across the "
+        "host's link; fuse's hierarchical allreduce (several ranks per host) sends 2(h-1)/h of "
+        "it from each host.", "", "![across hosts](plots/multihost.png)"])
 
 
 SECTIONS = (("allreduce", "1. Allreduce latency and bandwidth", allreduce_section),
