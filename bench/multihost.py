@@ -10,7 +10,8 @@ from the first host (workers on the others over ssh), and DDP as its users run i
 ``torchrun --nnodes HOSTS --nproc_per_node RANKS`` per host. Workloads
 (bench/launched_worker.py): ``step``, the ResNet-50-shaped gradient set (25.6 M float32);
 ``allreduce``, one 64 MiB float32 allreduce, reported as bandwidth next to what the link
-allows. Rounds alternate which side runs first; figures are medians over rounds.
+allows for the algorithm used (fuse: hierarchical with several ranks per host, else a ring;
+DDP: a flat ring). Rounds alternate which side runs first; figures are medians over rounds.
 
 All the hosts share this machine's cores, which no launcher can know: each would give its
 workers every core. Both sides therefore run with OMP_NUM_THREADS=1 (what torchrun sets and
@@ -180,10 +181,16 @@ def main():
                         med = row["median"]
                         row["bandwidth_GBps"] = {k: ALLREDUCE_BYTES / 1e9 / v
                                                  for k, v in med.items()}
-                        # a flat ring sends 2(n-1)/n of the buffer over each rank's link; with
-                        # several ranks per host they share that host's link
-                        per_link = 2 * (n - 1) / n * ranks
+                        # a flat ring (DDP, and fuse with one rank per host) sends 2(n-1)/n of
+                        # the buffer from each rank to the next; with the ranks of a host next
+                        # to each other in the ring, one of them sends across the host's link
+                        per_link = 2 * (n - 1) / n
                         row["ring_limit_GBps"] = config["link_GBps"] / per_link
+                        # fuse's hierarchical allreduce (several ranks per host, the default
+                        # from 256 KiB up) sends 2(h-1)/h of it over each host's link
+                        row["fuse_algorithm"] = "hierarchical" if ranks > 1 else "ring"
+                        row["fuse_limit_GBps"] = (config["link_GBps"] / (2 * (hosts - 1) / hosts)
+                                                  if ranks > 1 else row["ring_limit_GBps"])
                     rows.append(row)
                     med = row["median"]
                     print(f"{hosts}x{ranks} {model}: fuse {med['fuse'] * 1e3:.0f} ms, DDP "

@@ -217,8 +217,11 @@ def multihost_section(w: dict) -> str:
         bw = r.get("bandwidth_GBps")
         cells = [r["case"], fmt_time(med["fuse"]), fmt_time(med["DDP"]), _ratio_cell(r["ratio"])]
         if bw:
-            cells.append(f"{fmt_bandwidth(bw['fuse'])} / {fmt_bandwidth(bw['DDP'])} "
-                         f"(flat ring at link rate: {fmt_bandwidth(r['ring_limit_GBps'])})")
+            fuse_limit = r.get("fuse_limit_GBps", r["ring_limit_GBps"])
+            cells.append(f"{fmt_bandwidth(bw['fuse'])} ({bw['fuse'] / fuse_limit:.0%} of "
+                         f"{r.get('fuse_algorithm', 'ring')}'s {fmt_bandwidth(fuse_limit)}) / "
+                         f"{fmt_bandwidth(bw['DDP'])} ({bw['DDP'] / r['ring_limit_GBps']:.0%} "
+                         f"of the flat ring's {fmt_bandwidth(r['ring_limit_GBps'])})")
         else:
             cells.append("–")
         rows.append(cells)
@@ -229,9 +232,11 @@ def multihost_section(w: dict) -> str:
         f"Hosts are network namespaces on this machine (scripts/cluster.sh), each link capped at "
         f"{rate} in both directions (tbf); fuse starts from the first host over ssh, DDP runs "
         "one torchrun per host. The hosts share this machine's 2 cores, so both sides run with "
-        "OMP_NUM_THREADS=1. Bandwidth: 64 MiB / time per allreduce; the flat-ring limit is the "
-        "link rate over the 2(n-1)/n of the buffer each rank sends, shared by the ranks of a "
-        "host.", "", "![across hosts](plots/multihost.png)"])
+        "OMP_NUM_THREADS=1. Bandwidth: 64 MiB / time per allreduce, next to what the link "
+        "allows for the algorithm: a flat ring sends 2(n-1)/n of the buffer from each rank to "
+        "the next, and with a host's ranks next to each other one of them sends across the "
+        "host's link; fuse's hierarchical allreduce (several ranks per host) sends 2(h-1)/h of "
+        "it from each host.", "", "![across hosts](plots/multihost.png)"])
 
 
 SECTIONS = (("allreduce", "1. Allreduce latency and bandwidth", allreduce_section),

@@ -186,6 +186,11 @@ cdef class Engine(CoordinatorLink):
         segments.set_patience(self.shm_warn_s, self.shm_fail_s)
         self.psets.install_shm(pset_id, segments)
 
+    def _install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
+                           size_t min_bytes, size_t gather_min_bytes, local_index):
+        self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes,
+                                     gather_min_bytes, local_index)
+
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
         fuse.common.shm.share_regions), between two passes of the loop."""
@@ -377,16 +382,18 @@ cdef class Engine(CoordinatorLink):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
-        (``split``) and how many through shared memory (``shm``; ``shm_direct`` of them
-        straight between the ranks' shared gradient buffers), waits that completed while
-        the waiting thread ran the loop itself (``driven``), coordinator cycles that
+        (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
+        straight between the ranks' shared gradient buffers) and how many hierarchically
+        across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``), waits that
+        completed while the waiting thread ran the loop itself (``driven``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
         cdef Executor x = self.executor
         shm = self.shared_memory
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
-                "split": x.st_split, "shm": x.st_shm,
+                "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
+                "hierarchical_allgathers": x.st_hier_gather,
                 "shm_direct": shm.direct if shm is not None else 0,
                 "driven": self.st_driven,
                 "cycles": self.coord.st_cycles,

@@ -49,6 +49,14 @@ cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
                       size_t errlen)
         void add_region(vector[char*] bases, vector[size_t] bytes)
         uint64_t direct
+        # the intra-host halves of the hierarchical allreduce
+        size_t index()
+        size_t shard_begin(size_t count, size_t k)
+        int reduce_scatter(void* buf, size_t count, int dtype, int op, char* err, size_t errlen)
+        int allgather(void* buf, size_t count, int dtype, cbool ok, char* err, size_t errlen)
+        int allgather_ranges(char* buf, const vector[size_t]& offset,
+                             const vector[size_t]& bytes, const vector[int]& owner, cbool ok,
+                             char* err, size_t errlen)
 
 cdef extern from "lane.h" namespace "fuse" nogil:
     cppclass Lane:
@@ -62,7 +70,7 @@ cdef extern from "timeline.h" namespace "fuse" nogil:
         pass
     enum TlWhat:
         TLW_NEGOTIATE, TLW_TOP, TLW_QUEUE, TLW_MEMCPY_IN, TLW_BACKEND, TLW_MEMCPY_OUT, TLW_INLINE,
-        TLW_SHM
+        TLW_SHM, TLW_HIER
     Timeline* tl_new()
     void tl_free(Timeline*)
     cbool tl_on(Timeline*)

@@ -4,7 +4,7 @@ from libcpp.string cimport string
 from libcpp.vector cimport vector
 
 from fuse._csupport cimport *
-from fuse._protocol cimport Request, Response, PSet
+from fuse._protocol cimport Request, Response, PSet, Hierarchy
 
 # What Executor's collectives return; the engine completes the handles accordingly.
 cdef enum:
@@ -44,6 +44,8 @@ cdef class Executor:
     cdef uint64_t st_adjacent     # fused responses whose tensors already lay back to back
     cdef uint64_t st_split        # allreduces reduced as two concurrent halves
     cdef uint64_t st_shm          # allreduces reduced through shared memory
+    cdef uint64_t st_hier         # allreduces reduced hierarchically (across hosts)
+    cdef uint64_t st_hier_gather  # allgathers gathered hierarchically
     cdef uint64_t st_tensors
     cdef uint64_t st_inline
     cdef uint64_t st_bytes
@@ -51,10 +53,17 @@ cdef class Executor:
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil
     cdef bint _via_shm(self, PSet* ps, size_t nbytes) noexcept nogil
+    cdef bint _via_hier(self, PSet* ps, size_t nbytes) noexcept nogil
+    cdef int _reduce_hier(self, PSet* ps, char* buf, size_t count, int dtype, int op,
+                          double post, string& err) noexcept nogil
+    cdef int _hier_piece(self, Hierarchy* h, char* buf, size_t count, int dtype, int op,
+                         double post, string& err) noexcept nogil
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
     cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
+    cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
+                             vector[size_t]& recvbytes, string& err) noexcept nogil
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil
     cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil

@@ -192,6 +192,14 @@ cdef struct HalfJob:
     char err[ERRLEN]
 
 
+# The hierarchical allreduce's pipeline unit (Executor._reduce_hier): a quarter of the buffer
+# within these bounds, so that the first reduce-scatter and the last allgather, which nothing
+# overlaps, are short even for a few MiB, while each cross-host call is large enough to keep
+# the link busy.
+cdef size_t HIER_SEGMENT_MIN_BYTES = 1 << 20
+cdef size_t HIER_SEGMENT_MAX_BYTES = 8 << 20
+
+
 cdef int _run_half(void* arg) noexcept nogil:
     """The lane's share of a split allreduce: its half over the twin connection, then the
     postscale of that half."""
@@ -204,9 +212,31 @@ cdef int _run_half(void* arg) noexcept nogil:
     return rc
 
 
+cdef inline int _shm_outcome(int rc) noexcept nogil:
+    """An Executor outcome (EX_*) for what a shared-memory step returned."""
+    if rc == 0:
+        return EX_OK
+    return EX_STALL if rc == kShmStalled else EX_BACKEND
+
+
 cdef void _warn_late_member(const char* message) noexcept with gil:
     from fuse._log import logger
     logger.warning("%s", message.decode(errors="replace"))
+
+
+cdef void _start_cross(Lane* lane, Hierarchy* h, HalfJob* job, char* seg, size_t count,
+                       int dtype, int op, double post) noexcept nogil:
+    """Start this rank's shard of a segment of ``count`` elements at ``seg`` on the lane:
+    reduced with its peers on the other hosts, then postscaled (Executor._reduce_hier)."""
+    cdef size_t lo = h.local.shard_begin(count, h.local.index())
+    cdef size_t hi = h.local.shard_begin(count, h.local.index() + 1)
+    job.ops = h.cross.native
+    job.buf = seg + lo * dtype_size(dtype)
+    job.count = hi - lo
+    job.dtype = dtype
+    job.op = op
+    job.post = post
+    lane.start(_run_half, job)
 
 
 cdef class SharedSegments:
@@ -302,6 +332,95 @@ cdef class Executor:
         """Whether an allreduce of ``nbytes`` goes through same-host shared memory."""
         return ps.shm != NULL and self.shm_bytes != 0 and nbytes >= self.shm_bytes
 
+    cdef bint _via_hier(self, PSet* ps, size_t nbytes) noexcept nogil:
+        """Whether an allreduce of ``nbytes`` goes hierarchically (the set spans hosts)."""
+        return ps.hier != NULL and nbytes != 0 and nbytes >= ps.hier.min_bytes
+
+    cdef int _reduce_hier(self, PSet* ps, char* buf, size_t count, int dtype, int op,
+                          double post, string& err) noexcept nogil:
+        """The hierarchical allreduce (fuse/common/hierarchy.py): reduce-scatter among this
+        host's ranks through shared memory, this rank's shard reduced with its peers on the
+        other hosts over its own connection (every local rank at once, so each host's link
+        carries the data once) and postscaled, then allgather on this host.
+
+        Over a native connection the buffer goes in segments, pipelined: the lane thread
+        reduces segment s across hosts while this thread reduce-scatters segment s + 1 and
+        gathers segment s - 1, so the link is rarely idle while memory is copied.  Every
+        local rank makes the same shared-memory calls in the same order, failures included:
+        a rank whose cross-host part failed says so in the allgather of that segment, where
+        all of the host's ranks stop together."""
+        cdef Hierarchy* h = ps.hier
+        cdef size_t dsize = dtype_size(dtype)
+        cdef size_t step = min(max(count * dsize // 4, HIER_SEGMENT_MIN_BYTES),
+                               HIER_SEGMENT_MAX_BYTES) // dsize
+        cdef size_t nseg, s
+        cdef bint lane_ok = True
+        cdef int rc = 0, rc_cross = 0
+        cdef string cross_err
+        cdef char errbuf[ERRLEN]
+        cdef HalfJob job
+        self.st_hier += 1
+        if h.cross.native == NULL:     # a backend driven through Python: one piece, in turn
+            return self._hier_piece(h, buf, count, dtype, op, post, err)
+        if self.lane == NULL:
+            self.lane = lane_new()
+        nseg = (count + step - 1) // step
+        errbuf[0] = 0
+        rc = h.local.reduce_scatter(buf, min(step, count), dtype, op, errbuf, ERRLEN)
+        if rc != 0:
+            err = _str(errbuf)
+            return _shm_outcome(rc)
+        for s in range(nseg):
+            if rc_cross == 0:
+                _start_cross(self.lane, h, &job, buf + s * step * dsize,
+                             min(step, count - s * step), dtype, op, post)
+            if rc == 0 and s + 1 < nseg:
+                rc = h.local.reduce_scatter(buf + (s + 1) * step * dsize,
+                                            min(step, count - (s + 1) * step), dtype, op,
+                                            errbuf, ERRLEN)
+            if rc == 0 and s > 0:
+                rc = h.local.allgather(buf + (s - 1) * step * dsize, step, dtype, lane_ok,
+                                       errbuf, ERRLEN)
+            if rc_cross == 0:
+                rc_cross = self.lane.wait()
+                if rc_cross != 0:
+                    cross_err = _str(job.err)
+            lane_ok = rc_cross == 0
+            if rc != 0:
+                break
+        if rc == 0:
+            rc = h.local.allgather(buf + (nseg - 1) * step * dsize,
+                                   count - (nseg - 1) * step, dtype, lane_ok, errbuf, ERRLEN)
+        if rc_cross != 0:
+            err = cross_err
+            return EX_BACKEND
+        if rc != 0:
+            err = _str(errbuf)
+        return _shm_outcome(rc)
+
+    cdef int _hier_piece(self, Hierarchy* h, char* buf, size_t count, int dtype, int op,
+                         double post, string& err) noexcept nogil:
+        """The three steps one after the other, for the whole buffer."""
+        cdef size_t me = h.local.index()
+        cdef size_t lo, hi
+        cdef int rc
+        cdef char errbuf[ERRLEN]
+        cdef int rc_local
+        errbuf[0] = 0
+        rc_local = h.local.reduce_scatter(buf, count, dtype, op, errbuf, ERRLEN)
+        if rc_local != 0:
+            err = _str(errbuf)
+            return _shm_outcome(rc_local)
+        lo = h.local.shard_begin(count, me)
+        hi = h.local.shard_begin(count, me + 1)
+        rc = self._reduce(h.cross, buf + lo * dtype_size(dtype), hi - lo, dtype, op, post, err)
+        # even after a failure: the host's other ranks wait in it and learn of the failure
+        rc_local = h.local.allgather(buf, count, dtype, rc == 0, errbuf, ERRLEN)
+        if rc_local != 0 and rc == EX_OK:
+            err = _str(errbuf)
+            rc = _shm_outcome(rc_local)
+        return rc
+
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
                      string& err) noexcept nogil:
         """Allreduce ``count`` elements at ``buf`` in place, then multiply by ``post``.  When
@@ -314,6 +433,8 @@ cdef class Executor:
         cdef HalfJob job
         cdef int rc, rc_lane
         cdef char errbuf[ERRLEN]
+        if self._via_hier(ps, count * dsize):
+            return self._reduce_hier(ps, buf, count, dtype, op, post, err)
         if self._via_shm(ps, count * dsize):
             # every member is on this host: no backend at all (the postscale is applied by
             # each part's owner while the part is in cache)
@@ -322,8 +443,7 @@ cdef class Executor:
             self.st_shm += 1
             if rc:
                 err = _str(errbuf)
-                return EX_STALL if rc == kShmStalled else EX_BACKEND
-            return EX_OK
+            return _shm_outcome(rc)
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
             rc = _b_allreduce(ps, buf, count, dtype, op, err)
             if rc == 0:
@@ -410,7 +530,10 @@ cdef class Executor:
         if tl:
             if fused:
                 tl_span_all(self.tl, resp.names, b'E', TLW_MEMCPY_IN, resp.kind)
-            act = TLW_SHM if self._via_shm(ps, total) else TLW_BACKEND
+            if self._via_hier(ps, total):
+                act = TLW_HIER
+            elif self._via_shm(ps, total):
+                act = TLW_SHM
             tl_span_all(self.tl, resp.names, b'B', act, resp.kind)
         t1 = now_seconds()
         rc = self._reduce(ps, buf, total // dsize if dsize else 0, resp.dtype, bop, post, err)
@@ -457,9 +580,55 @@ cdef class Executor:
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
         if out == NULL and rows * row:
             return EX_LOCAL
+        if (ps.hier != NULL and rows * row != 0
+                and <size_t>(rows * row) >= ps.hier.gather_min_bytes):
+            return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
         if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
+
+    cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
+                             vector[size_t]& recvbytes, string& err) noexcept nogil:
+        """The hierarchical allgather (fuse/common/hierarchy.py): gather with this rank's peers
+        on the other hosts (each host's link carries every other host's data once), put their
+        rows in place, then share on this host through shared memory: every local rank owns
+        the rows of the members with its local index."""
+        cdef Hierarchy* h = ps.hier
+        cdef PSet* cross = h.cross
+        cdef vector[size_t] offsets, cross_bytes
+        cdef vector[int] owners
+        cdef size_t i, j, pos = 0, total = 0
+        cdef char* staging
+        cdef int rc, rc_local
+        cdef char errbuf[ERRLEN]
+        self.st_hier_gather += 1
+        for i in range(recvbytes.size()):
+            offsets.push_back(pos)
+            pos += recvbytes[i]
+            owners.push_back(h.local_index[i])
+        for i in range(cross.ranks.size()):
+            j = <size_t>_position(ps, cross.ranks[i])
+            cross_bytes.push_back(recvbytes[j])
+            total += recvbytes[j]
+        staging = <char*>self.fusion.get(total if total else 1)
+        if staging == NULL:
+            err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
+            rc = 1     # still through the host's step below, so that the others hear of it
+        else:
+            rc = _b_allgatherv(cross, inp, recvbytes[ps.index], staging, cross_bytes, err)
+        if rc == 0:
+            pos = 0
+            for i in range(cross.ranks.size()):
+                j = <size_t>_position(ps, cross.ranks[i])
+                memcpy(out + offsets[j], staging + pos, recvbytes[j])
+                pos += recvbytes[j]
+        errbuf[0] = 0
+        rc_local = h.local.allgather_ranges(out, offsets, recvbytes, owners, rc == 0, errbuf,
+                                            ERRLEN)
+        if rc_local != 0 and rc == 0:
+            err = _str(errbuf)
+            return _shm_outcome(rc_local)
+        return EX_BACKEND if rc else EX_OK
 
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil:

@@ -159,6 +159,9 @@ cdef struct HandleState:
     bint drivable           # settled by negotiation alone: its waiter may drive (Engine._drive)
 
 
+cdef struct Hierarchy
+
+
 cdef struct PSet:
     vector[int] ranks
     int index              # this rank's position, -1 if not a member
@@ -169,6 +172,19 @@ cdef struct PSet:
     fuse_group_ops* twin   # a second native connection to the same ranks, or NULL (Executor)
     ShmAllreduce* shm      # the members' shared-memory segments when they share a host, or NULL
     PyObject* pygroup      # borrowed; Engine._groups keeps it alive
+    Hierarchy* hier        # how the set's allreduces go hierarchically, or NULL (Executor)
+
+
+cdef struct Hierarchy:
+    # A set spanning hosts with several members on each (fuse/common/hierarchy.py): reduce-
+    # scatter among this host's members through shared memory, allreduce this rank's shard with
+    # its peers on the other hosts, allgather on this host; for allgather, gather with the
+    # peers on the other hosts, then share on this host.  A threshold of SIZE_MAX: never.
+    ShmAllreduce* local    # this host's members' shared-memory segments
+    PSet* cross            # this rank's peers (same local rank) on every host
+    size_t min_bytes       # allreduces of at least this many bytes go this way
+    size_t gather_min_bytes  # allgathers of at least this many bytes (in all) go this way
+    vector[int] local_index  # per member (position in the set): its index on its host
 
 
 cdef extern from * nogil:

@@ -5,7 +5,7 @@ from libcpp.unordered_map cimport unordered_map
 from libcpp.vector cimport vector
 
 from fuse._csupport cimport Lock
-from fuse._protocol cimport PSet
+from fuse._protocol cimport PSet, Hierarchy
 
 
 cdef class ProcessSets:
@@ -15,10 +15,16 @@ cdef class ProcessSets:
     # the loop (add/remove responses); the loop reads it without the lock (the coordinator and
     # the executor hold pointers into it), Python threads under it.
     cdef unordered_map[int, PSet] map
+    # id -> how the set's allreduces go hierarchically, and the cross-host connection that
+    # points to (map[id].hier and hier[id].cross point into these; node addresses are stable)
+    cdef unordered_map[int, Hierarchy] hier
+    cdef unordered_map[int, PSet] cross
     # Python objects the sets point to, kept alive here (under the GIL): id -> Group, and
-    # (id, "capsule" | "twin" | "twin capsule" | "shm") -> what the name says
+    # (id, "capsule" | "twin" | "twin capsule" | "shm" | "hier shm") -> what the name says,
+    # (id, "cross") -> the cross-host Group of a hierarchical set
     cdef dict groups
     cdef object create_group            # callable(ranks, id) -> Group, for new sets
 
+    cdef PSet _describe(self, ranks, group, object key) except *
     cdef int add(self, const vector[int64_t]& args, string& err) noexcept with gil
     cdef void remove(self, int pset_id) noexcept with gil

@@ -48,8 +48,9 @@ cdef class ProcessSets:
         self.groups = {}
         self.create_group = create_group
 
-    def install(self, int pset_id, ranks, group):
-        """Record a process set.  ``group`` is the backend Group, or None on non-members."""
+    cdef PSet _describe(self, ranks, group, object key) except *:
+        """A PSet for ``ranks`` with this rank's place in it and ``group``'s connection (None:
+        not a member); what it points to is kept alive under ``key`` here."""
         cdef PSet ps
         cdef fuse_group_ops* native = NULL
         for r in sorted(ranks):
@@ -65,17 +66,47 @@ cdef class ProcessSets:
         ps.native = NULL
         ps.twin = NULL
         ps.shm = NULL
+        ps.hier = NULL
         if group is not None:
-            self.groups[pset_id] = group
+            self.groups[key] = group
             ps.pygroup = <PyObject*>group
             capsule = group.native_ops()
             native = _native_ops(group, capsule, True)
             if native != NULL:
-                self.groups[(pset_id, "capsule")] = capsule
+                self.groups[(key, "capsule")] = capsule
                 ps.native = native
+        return ps
+
+    def install(self, int pset_id, ranks, group):
+        """Record a process set.  ``group`` is the backend Group, or None on non-members."""
+        cdef PSet ps = self._describe(ranks, group, pset_id)
         with nogil:
             lock_acquire(self.lock)
             self.map[pset_id] = ps
+            lock_release(self.lock)
+
+    def install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
+                          size_t min_bytes, size_t gather_min_bytes, local_index):
+        """Let a process set that spans hosts run its allreduces of at least ``min_bytes`` and
+        allgathers of at least ``gather_min_bytes`` hierarchically (fuse.common.hierarchy):
+        ``local`` are the shared-memory segments of this host's members, ``cross_group`` the
+        backend Group of ``cross_ranks``, this rank's peers on the other hosts, and
+        ``local_index[i]`` the index of the set's i-th member on its host.  Every member
+        installs its own before the engine starts."""
+        cdef PSet cross = self._describe(cross_ranks, cross_group, (pset_id, "cross"))
+        cdef vector[int] index_on_host = [int(i) for i in local_index]
+        self.groups[(pset_id, "hier shm")] = local
+        local.installed = True
+        with nogil:
+            lock_acquire(self.lock)
+            if self.map.count(pset_id):
+                self.cross[pset_id] = cross
+                self.hier[pset_id].local = local.impl
+                self.hier[pset_id].cross = &self.cross[pset_id]
+                self.hier[pset_id].min_bytes = min_bytes
+                self.hier[pset_id].gather_min_bytes = gather_min_bytes
+                self.hier[pset_id].local_index = index_on_host
+                self.map[pset_id].hier = &self.hier[pset_id]
             lock_release(self.lock)
 
     def install_twin(self, int pset_id, group):

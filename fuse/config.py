@@ -43,6 +43,16 @@ def _parse_bool(text: str) -> bool:
         raise ValueError(f"expected a boolean (1/0, true/false), got {text!r}") from None
 
 
+def _parse_auto_bool(text: str) -> str:
+    """"auto" (unset, empty or "auto"), else "on" or "off" as a boolean says."""
+    if text.strip().lower() in ("", "auto"):
+        return "auto"
+    try:
+        return "on" if _parse_bool(text) else "off"
+    except ValueError:
+        raise ValueError(f"expected 1/0, true/false or auto, got {text!r}") from None
+
+
 def _parse_log_level(text: str) -> str:
     t = text.strip().lower()
     if t == "warn":
@@ -113,6 +123,21 @@ class Config:
                                    "this many bytes are reduced through shared memory instead "
                                    "of the backend (any backend; the world's process set); "
                                    "0 turns this off", bounds=_BYTES)
+    hierarchical_allreduce: str = _knob(
+        "auto", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLREDUCE", _parse_auto_bool,
+        "for a job on several hosts with the same number (>1) of ranks on each: 1 reduces every "
+        "allreduce inside each host through shared memory and sends each host's data across "
+        "once, 0 never; unset (auto): allreduces of at least FUSE_HIERARCHICAL_THRESHOLD bytes")
+    hierarchical_allgather: str = _knob(
+        "auto", "HIERARCHICAL_ALLGATHER", "HIERARCHICAL_ALLGATHER", _parse_auto_bool,
+        "the same for allgather: each rank gathers with its peers on the other hosts, then the "
+        "host's ranks share what they got through shared memory")
+    hierarchical_threshold: int = _knob(256 * 1024, "HIERARCHICAL_THRESHOLD",
+                                        doc="with FUSE_HIERARCHICAL_ALLREDUCE (or _ALLGATHER) "
+                                            "unset (auto), allreduces (allgathers) of at least "
+                                            "this many bytes go hierarchically when the job's "
+                                            "layout allows",
+                                        bounds=_BYTES)
     inline_threshold: int = _knob(64 * 1024, "INLINE_THRESHOLD",
                                   doc="allreduces (and broadcasts) whose size times the set size "
                                       "is at most this many bytes travel with the negotiation "
@@ -207,6 +232,10 @@ class Config:
                 where = "argument " + f.name if var == "argument" else var
                 raise ValueError(f"{where}={value!r} is out of range: it must be "
                                  f"{_describe_bounds(*bounds)}")
+        for name in ("hierarchical_allreduce", "hierarchical_allgather"):
+            if getattr(self, name) not in ("auto", "on", "off"):
+                raise ValueError(f"{name}={getattr(self, name)!r}: expected 'auto', 'on' or "
+                                 "'off'")
         if not self.rank < self.size or not self.local_rank < self.local_size:
             raise ValueError(f"invalid identity: rank {self.rank} of size {self.size}, local "
                              f"rank {self.local_rank} of {self.local_size}")

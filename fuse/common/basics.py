@@ -85,14 +85,21 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         def create_group(ranks, group_id):
             return backend.create_group(ranks, group_id)
 
-        from fuse.common import shm
+        from fuse.common import hierarchy, shm
         segments = shm.connect(config, backend.exchange)    # None unless one host
+        hier = hierarchy.connect(config, backend, log)      # None unless several hosts
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
         if segments is not None:
             engine._install_shm(0, segments)
-        # the twin connection is only worth building for sizes shared memory leaves to it
+        if hier is not None:
+            engine._install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
+                                      hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
+                                      hier.local_index(config.size))
+        # the twin connection is only worth building for sizes shared memory (or the
+        # hierarchical allreduce) leaves to it
         splits = config.split_threshold > 0 and (
-            segments is None or config.split_threshold < config.shm_threshold)
+            segments is None or config.split_threshold < config.shm_threshold) and (
+            hier is None or config.split_threshold < hier.min_bytes)
         if splits and config.size > 1 and world.native_ops() is not None:
             engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
         if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:

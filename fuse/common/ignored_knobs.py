@@ -15,8 +15,6 @@ from typing import Mapping
 # suffix after HOROVOD_/FUSE_ -> (Horovod's default, or None when any value is named;
 #                                 what the knob does in Horovod)
 IGNORED: dict[str, tuple[str | None, str]] = {
-    "HIERARCHICAL_ALLREDUCE": ("0", "NCCL/MPI hierarchical allreduce"),
-    "HIERARCHICAL_ALLGATHER": ("0", "MPI hierarchical allgather"),
     "TORUS_ALLREDUCE": ("0", "2D NCCL torus allreduce"),
     "NUM_NCCL_STREAMS": ("1", "number of NCCL streams"),
     "BATCH_D2D_MEMCOPIES": ("1", "batched CUDA copies into the fusion buffer"),

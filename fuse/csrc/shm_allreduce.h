@@ -122,7 +122,165 @@ class ShmAllreduce {
     return 0;
   }
 
+  // ---- the intra-host halves of the hierarchical allreduce (fuse/common/hierarchy.py): the
+  // buffer's elements are cut into one shard per rank, the same cut on every host, so that the
+  // ranks with the same index on every host hold the same elements between the two calls.
+
+  size_t index() const { return static_cast<size_t>(rank_); }   // this rank's, among bases
+
+  // First element of rank k's shard of a buffer of `count` elements (k == n: the end).
+  size_t shard_begin(size_t count, size_t k) const {
+    return static_cast<size_t>((static_cast<unsigned __int128>(count) * k) / bases_.size());
+  }
+
+  // Afterwards this rank's shard of buf holds the reduction of every rank's shard (the rest of
+  // buf is left as it was).  Per step, every rank publishes one piece of each other rank's
+  // shard in its own segment, in one slot per owner; barrier; each owner reduces its piece
+  // from everyone's slot.  The halves alternate as in allreduce(): a rank publishing step s + 2
+  // has passed the barrier of step s + 1, so everyone has finished reading step s.
+  int reduce_scatter(void* buf, size_t count, int dtype, int op, char* err, size_t errlen) {
+    ReduceFn reduce = reduce_kernel(dtype, op);
+    if (reduce == nullptr) {
+      snprintf(err, errlen, "shared-memory reduce-scatter: no kernel for %s %s",
+               dtype_name(dtype), op_name(op));
+      return 1;
+    }
+    const size_t n = bases_.size();
+    const size_t esize = dtype_size(dtype);
+    const size_t piece = chunk_ / n / esize;    // elements per slot
+    const size_t me = static_cast<size_t>(rank_);
+    char* raw = static_cast<char*>(buf);
+    for (size_t done = 0; done < longest_shard(count); done += piece, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      for (size_t k = 0; k < n; ++k) {
+        size_t a, z;
+        if (k == me || !piece_of(count, k, done, piece, &a, &z)) continue;
+        memcpy(data(me) + half + k * piece * esize, raw + a * esize, (z - a) * esize);
+      }
+      if (int rc = barrier(err, errlen)) return rc;
+      size_t a, z;
+      if (!piece_of(count, me, done, piece, &a, &z)) continue;
+      for (size_t k = 0; k < n; ++k)
+        if (k != me) reduce(raw + a * esize, raw + a * esize, data(k) + half + me * piece * esize,
+                            z - a);
+    }
+    return 0;
+  }
+
+  // Afterwards buf holds every rank's shard, copied from its owner's buf.  `ok` false says
+  // this rank's shard is not a result (its cross-host part failed): then every rank returns an
+  // error instead of using it.  Each rank's status travels with its first piece, in the last 8
+  // bytes of that step's half, which no piece reaches.
+  int allgather(void* buf, size_t count, int dtype, bool ok, char* err, size_t errlen) {
+    const size_t n = bases_.size();
+    const size_t esize = dtype_size(dtype);
+    const size_t piece = (chunk_ - kStatusBytes) / esize;
+    const size_t me = static_cast<size_t>(rank_);
+    const size_t longest = longest_shard(count);
+    char* raw = static_cast<char*>(buf);
+    for (size_t done = 0; done == 0 || done < longest; done += piece, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      size_t a, z;
+      if (piece_of(count, me, done, piece, &a, &z))
+        memcpy(data(me) + half, raw + a * esize, (z - a) * esize);
+      if (done == 0) status(me, half)->store(ok ? 1 : 0, std::memory_order_relaxed);
+      if (int rc = barrier(err, errlen)) return rc;
+      if (done == 0) {
+        for (size_t k = 0; k < n; ++k) {
+          if (status(k, half)->load(std::memory_order_relaxed) != 1) {
+            ++chunks_;   // every rank stops here, at the same step
+            snprintf(err, errlen,
+                     "hierarchical allreduce: local rank %zu could not reduce its shard across "
+                     "hosts (its own error says why)", k);
+            return 1;
+          }
+        }
+      }
+      for (size_t k = 0; k < n; ++k)
+        if (k != me && piece_of(count, k, done, piece, &a, &z))
+          memcpy(raw + a * esize, data(k) + half, (z - a) * esize);
+    }
+    return 0;
+  }
+
+  // The hierarchical allgather's intra-host part: range i of buf (`bytes[i]` bytes from
+  // `offset[i]`) is filled on its owner, rank `owner[i]`; afterwards every rank has every range.
+  // Each owner's ranges, in list order, form one stream that goes through its segment a chunk
+  // at a time; the lists must be the same on every rank.  `ok` as in allgather().
+  int allgather_ranges(char* buf, const std::vector<size_t>& offset,
+                       const std::vector<size_t>& bytes, const std::vector<int>& owner, bool ok,
+                       char* err, size_t errlen) {
+    const size_t n = bases_.size();
+    const size_t me = static_cast<size_t>(rank_);
+    const size_t piece = chunk_ - kStatusBytes;
+    std::vector<size_t> total(n, 0);
+    for (size_t i = 0; i < offset.size(); ++i) total[owner[i]] += bytes[i];
+    size_t longest = 0;
+    for (size_t k = 0; k < n; ++k) longest = total[k] > longest ? total[k] : longest;
+    for (size_t done = 0; done == 0 || done < longest; done += piece, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      stream_copy(buf, offset, bytes, owner, me, done, piece, data(me) + half, true);
+      if (done == 0) status(me, half)->store(ok ? 1 : 0, std::memory_order_relaxed);
+      if (int rc = barrier(err, errlen)) return rc;
+      if (done == 0) {
+        for (size_t k = 0; k < n; ++k) {
+          if (status(k, half)->load(std::memory_order_relaxed) != 1) {
+            ++chunks_;
+            snprintf(err, errlen,
+                     "hierarchical allgather: local rank %zu could not gather its part across "
+                     "hosts (its own error says why)", k);
+            return 1;
+          }
+        }
+      }
+      for (size_t k = 0; k < n; ++k)
+        if (k != me) stream_copy(buf, offset, bytes, owner, k, done, piece, data(k) + half, false);
+    }
+    return 0;
+  }
+
  private:
+  static constexpr size_t kStatusBytes = 8;
+
+  // Copies bytes [done, done + piece) of rank k's stream (its ranges of buf in list order)
+  // between buf and `seg` (which holds that window): into seg if `publish`, else out of it.
+  static void stream_copy(char* buf, const std::vector<size_t>& offset,
+                          const std::vector<size_t>& bytes, const std::vector<int>& owner,
+                          size_t k, size_t done, size_t piece, char* seg, bool publish) {
+    size_t pos = 0;
+    for (size_t i = 0; i < offset.size() && pos < done + piece; ++i) {
+      if (static_cast<size_t>(owner[i]) != k) continue;
+      const size_t a = pos > done ? pos : done;
+      const size_t z = pos + bytes[i] < done + piece ? pos + bytes[i] : done + piece;
+      if (a < z) {
+        char* in_buf = buf + offset[i] + (a - pos);
+        char* in_seg = seg + (a - done);
+        if (publish) memcpy(in_seg, in_buf, z - a);
+        else memcpy(in_buf, in_seg, z - a);
+      }
+      pos += bytes[i];
+    }
+  }
+
+  std::atomic<int64_t>* status(size_t k, size_t half) const {
+    return reinterpret_cast<std::atomic<int64_t>*>(data(k) + half + chunk_ - kStatusBytes);
+  }
+
+  size_t longest_shard(size_t count) const {
+    const size_t n = bases_.size();
+    return (count + n - 1) / n;
+  }
+
+  // Elements [*a, *z) of rank k's shard that a step starting `done` elements into every shard
+  // covers, at most `piece` of them; false when that shard has none left.
+  bool piece_of(size_t count, size_t k, size_t done, size_t piece, size_t* a, size_t* z) const {
+    const size_t lo = shard_begin(count, k), hi = shard_begin(count, k + 1);
+    if (lo + done >= hi) return false;
+    *a = lo + done;
+    *z = hi - *a < piece ? hi : *a + piece;
+    return true;
+  }
+
   struct Region {
     std::vector<char*> bases;
     std::vector<size_t> bytes;

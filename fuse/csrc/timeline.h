@@ -32,6 +32,7 @@ enum TlWhat : uint8_t {
   TLW_META,           // process_name / process_sort_index of a tensor
   TLW_CLOSE,          // closes a span still open when the timeline stops
   TLW_SHM,            // SHM_<KIND>: reduced through same-host shared memory, not the backend
+  TLW_HIER,           // HIERARCHICAL_<KIND>: inside each host, then across hosts
 };
 
 struct TlEvent {
@@ -233,6 +234,7 @@ inline void tl_format(std::string& out, const TlEvent& e, const std::string& bac
     case TLW_MEMCPY_OUT: out.append("MEMCPY_OUT_FUSION_BUFFER"); break;
     case TLW_INLINE: out.append("INLINE_"); out.append(tl_kind_upper(e.num)); break;
     case TLW_SHM: out.append("SHM_"); out.append(tl_kind_upper(e.num)); break;
+    case TLW_HIER: out.append("HIERARCHICAL_"); out.append(tl_kind_upper(e.num)); break;
     case TLW_TICK: out.append(std::to_string(e.num)); break;
     case TLW_CYCLE: out.append("CYCLE_START"); break;
     case TLW_CLOSE: out.append("TIMELINE_STOPPED"); break;

@@ -82,9 +82,11 @@ def make_parser() -> argparse.ArgumentParser:
                    help="response cache entries (default 1024; 0 disables) -> FUSE_CACHE_CAPACITY")
     ignored = "accepted for horovodrun compatibility and ignored: fuse has no {} yet"
     _bool_pair(g, "hierarchical-allreduce", "hierarchical_allreduce",
-               ignored.format("hierarchical allreduce"))
+               "reduce inside each host through shared memory and send each host's data "
+               "across once (jobs on several hosts with several ranks each); without either "
+               "flag fuse chooses by size -> FUSE_HIERARCHICAL_ALLREDUCE")
     _bool_pair(g, "hierarchical-allgather", "hierarchical_allgather",
-               ignored.format("hierarchical allgather"))
+               "the same for allgather -> FUSE_HIERARCHICAL_ALLGATHER")
     _bool_pair(g, "torus-allreduce", "torus_allreduce", ignored.format("torus allreduce"))
 
     g = p.add_argument_group("autotune")

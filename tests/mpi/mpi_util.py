@@ -5,8 +5,10 @@ from __future__ import annotations
 
 
 def mpi_run_job(fn, np_: int, env: dict | None = None, args=(), kwargs=None,
-                timeout: int | None = None):
-    """par_util.run_job, with the workers started by mpirun on the MPI backend."""
+                timeout: int | None = None, hosts: str | None = None):
+    """par_util.run_job, with the workers started by mpirun on the MPI backend.  ``hosts`` is
+    not passed on: under mpirun every worker is on this host, and tests that need another
+    layout give it to fuse.init themselves (tests/parallel/test_hierarchical.py)."""
     import fuse
     import par_util
 

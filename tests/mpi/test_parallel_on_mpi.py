@@ -1,7 +1,7 @@
 """tests/parallel on the MPI backend: the same tests, at 2 and 3 ranks, under mpirun.
 
 Every test function of tests/parallel whose job is started by ``run_job`` runs here again
-(21 of its 27).  Left out, and why (LEFT_OUT below; a test checks that every
+(24 of its 30).  Left out, and why (LEFT_OUT below; a test checks that every
 other test function of tests/parallel is imported here):
 
 - ``test_large_allreduce_splits_in_two_halves``: the split sends half of a large allreduce over
@@ -32,6 +32,7 @@ import test_autotune
 import test_errors
 import test_failures
 import test_gather_scatter
+import test_hierarchical
 import test_join_barrier
 import test_process_sets
 import test_threads
@@ -52,6 +53,9 @@ from test_failures import (stalled,  # noqa: F401
                            test_stall_shutdown_raises_stall_error,
                            test_stall_shutdown_reaches_other_ranks_as_stall_error)
 from test_gather_scatter import test_gather_broadcast_alltoall_reducescatter  # noqa: F401
+from test_hierarchical import (test_a_layout_that_does_not_fit_stays_flat,  # noqa: F401
+                               test_automatic_choice_and_off,
+                               test_every_dtype_and_op_on_two_hosts_of_two)
 from test_join_barrier import test_join_uneven_steps_and_barrier  # noqa: F401
 from test_process_sets import test_dynamic_process_sets, test_static_process_sets  # noqa: F401
 from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
@@ -59,8 +63,8 @@ from test_timeline import (test_dynamic_start_stop_inline, test_env_timeline_pha
                            test_no_timeline_without_env)
 
 PARALLEL_MODULES = (test_allreduce, test_autotune, test_errors, test_failures,
-                    test_gather_scatter, test_join_barrier, test_process_sets, test_threads,
-                    test_timeline)
+                    test_gather_scatter, test_hierarchical, test_join_barrier, test_process_sets,
+                    test_threads, test_timeline)
 LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_available",
             "test_uncaught_exception_reaches_the_waiting_ranks",
             "test_uncaught_exception_message_reaches_every_rank",

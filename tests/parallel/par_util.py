@@ -73,11 +73,13 @@ def _entry(fn, timeout, args, kwargs):
 
 
 def run_job(fn, np_: int, env: dict | None = None, args=(), kwargs=None,
-            timeout: int = WORKER_TIMEOUT):
-    """``fn(*args, **kwargs)`` on ``np_`` real workers; their results in rank order."""
+            timeout: int = WORKER_TIMEOUT, hosts: str | None = None):
+    """``fn(*args, **kwargs)`` on ``np_`` real workers; their results in rank order.
+    ``hosts`` ("localhost:2,127.0.0.1:2") gives the workers the launcher's host identities
+    (local names only: every worker still runs on this machine)."""
     import fuse
     return fuse.run(_entry, args=(fn, timeout, tuple(args), dict(kwargs or {})), np=np_,
-                    env=job_env(env))
+                    env=job_env(env), hosts=hosts)
 
 
 def run_script(tmp_path, body: str, np_: int, env: dict | None = None, args=(),

@@ -133,7 +133,7 @@ def test_flags_whose_setting_nothing_reads_say_so_in_help():
             assert read != ("ignored" in action.help), (flag, var, action.help)
             if not read:
                 ignored.append(flag)
-    assert {"--torus-allreduce", "--hierarchical-allreduce",
+    assert {"--torus-allreduce",
             "--num-nccl-streams"} <= set(ignored), ignored
 
 

@@ -3,13 +3,12 @@
 import json
 import os
 import re
-import shutil
 import signal
 import subprocess
 import sys
 import time
 
-import needs
+import cluster
 import pytest
 
 from runner_util import alive, fuserun_argv, lines_of, run_fuserun, wait_dead
@@ -302,9 +301,6 @@ def test_check_build_prints_the_fuse_info_report():
     assert re.search(r"^  gloo +available", report, re.M), report
 
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-CLUSTER_SH = os.path.join(ROOT, "scripts", "cluster.sh")
-
 SSH_WORKER = """
 import os, socket, sys, time
 from fuse.runner.store import HTTPStore
@@ -327,27 +323,13 @@ if sys.argv[1] == "fail":
 
 def test_ssh_path(script, tmp_path):
     """Workers on network-namespace hosts reached over ssh (scripts/cluster.sh)."""
-    if os.geteuid() != 0:
-        needs.missing("ssh", "the ssh test runs as root (it makes network namespaces)")
-    for tool in ("/usr/sbin/sshd", shutil.which("ssh"), shutil.which("ip")):
-        if not (tool and os.access(tool, os.X_OK)):
-            needs.missing("ssh", "sshd, ssh or ip is missing")
-    name = f"fr{os.getpid() % 100000}"
-    cenv = dict(os.environ, CLUSTER_NAME=name, CLUSTER_DIR=str(tmp_path / "cluster"))
-    up = subprocess.run(["bash", CLUSTER_SH, "up", "3", "--sshd"], env=cenv, capture_output=True,
-                        timeout=60)
-    try:
-        assert up.returncode == 0, "cluster.sh up: " + up.stderr.decode()[-2000:]
-        hosts = [line.split() for line in up.stdout.decode().split("\n") if line]
-        assert [h[1] for h in hosts] == [f"{name}1", f"{name}2", f"{name}3"], hosts
-        addr = [h[0] for h in hosts]
-        env = dict(os.environ, FUSE_SSH_ARGS=f"-F {tmp_path}/cluster/ssh_config")
-        base = ["bash", CLUSTER_SH, "exec", "1", *fuserun_argv(
-            "-np", "4", "-H", f"{addr[0]}:1,{addr[1]}:2,{addr[2]}:1",
-            "-i", str(tmp_path / "cluster" / "client_key"), "--start-timeout", "20", PY,
-            script(SSH_WORKER))]
+    with cluster.cluster(tmp_path, 3) as c:
+        names, addr = c.names, c.addresses
+        assert len(names) == 3 and [n[-1] for n in names] == ["1", "2", "3"], names
+        base = c.fuserun(1, "-np", "4", "-H", f"{addr[0]}:1,{addr[1]}:2,{addr[2]}:1",
+                         "--start-timeout", "20", PY, script(SSH_WORKER))
         r = subprocess.run(base + ["ok"], capture_output=True, timeout=60, cwd=tmp_path,
-                           env=dict(env, **cenv))
+                           env=c.env)
         assert r.returncode == 0, r.stderr.decode()
         lines = lines_of(r.stdout)
         out = {k: v[0] for k, v in lines.items()}
@@ -359,20 +341,18 @@ def test_ssh_path(script, tmp_path):
             r: f"threads {max(1, cores // n)} secret 64"
             for r, n in ((0, 1), (1, 2), (2, 2), (3, 1))}
         assert out[0].startswith("host ") and out[0].endswith(f"cwd {tmp_path}")
-        assert out[1].startswith(f"host {name}2 cross 1"), out
-        assert out[2].startswith(f"host {name}2 cross 0"), out
-        assert out[3].startswith(f"host {name}3 cross 2"), out
+        assert out[1].startswith(f"host {names[1]} cross 1"), out
+        assert out[2].startswith(f"host {names[1]} cross 0"), out
+        assert out[3].startswith(f"host {names[2]} cross 2"), out
         # a remote rank fails: everyone, remote ones included, is stopped
         piddir = tmp_path / "pids"
         piddir.mkdir()
         r = subprocess.run(base + ["fail", str(piddir)], capture_output=True, timeout=60,
-                           cwd=tmp_path, env=dict(env, **cenv))
+                           cwd=tmp_path, env=c.env)
         assert r.returncode == 6, r.stderr.decode()
         assert f"rank 2 (host {addr[1]}) failed first: exited with code 6".encode() in r.stderr
         pids = [int(p.read_text()) for p in piddir.glob("*.pid")]
         assert len(pids) == 3 and wait_dead(pids, 10) == []
-    finally:
-        subprocess.run(["bash", CLUSTER_SH, "down"], env=cenv, capture_output=True, timeout=60)
 
 
 BLAME = """

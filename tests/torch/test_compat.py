@@ -98,5 +98,5 @@ def test_ignored_horovod_knobs_warn_once():
                 "HOROVOD_BATCH_D2D_MEMCOPIES"):
         assert var in first[0]
     assert "HOROVOD_CYCLE_TIME" not in first[0]      # implemented, so not named
-    assert "HIERARCHICAL" not in first[0]             # Horovod's default asks for nothing
+    assert "HIERARCHICAL" not in first[0]             # implemented, so not named
     assert second == []                               # rank 1 shares rank 0's host

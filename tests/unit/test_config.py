@@ -100,3 +100,22 @@ def test_out_of_range_values_are_refused_by_name_with_the_range(env, message):
 def test_an_argument_out_of_range_is_named_as_such():
     with pytest.raises(ValueError, match="argument fusion_threshold=-3 is out of range"):
         Config.from_env({}, fusion_threshold=-3)
+
+
+@pytest.mark.parametrize("env, value", [
+    ({}, "auto"), ({"FUSE_HIERARCHICAL_ALLREDUCE": "auto"}, "auto"),
+    ({"HOROVOD_HIERARCHICAL_ALLREDUCE": "1"}, "on"), ({"FUSE_HIERARCHICAL_ALLREDUCE": "0"}, "off"),
+    ({"FUSE_HIERARCHICAL_ALLREDUCE": "true"}, "on"), ({"FUSE_HIERARCHICAL_ALLREDUCE": ""}, "auto"),
+])
+def test_hierarchical_allreduce_is_auto_on_or_off(env, value):
+    assert Config.from_env(env).hierarchical_allreduce == value
+
+
+def test_hierarchical_knobs_refuse_bad_values_by_name():
+    with pytest.raises(ValueError, match="HOROVOD_HIERARCHICAL_ALLREDUCE='sometimes': expected "
+                                         "1/0, true/false or auto"):
+        Config.from_env({"HOROVOD_HIERARCHICAL_ALLREDUCE": "sometimes"})
+    with pytest.raises(ValueError, match="FUSE_HIERARCHICAL_THRESHOLD=-1 is out of range"):
+        Config.from_env({"FUSE_HIERARCHICAL_THRESHOLD": "-1"})
+    with pytest.raises(ValueError, match="hierarchical_allreduce='yes please'"):
+        Config.from_env({}, hierarchical_allreduce="yes please")
