@@ -9,7 +9,8 @@ from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F40
                                                   broadcast_global_variables,
                                                   broadcast_object, broadcast_object_fn,
                                                   broadcast_variables)
-from fuse.frameworks.tensorflow.gradient_tape import DistributedGradientTape  # noqa: F401
+from fuse.frameworks.tensorflow.gradient_tape import (  # noqa: F401
+    DistributedGradientTape, PartialDistributedGradientTape)
 from fuse.frameworks.tensorflow.mpi_ops import (allgather, allreduce, alltoall,  # noqa: F401
                                                 barrier, broadcast, broadcast_,
                                                 grouped_allgather, grouped_allreduce,
