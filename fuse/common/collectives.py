@@ -15,8 +15,8 @@ import numpy as np
 
 from fuse import _core
 from fuse._request import RequestSpec
-from fuse.common import basics
-from fuse.common.ops import Average, Sum, resolve_op
+from fuse.common import adasum, basics
+from fuse.common.ops import Adasum, Average, Sum, resolve_op
 from fuse.common.process_sets import global_process_set
 
 
@@ -207,6 +207,9 @@ def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, a
     _check_scale(op, prescale_factor, postscale_factor)
     pset = _pset(process_set)
     out = ops.empty_like(tensor) if output is None else output
+    if op == Adasum:
+        return _adasum_group(ops, [tensor], [out], name, "allreduce", prescale_factor,
+                             postscale_factor, process_set, lambda outs: outs[0])
     buffers = _allreduce_buffers(ops, tensor, out)
     return _enqueue_named(name, "allreduce", pset, lambda n: [_allreduce_spec(
         buffers, n, op, prescale_factor, postscale_factor, pset)], lambda v, a, r: out)[0]
@@ -221,6 +224,9 @@ def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, 
         raise ValueError("grouped_allreduce needs at least one tensor")
     pset = _pset(process_set)
     outs = list(tensors) if inplace else [ops.empty_like(t) for t in tensors]
+    if op == Adasum:
+        return _adasum_group(ops, tensors, outs, name, "grouped_allreduce", prescale_factor,
+                             postscale_factor, process_set, list)
     buffers = [_allreduce_buffers(ops, t, o) for t, o in zip(tensors, outs)]
 
     def specs(base):
@@ -229,6 +235,43 @@ def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, 
                 for i, b in enumerate(buffers)]
     handles = _enqueue_named(name, "grouped_allreduce", pset, specs, lambda v, a, r: None)
     return _Group(handles, lambda _results: list(outs))
+
+
+def _numpy_view(buf, code: int) -> np.ndarray:
+    """A flat numpy view of a buffer the adapter described (writable if the buffer is)."""
+    name = _core.DTYPE_NAMES[code]
+    if name == "bfloat16":
+        import ml_dtypes
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = np.dtype(name)
+    return np.asarray(memoryview(buf).cast("B")).view(dtype)
+
+
+def _adasum_group(ops: ArrayOps, tensors, outs, name, kind: str, prescale: float,
+                  postscale: float, process_set, build) -> "_Group":
+    """Adasum of each tensor into its output (see :mod:`fuse.common.adasum`); the collectives
+    run now, so the returned handle is already complete."""
+    described = [ops.describe(t) for t in tensors]
+    for t, (_, code, _) in zip(tensors, described):
+        if _core.DTYPE_NAMES[code] not in adasum.FLOAT_DTYPES:
+            raise ValueError(f"Adasum needs floating-point tensors, got "
+                             f"{_core.DTYPE_NAMES[code]}")
+    adasum.check_set_size(len(process_set.ranks))
+    out_bufs = [b if o is t else ops.describe(o)[0]
+                for (b, _, _), t, o in zip(described, tensors, outs)]
+    base = name or _auto_name(kind, _pset(process_set))
+    for i, ((buf, code, _), out_buf) in enumerate(zip(described, out_bufs)):
+        vector = _numpy_view(buf, code).astype(np.float64)
+        if prescale != 1.0:
+            vector *= prescale
+        label = base if len(tensors) == 1 and kind == "allreduce" else f"{base}.{i}"
+        result = adasum.allreduce(vector, label, process_set)
+        if postscale != 1.0:
+            result *= postscale
+        target = _numpy_view(out_buf, code)
+        target[:] = result.astype(target.dtype)
+    return _Group([], lambda _results: build(list(outs)))
 
 
 # ---------------------------------------------------------------- allgather / reducescatter
