@@ -106,3 +106,26 @@ def keras_partial_and_checkpoint(tmp):
     c.close("SyncBatchNormalization(fused=False) normalises with every rank's batch", out,
             (xs.numpy() - mean) / np.sqrt(var + bn.epsilon), tol=1e-4)
     return c.result()
+
+
+def adasum():
+    """op=Adasum in allreduce (eager, tf.function, graph) and DistributedGradientTape; the
+    inputs go back to the test, which checks against its NumPy reference."""
+    hvd.init()
+    r = hvd.rank()
+    rng = np.random.default_rng(7 + r)
+    x = rng.standard_normal(9).astype(np.float32)
+    out = {"inputs": x.tolist()}
+    out["eager"] = hvd.allreduce(tf.constant(x), op=hvd.Adasum).numpy().tolist()
+    out["function"] = tf.function(lambda t: hvd.allreduce(t, op=hvd.Adasum))(
+        tf.constant(x)).numpy().tolist()
+    with tf.Graph().as_default():
+        y = hvd.allreduce(tf.constant(x), op=hvd.Adasum)
+        with tf.compat.v1.Session() as sess:
+            out["graph"] = sess.run(y).tolist()
+    v = tf.Variable(x)
+    with tf.GradientTape() as tape:
+        loss = tf.reduce_sum(v * v)   # gradient 2x
+    out["tape"] = hvd.DistributedGradientTape(tape, op=hvd.Adasum).gradient(
+        loss, [v])[0].numpy().tolist()
+    return out
