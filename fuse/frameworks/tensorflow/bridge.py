@@ -126,7 +126,15 @@ def in_tf1_graph() -> bool:
 
 
 def _call_host(host, inputs: list, dtypes: list, name: str) -> list:
-    """The py_function op calling ``host``, as a list of its outputs."""
+    """The py_function op calling ``host``, as a list of its outputs.
+
+    A py_function holds a session thread while its collective waits for the peers.  In a
+    TensorFlow 1 graph the session starts independent ops in whatever order its inter-op
+    threads reach them, differently on each rank, so a run that fetches at least twice as
+    many independent collectives as the session has threads can leave every thread of each
+    rank waiting on collectives the other rank has not started (Horovod's asynchronous
+    kernels hold no thread).  The stall inspector reports it.  tf.function runs stateful ops
+    in program order, so it is not affected."""
     outs = tf.py_function(host, inputs, dtypes, name=name)
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
 
