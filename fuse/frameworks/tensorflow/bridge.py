@@ -5,7 +5,10 @@
 * eagerly, it is called at once on the inputs' values;
 * while a ``tf.function`` is traced, it becomes a ``tf.py_function``.  py_function ops are
   stateful, so TensorFlow's automatic control dependencies run them in program order: every
-  rank issues its collectives in the order the Python code wrote them, as the engine requires.
+  rank issues its collectives in the order the Python code wrote them.
+* in a TensorFlow 1 graph (run by a session) it is a ``tf.py_function`` too, but a session
+  runs independent ops in any order, so unnamed collectives are named when the graph is built
+  (:func:`build_time_name`) and the engine pairs them by name.
 
 Errors take TensorFlow's types, as Horovod's ops raise them: ranks that disagree (shape, dtype,
 root) give ``tf.errors.FailedPreconditionError``, bad arguments found when the collective runs
@@ -88,8 +91,8 @@ def as_tf_error(err: BaseException) -> BaseException:
     return err
 
 
-# Prefix of the text TensorFlow wraps around a mismatch raised in a graph (see _fail_on_message)
-_GRAPH_NOTE = ("fuse: a collective failed: ")
+# What surrounds fuse's message in the name of the missing variable (see _fail_on_message)
+_GRAPH_NOTE = "fuse: a collective failed: "
 _GRAPH_NOTE_END = (" [fuse.tensorflow raises this as FailedPreconditionError, as Horovod does, "
                    "by reading a variable that does not exist; TensorFlow's text around this "
                    "note is not about your variables]")
