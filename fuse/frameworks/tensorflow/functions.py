@@ -35,8 +35,8 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
 
 def broadcast_global_variables(root_rank):
     """TensorFlow 1 graphs: the op that gives every global variable ``root_rank``'s value.
-    Eagerly (and in tf.function) there is no global-variable collection: RuntimeError, as in Horovod (use
-    ``broadcast_variables(model.variables, root_rank)``)."""
+    Eagerly (and in tf.function) there is no global-variable collection: RuntimeError, as in
+    Horovod (use ``broadcast_variables(model.variables, root_rank)``)."""
     if not in_tf1_graph():
         raise RuntimeError("hvd.broadcast_global_variables() does not support eager execution; "
                            "use hvd.broadcast_variables(model.variables, root_rank) instead")
