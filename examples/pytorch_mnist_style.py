@@ -50,6 +50,7 @@ def main():
     parser.add_argument("--epochs", type=int, default=2)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--fp16-allreduce", action="store_true")
+    parser.add_argument("--use-adasum", action="store_true")
     args = parser.parse_args()
 
     hvd.init()
@@ -68,12 +69,15 @@ def main():
                                               sampler=test_sampler)
 
     model = Net()
-    optimizer = optim.SGD(model.parameters(), lr=args.lr * hvd.size(), momentum=0.5)
+    # Horovod: scale the learning rate by the number of workers (Adasum needs no scaling).
+    lr_scaler = hvd.size() if not args.use_adasum else 1
+    optimizer = optim.SGD(model.parameters(), lr=args.lr * lr_scaler, momentum=0.5)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
     compression = hvd.Compression.fp16 if args.fp16_allreduce else hvd.Compression.none
     optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
-                                         compression=compression, op=hvd.Average)
+                                         compression=compression,
+                                         op=hvd.Adasum if args.use_adasum else hvd.Average)
 
     for epoch in range(1, args.epochs + 1):
         model.train()

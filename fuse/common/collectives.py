@@ -7,7 +7,6 @@ op rules, validation, handles, grouped calls, object collectives) lives here.
 
 from __future__ import annotations
 
-import itertools
 import threading
 from typing import Any, Callable, Sequence
 
@@ -16,24 +15,51 @@ import numpy as np
 
 from fuse import _core
 from fuse._request import RequestSpec
-from fuse.common import state
+from fuse.common import adasum, state
 from fuse.common.array_ops import ArrayOps, NumpyOps, dtype_code  # noqa: F401 (re-exported)
-from fuse.common.ops import Average, Sum, resolve_op
+from fuse.common.ops import Adasum, Average, Sum, resolve_op
 from fuse.common.process_sets import global_process_set, process_set_id
 
 
 # handle -> function(value, aux, record) that builds what synchronize() returns
 _finishers: dict[int, Callable] = {}
 _name_lock = threading.Lock()
-_name_counters: dict[tuple[str, int], itertools.count] = {}
+_name_counters: dict[tuple[str, int], int] = {}
 
 
 def _auto_name(kind: str, pset: int) -> str:
     # Counted per (kind, process set): every member makes the same calls in the same order,
     # so every member derives the same name, even when other sets see other traffic.
     with _name_lock:
-        counter = _name_counters.setdefault((kind, pset), itertools.count())
-        return f"{kind}.noname.{pset}.{next(counter)}"
+        n = _name_counters.get((kind, pset), 0)
+        _name_counters[(kind, pset)] = n + 1
+        return f"{kind}.noname.{pset}.{n}"
+
+
+def _return_name(kind: str, pset: int, name: str) -> None:
+    # Undo _auto_name for a call that was never queued (unless another thread drew since).
+    with _name_lock:
+        n = _name_counters.get((kind, pset), 0)
+        if name == f"{kind}.noname.{pset}.{n - 1}":
+            _name_counters[(kind, pset)] = n - 1
+
+
+def _enqueue_named(name, kind: str, pset: int, make_specs: Callable[[str], list],
+                   finisher: Callable) -> list[int]:
+    """Queue ``make_specs(name)``, drawing an automatic name when ``name`` is None.
+
+    The name is drawn after the caller's own checks and given back if queueing fails, so a
+    call that fails on one rank only (bad splits, a closed engine) and is caught there does not
+    shift the automatic names of every later call on that rank."""
+    drawn = name is None
+    if drawn:
+        name = _auto_name(kind, pset)
+    try:
+        return _enqueue(make_specs(name), finisher)
+    except BaseException:
+        if drawn:
+            _return_name(kind, pset, name)
+        raise
 
 
 def _pset(process_set) -> int:
@@ -93,10 +119,14 @@ class _Group:
 
 # ---------------------------------------------------------------- allreduce
 
-def _allreduce_spec(ops: ArrayOps, tensor, output, name, op, prescale, postscale, pset,
-                    group_key=None):
+def _allreduce_buffers(ops: ArrayOps, tensor, output):
+    """``(input buffer, dtype code, shape, output buffer)``; raises for a bad tensor."""
     buf, dtype, shape = ops.describe(tensor)
-    out_buf = buf if output is tensor else ops.describe(output)[0]
+    return buf, dtype, shape, (buf if output is tensor else ops.describe(output)[0])
+
+
+def _allreduce_spec(buffers, name, op, prescale, postscale, pset, group_key=None):
+    buf, dtype, shape, out_buf = buffers
     return RequestSpec(_core.ALLREDUCE, name, dtype, shape, pset, input=buf,
                        output=out_buf, op=op, prescale=prescale, postscale=postscale,
                        group_key=group_key)
@@ -108,10 +138,13 @@ def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, a
     op = resolve_op(op, average)
     _check_scale(op, prescale_factor, postscale_factor)
     pset = _pset(process_set)
-    name = name or _auto_name("allreduce", pset)
     out = ops.empty_like(tensor) if output is None else output
-    spec = _allreduce_spec(ops, tensor, out, name, op, prescale_factor, postscale_factor, pset)
-    return _enqueue([spec], lambda v, a, r: out)[0]
+    if op == Adasum:
+        return _adasum_group(ops, [tensor], [out], name, "allreduce", prescale_factor,
+                             postscale_factor, process_set, lambda outs: outs[0])
+    buffers = _allreduce_buffers(ops, tensor, out)
+    return _enqueue_named(name, "allreduce", pset, lambda n: [_allreduce_spec(
+        buffers, n, op, prescale_factor, postscale_factor, pset)], lambda v, a, r: out)[0]
 
 
 def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, name=None,
@@ -122,13 +155,55 @@ def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, 
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
     pset = _pset(process_set)
-    base = name or _auto_name("grouped_allreduce", pset)
     outs = list(tensors) if inplace else [ops.empty_like(t) for t in tensors]
-    specs = [_allreduce_spec(ops, t, o, f"{base}.{i}", op, prescale_factor, postscale_factor,
-                             pset, group_key=base)
-             for i, (t, o) in enumerate(zip(tensors, outs))]
-    handles = _enqueue(specs, lambda v, a, r: None)
+    if op == Adasum:
+        return _adasum_group(ops, tensors, outs, name, "grouped_allreduce", prescale_factor,
+                             postscale_factor, process_set, list)
+    buffers = [_allreduce_buffers(ops, t, o) for t, o in zip(tensors, outs)]
+
+    def specs(base):
+        return [_allreduce_spec(b, f"{base}.{i}", op, prescale_factor, postscale_factor, pset,
+                                group_key=base)
+                for i, b in enumerate(buffers)]
+    handles = _enqueue_named(name, "grouped_allreduce", pset, specs, lambda v, a, r: None)
     return _Group(handles, lambda _results: list(outs))
+
+
+def _numpy_view(buf, code: int) -> np.ndarray:
+    """A flat numpy view of a buffer the adapter described (writable if the buffer is)."""
+    name = _core.DTYPE_NAMES[code]
+    if name == "bfloat16":
+        import ml_dtypes
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = np.dtype(name)
+    return np.asarray(memoryview(buf).cast("B")).view(dtype)
+
+
+def _adasum_group(ops: ArrayOps, tensors, outs, name, kind: str, prescale: float,
+                  postscale: float, process_set, build) -> "_Group":
+    """Adasum of each tensor into its output (see :mod:`fuse.common.adasum`); the collectives
+    run now, so the returned handle is already complete."""
+    described = [ops.describe(t) for t in tensors]
+    for t, (_, code, _) in zip(tensors, described):
+        if _core.DTYPE_NAMES[code] not in adasum.FLOAT_DTYPES:
+            raise ValueError(f"Adasum needs floating-point tensors, got "
+                             f"{_core.DTYPE_NAMES[code]}")
+    adasum.check_set_size(len(process_set.ranks))
+    out_bufs = [b if o is t else ops.describe(o)[0]
+                for (b, _, _), t, o in zip(described, tensors, outs)]
+    base = name or _auto_name(kind, _pset(process_set))
+    for i, ((buf, code, _), out_buf) in enumerate(zip(described, out_bufs)):
+        vector = _numpy_view(buf, code).astype(np.float64)
+        if prescale != 1.0:
+            vector *= prescale
+        label = base if len(tensors) == 1 and kind == "allreduce" else f"{base}.{i}"
+        result = adasum.allreduce(vector, label, process_set)
+        if postscale != 1.0:
+            result *= postscale
+        target = _numpy_view(out_buf, code)
+        target[:] = result.astype(target.dtype)
+    return _Group([], lambda _results: build(list(outs)))
 
 
 # ---------------------------------------------------------------- allgather / reducescatter
@@ -142,24 +217,26 @@ def allgather_async(ops: ArrayOps, tensor, *, name=None, process_set=global_proc
     if len(shape) == 0:
         raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
     pset = _pset(process_set)
-    name = name or _auto_name("allgather", pset)
-    spec = RequestSpec(_core.ALLGATHER, name, dtype, shape, pset, input=buf,
-                       allocator=_new_output(ops, tensor))
-    return _enqueue([spec], lambda v, a, r: r.result)[0]
+    return _enqueue_named(name, "allgather", pset, lambda n: [RequestSpec(
+        _core.ALLGATHER, n, dtype, shape, pset, input=buf,
+        allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
 
 
 def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
                             process_set=global_process_set):
     pset = _pset(process_set)
-    base = name or _auto_name("grouped_allgather", pset)
-    specs = []
-    for i, t in enumerate(tensors):
+    described = []
+    for t in tensors:
         buf, dtype, shape = ops.describe(t)
         if len(shape) == 0:
             raise ValueError("allgather needs tensors with at least one dimension")
-        specs.append(RequestSpec(_core.ALLGATHER, f"{base}.{i}", dtype, shape, pset,
-                                 input=buf, allocator=_new_output(ops, t), group_key=base))
-    handles = _enqueue(specs, lambda v, a, r: r.result)
+        described.append((t, buf, dtype, shape))
+
+    def specs(base):
+        return [RequestSpec(_core.ALLGATHER, f"{base}.{i}", dtype, shape, pset, input=buf,
+                            allocator=_new_output(ops, t), group_key=base)
+                for i, (t, buf, dtype, shape) in enumerate(described)]
+    handles = _enqueue_named(name, "grouped_allgather", pset, specs, lambda v, a, r: r.result)
     return _Group(handles, list)
 
 
@@ -171,11 +248,10 @@ def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
         raise ValueError("reducescatter supports only Average and Sum")
     buf, dtype, shape = ops.describe(tensor)
     pset = _pset(process_set)
-    name = name or _auto_name("reducescatter", pset)
-    spec = RequestSpec(_core.REDUCESCATTER, name, dtype, shape, pset, input=buf, op=op,
-                       prescale=prescale_factor, postscale=postscale_factor,
-                       allocator=_new_output(ops, tensor))
-    return _enqueue([spec], lambda v, a, r: r.result)[0]
+    return _enqueue_named(name, "reducescatter", pset, lambda n: [RequestSpec(
+        _core.REDUCESCATTER, n, dtype, shape, pset, input=buf, op=op,
+        prescale=prescale_factor, postscale=postscale_factor,
+        allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
 
 
 def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, op=Average,
@@ -185,15 +261,16 @@ def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, 
     if op not in (Average, Sum):
         raise ValueError("reducescatter supports only Average and Sum")
     pset = _pset(process_set)
-    base = name or _auto_name("grouped_reducescatter", pset)
-    specs = []
-    for i, t in enumerate(tensors):
-        buf, dtype, shape = ops.describe(t)
-        specs.append(RequestSpec(_core.REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,
-                                 input=buf, op=op, prescale=prescale_factor,
-                                 postscale=postscale_factor, allocator=_new_output(ops, t),
-                                 group_key=base))
-    handles = _enqueue(specs, lambda v, a, r: r.result)
+    described = [(t, *ops.describe(t)) for t in tensors]
+
+    def specs(base):
+        return [RequestSpec(_core.REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,
+                            input=buf, op=op, prescale=prescale_factor,
+                            postscale=postscale_factor, allocator=_new_output(ops, t),
+                            group_key=base)
+                for i, (t, buf, dtype, shape) in enumerate(described)]
+    handles = _enqueue_named(name, "grouped_reducescatter", pset, specs,
+                             lambda v, a, r: r.result)
     return _Group(handles, list)
 
 
@@ -207,12 +284,11 @@ def broadcast_async(ops: ArrayOps, tensor, root_rank: int, *, output=None, name=
     members = process_set.ranks if process_set is not None else global_process_set.ranks
     if root_rank not in members:
         raise ValueError(f"broadcast root_rank {root_rank} is not a member of {process_set}")
-    name = name or _auto_name("broadcast", pset)
     out = ops.empty_like(tensor) if output is None else output
     out_buf = buf if out is tensor else ops.describe(out)[0]
-    spec = RequestSpec(_core.BROADCAST, name, dtype, shape, pset, input=buf,
-                       output=out_buf, root=int(root_rank))
-    return _enqueue([spec], lambda v, a, r: out)[0]
+    return _enqueue_named(name, "broadcast", pset, lambda n: [RequestSpec(
+        _core.BROADCAST, n, dtype, shape, pset, input=buf, output=out_buf,
+        root=int(root_rank))], lambda v, a, r: out)[0]
 
 
 def alltoall_async(ops: ArrayOps, tensor, splits=None, *, name=None,
@@ -235,11 +311,10 @@ def alltoall_async(ops: ArrayOps, tensor, splits=None, *, name=None,
     elif shape[0] % nranks:
         raise ValueError(f"alltoall without splits needs the first dimension ({shape[0]}) to "
                          f"be divisible by the number of ranks ({nranks})")
-    name = name or _auto_name("alltoall", pset)
-    spec = RequestSpec(_core.ALLTOALL, name, dtype, shape, pset, input=buf,
-                       splits=split_list, allocator=_new_output(ops, tensor))
-    return _enqueue([spec],
-                    lambda v, a, r: (r.result, ops.from_numpy(np.asarray(a, np.int32))))[0]
+    return _enqueue_named(name, "alltoall", pset, lambda n: [RequestSpec(
+        _core.ALLTOALL, n, dtype, shape, pset, input=buf, splits=split_list,
+        allocator=_new_output(ops, tensor))],
+        lambda v, a, r: (r.result, ops.from_numpy(np.asarray(a, np.int32))))[0]
 
 
 # ---------------------------------------------------------------- control

@@ -28,9 +28,8 @@ def resolve_op(op=None, average=None, default=Average) -> int:
     if op is None:
         op = default
     if op not in _VALID:
-        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Min, Max or Product")
-    if op == Adasum:
-        raise NotImplementedError("Adasum is not supported by fuse yet; use op=Average")
+        raise ValueError(f"unknown reduction op {op!r}; use Average, Sum, Adasum, Min, Max "
+                         "or Product")
     return op
 
 

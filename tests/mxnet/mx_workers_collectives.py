@@ -106,7 +106,7 @@ def api_surface():
                                                                                 4, 5)
     assert issubclass(hvd.HorovodInternalError, RuntimeError)
 
-    # default op Average; average= compatibility; Adasum says it is missing
+    # default op Average; average= compatibility
     x = mx.nd.array([1.0, 2.0]) * (r + 1)
     _same(hvd.allreduce(x), [1.5, 3.0], "float32", "default op")
     with warnings.catch_warnings(record=True) as caught:
@@ -114,8 +114,9 @@ def api_surface():
         _same(hvd.allreduce(x, average=False), [3.0, 6.0], "float32", "average=False")
         _same(hvd.allreduce(x, average=True), [1.5, 3.0], "float32", "average=True")
     assert any(issubclass(c.category, DeprecationWarning) for c in caught)
-    for bad, exc in ((dict(average=True, op=hvd.Sum), ValueError),
-                     (dict(op=hvd.Adasum), NotImplementedError)):
+    # Adasum of parallel vectors is their average
+    _same(hvd.allreduce(x, op=hvd.Adasum), [1.5, 3.0], "float32", "Adasum")
+    for bad, exc in ((dict(average=True, op=hvd.Sum), ValueError),):
         try:
             hvd.allreduce(x, **bad)
             raise AssertionError(f"{bad} must fail")

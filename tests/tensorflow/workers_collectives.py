@@ -262,17 +262,24 @@ def gradients():
         # the first 2 rows went to rank 0 (scaled by 1 there), the last 2 to rank 1 (by 2)
         c.close(f"grad alltoall {mode}", g, [[1, 1], [1, 1], [2, 2], [2, 2]])
 
-    # reducescatter: allgather of the gradient (divided by n for Average)
+    # reducescatter (Horovod's convention): allgather of the gradient, times n for Sum, times
+    # prescale_factor * postscale_factor
     rs = tf.ones((4, 2))
     for mode, g in grad_of(lambda t: tf.reduce_sum(hvd.reducescatter(t, op=hvd.Sum)
                                                    * (r + 1)), rs):
-        c.close(f"grad reducescatter Sum {mode}", g, [[1, 1], [1, 1], [2, 2], [2, 2]])
+        c.close(f"grad reducescatter Sum {mode}", g,
+                np.array([[1, 1], [1, 1], [2, 2], [2, 2]]) * n)
     for mode, g in grad_of(lambda t: tf.reduce_sum(hvd.reducescatter(t) * (r + 1)), rs):
         c.close(f"grad reducescatter Average {mode}", g,
-                np.array([[1, 1], [1, 1], [2, 2], [2, 2]]) / n)
+                np.array([[1, 1], [1, 1], [2, 2], [2, 2]]))
     for mode, g in grad_of(lambda t: tf.reduce_sum(
             hvd.grouped_reducescatter([t], op=hvd.Sum)[0] * (r + 1)), rs):
-        c.close(f"grad grouped_reducescatter {mode}", g, [[1, 1], [1, 1], [2, 2], [2, 2]])
+        c.close(f"grad grouped_reducescatter {mode}", g,
+                np.array([[1, 1], [1, 1], [2, 2], [2, 2]]) * n)
+    for mode, g in grad_of(lambda t: tf.reduce_sum(hvd.reducescatter(
+            t, op=hvd.Sum, prescale_factor=0.5, postscale_factor=3.0) * (r + 1)), rs):
+        c.close(f"grad reducescatter Sum with scale factors {mode}", g,
+                np.array([[1, 1], [1, 1], [2, 2], [2, 2]]) * n * 1.5)
     return c.result()
 
 

@@ -14,13 +14,14 @@ from torch_util import PYTHON, ROOT, job_env  # noqa: E402
 pytestmark = pytest.mark.timeout(240)
 
 
-def test_horovod_style_script_under_fuserun():
+@pytest.mark.parametrize("extra", [[], ["--use-adasum"]], ids=["average", "adasum"])
+def test_horovod_style_script_under_fuserun(extra):
     script = os.path.join(ROOT, "examples", "pytorch_mnist_style.py")
     with open(script) as f:
         assert "import fuse.torch as hvd" in f.read()
     proc = subprocess.run([PYTHON, "-m", "fuse.runner.launch", "-np", "2", PYTHON, script,
-                           "--epochs", "2"], capture_output=True, text=True, timeout=200,
-                          env=job_env())
+                           "--epochs", "2", *extra], capture_output=True, text=True,
+                          timeout=200, env=job_env())
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     finals = re.findall(r"\[(\d)\]<stdout>:rank (\d) final accuracy ([\d.]+) checksum (\S+)",
                         proc.stdout)

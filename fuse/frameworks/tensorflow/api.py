@@ -6,9 +6,11 @@ from __future__ import annotations
 from fuse.common.surface import *  # noqa: F401,F403
 from fuse.frameworks.tensorflow.bridge import XlaNotSupportedError  # noqa: F401
 from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F401
+                                                  broadcast_global_variables,
                                                   broadcast_object, broadcast_object_fn,
                                                   broadcast_variables)
-from fuse.frameworks.tensorflow.gradient_tape import DistributedGradientTape  # noqa: F401
+from fuse.frameworks.tensorflow.gradient_tape import (  # noqa: F401
+    DistributedGradientTape, PartialDistributedGradientTape)
 from fuse.frameworks.tensorflow.mpi_ops import (allgather, allreduce, alltoall,  # noqa: F401
                                                 barrier, broadcast, broadcast_,
                                                 grouped_allgather, grouped_allreduce,

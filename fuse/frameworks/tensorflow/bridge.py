@@ -5,7 +5,17 @@
 * eagerly, it is called at once on the inputs' values;
 * while a ``tf.function`` is traced, it becomes a ``tf.py_function``.  py_function ops are
   stateful, so TensorFlow's automatic control dependencies run them in program order: every
-  rank issues its collectives in the order the Python code wrote them, as the engine requires.
+  rank issues its collectives in the order the Python code wrote them.
+* in a TensorFlow 1 graph (run by a session) it is a ``tf.py_function`` too, but a session
+  runs independent ops in any order, so unnamed collectives are named when the graph is built
+  (:func:`build_time_name`) and the engine pairs them by name.
+
+Errors take TensorFlow's types, as Horovod's ops raise them: ranks that disagree (shape, dtype,
+root) give ``tf.errors.FailedPreconditionError``, bad arguments found when the collective runs
+(alltoall splits) ``tf.errors.InvalidArgumentError``.  Eagerly fuse raises them itself.  A
+py_function cannot: TensorFlow turns any exception it raises into UnknownError (ValueError into
+InvalidArgumentError), so in a graph the host function returns the mismatch as a message and
+:func:`_fail_on_message` makes TensorFlow raise FailedPreconditionError carrying it.
 
 XLA cannot compile a py_function.  Rather than letting TensorFlow fail later with a message
 about ``EagerPyFunc``, every entry point checks for an XLA context while tracing and raises
@@ -14,7 +24,9 @@ about ``EagerPyFunc``, every entry point checks for an XLA context while tracing
 
 from __future__ import annotations
 
+import itertools
 import time
+import weakref
 from typing import Callable, Sequence
 
 import numpy as np
@@ -22,6 +34,7 @@ import tensorflow as tf
 from tensorflow.python.framework import ops as tf_ops
 from tensorflow.python.ops import control_flow_util
 
+from fuse.exceptions import MismatchError
 from fuse.frameworks.tensorflow.tensors import host_array
 
 
@@ -69,6 +82,66 @@ def check_not_xla(what: str) -> None:
             "turns XLA on when a GPU is present).")
 
 
+def as_tf_error(err: BaseException) -> BaseException:
+    """The TensorFlow error Horovod's op would raise for ``err`` (``err`` itself otherwise)."""
+    if isinstance(err, MismatchError):
+        return tf.errors.FailedPreconditionError(None, None, str(err))
+    if isinstance(err, ValueError):
+        return tf.errors.InvalidArgumentError(None, None, str(err))
+    return err
+
+
+# What surrounds fuse's message in the name of the missing variable (see _fail_on_message)
+_GRAPH_NOTE = "fuse: a collective failed: "
+_GRAPH_NOTE_END = (" [fuse.tensorflow raises this as FailedPreconditionError, as Horovod does, "
+                   "by reading a variable that does not exist; TensorFlow's text around this "
+                   "note is not about your variables]")
+
+
+def _missing_variable(message):
+    # Runs eagerly inside a py_function: a handle to a variable nobody created, named by the
+    # message; reading it fails with FailedPreconditionError quoting the name.
+    text = message.numpy().decode("utf-8", "replace")
+    return tf.raw_ops.VarHandleOp(dtype=tf.int32, shape=[], container="fuse_errors",
+                                  shared_name=_GRAPH_NOTE + text + _GRAPH_NOTE_END)
+
+
+def _fail_on_message(message, outs: list) -> list:
+    """``outs`` when ``message`` is empty; otherwise a FailedPreconditionError quoting it."""
+    def passed():
+        return [tf.identity(o) for o in outs]
+
+    def failed():
+        handle = tf.py_function(_missing_variable, [message], tf.resource,
+                                name="fuse_collective_error")
+        read = tf.raw_ops.ReadVariableOp(resource=handle, dtype=tf.int32)
+        # the outputs take the read as data (grappler drops a side-effect-free op that is
+        # only a control input)
+        return [tf.reshape(o, tf.shape(o) + read * 0) for o in outs]
+
+    checked = tf.cond(tf.equal(message, ""), passed, failed)
+    return list(checked) if isinstance(checked, (list, tuple)) else [checked]
+
+
+def in_tf1_graph() -> bool:
+    """Building a TensorFlow 1 graph (run by a session), not tracing a tf.function."""
+    return not tf.executing_eagerly() and not tf.compat.v1.executing_eagerly_outside_functions()
+
+
+def _call_host(host, inputs: list, dtypes: list, name: str) -> list:
+    """The py_function op calling ``host``, as a list of its outputs.
+
+    A py_function holds a session thread while its collective waits for the peers.  In a
+    TensorFlow 1 graph the session starts independent ops in whatever order its inter-op
+    threads reach them, differently on each rank, so a run that fetches at least twice as
+    many independent collectives as the session has threads can leave every thread of each
+    rank waiting on collectives the other rank has not started (Horovod's asynchronous
+    kernels hold no thread).  The stall inspector reports it.  tf.function runs stateful ops
+    in program order, so it is not affected."""
+    outs = tf.py_function(host, inputs, dtypes, name=name)
+    return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
 def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,
              out_shapes: Sequence, what: str) -> list:
     """``fn`` on the host values of ``inputs``; returns tensors of ``out_dtypes`` (with the
@@ -77,20 +150,61 @@ def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,
     inputs = [tf.convert_to_tensor(x) for x in inputs]
     out_dtypes = [tf.as_dtype(d) for d in out_dtypes]
     if tf.executing_eagerly():
-        outs = _timed(fn, [host_array(x) for x in inputs])
+        try:
+            outs = _timed(fn, [host_array(x) for x in inputs])
+        except Exception as err:
+            mapped = as_tf_error(err)
+            if mapped is err:
+                raise
+            raise mapped from err
         return [tf.convert_to_tensor(np.asarray(o), dtype=d) for o, d in zip(outs, out_dtypes)]
 
     def host(*tensors):
-        outs = _timed(fn, [host_array(t) for t in tensors])
-        return [np.asarray(o) for o in outs]
+        try:
+            outs = _timed(fn, [host_array(t) for t in tensors])
+        except MismatchError as err:
+            # empty placeholders: _fail_on_message raises before anything reads them
+            return ([np.zeros((0,), d.as_numpy_dtype) for d in out_dtypes]
+                    + [np.bytes_(str(err).encode())])
+        return [np.asarray(o) for o in outs] + [np.bytes_(b"")]
 
-    outs = tf.py_function(host, inputs, out_dtypes, name=f"fuse_{what}")
-    if not out_dtypes:
+    outs = _call_host(host, inputs, out_dtypes + [tf.string], f"fuse_{what}")
+    outs, message = outs[:-1], outs[-1]
+    if not outs:
         return []
-    outs = list(outs) if isinstance(outs, (list, tuple)) else [outs]
+    outs = _fail_on_message(message, outs)
     for out, shape in zip(outs, out_shapes):
         out.set_shape(shape)
     return outs
+
+
+# ---------------------------------------------------------------- automatic names
+
+_graph_counters: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _outermost_graph(graph):
+    while getattr(graph, "outer_graph", None) is not None:
+        graph = graph.outer_graph
+    return graph
+
+
+def build_time_name(kind: str, name, pset: int):
+    """The name of an unnamed collective built into a TensorFlow 1 graph (``tf.Graph`` with a
+    session), else ``name``.
+
+    Such a graph runs independent ops in whatever order its threads reach them, so a name drawn
+    when the collective runs could pair different tensors across ranks.  As Horovod names its
+    op when the graph is built, fuse draws the name then: the n-th unnamed collective of that
+    kind built into the graph, which every rank building the same graph agrees on.  Eagerly and
+    inside ``tf.function`` (whose stateful ops run in program order) names are drawn when the
+    collective is queued."""
+    if name is not None or not in_tf1_graph():
+        return name
+    graph = _outermost_graph(tf_ops.get_default_graph())
+    counters = _graph_counters.setdefault(graph, {})
+    counter = counters.setdefault((kind, pset), itertools.count())
+    return f"{kind}.noname.{pset}.graph.{next(counter)}"
 
 
 def run_value(fn: Callable[[], int], what: str):

@@ -26,8 +26,10 @@ class GradientReducer:
 
     def __init__(self, prefix: str, compression=Compression.none, sparse_as_dense=False,
                  op=Average, gradient_predivide_factor=1.0, num_groups=0, groups=None,
-                 process_set=global_process_set):
+                 process_set=global_process_set, scale_local_gradients=True):
         self.prefix = prefix
+        self.scale_local_gradients = scale_local_gradients
+        self._local: dict[int, object] = {}   # id -> variable kept local (model parallel)
         self.compression = compression
         self.sparse_as_dense = sparse_as_dense
         self.op, self.prescale, self.postscale = scaling(op, gradient_predivide_factor)
@@ -41,6 +43,17 @@ class GradientReducer:
         self.num_groups = num_groups
         self.process_set = process_set
 
+    def register_local(self, variable) -> None:
+        """Keep ``variable``'s gradient on this worker (Horovod's ``register_local_source`` /
+        ``register_local_var``): not reduced, only divided by the set size when
+        ``scale_local_gradients``."""
+        for v in (variable, getattr(variable, "_value", None)):   # a Keras 3 variable's tf one
+            if v is not None:
+                self._local[id(v)] = v
+
+    def is_local(self, variable) -> bool:
+        return id(variable) in self._local
+
     @property
     def active(self) -> bool:
         return self.process_set.included() and len(self.process_set.ranks) > 1
@@ -50,6 +63,9 @@ class GradientReducer:
         gradients stay None; ``tf.IndexedSlices`` are gathered unless ``sparse_as_dense``."""
         grads = list(grads)
         variables = list(variables)
+        local = [i for i, v in enumerate(variables) if i < len(grads) and self.is_local(v)]
+        if local:
+            return self._reduce_with_local(grads, variables, local, postscale)
         if not self.active:
             return grads
         out = list(grads)
@@ -70,6 +86,26 @@ class GradientReducer:
             reduced = self._reduce_dense([grads[i] for i in dense], dense, groups, postscale)
             for i, g in zip(dense, reduced):
                 out[i] = g
+        return out
+
+    def _reduce_with_local(self, grads, variables, local, postscale):
+        """Reduce the global gradients; keep the local ones (scaled as Horovod scales them)."""
+        keep = set(local)
+        shared = [i for i in range(len(grads)) if i not in keep]
+        reduced = self.reduce([grads[i] for i in shared], [variables[i] for i in shared],
+                              postscale)
+        out = list(grads)
+        for i, g in zip(shared, reduced):
+            out[i] = g
+        size = len(self.process_set.ranks)
+        for i in local:
+            g = grads[i]
+            if g is None or not self.scale_local_gradients or size == 1:
+                continue
+            if isinstance(g, tf.IndexedSlices):
+                out[i] = tf.IndexedSlices(g.values / size, g.indices, g.dense_shape)
+            else:
+                out[i] = g / size
         return out
 
     def _dense_groups(self, variables, dense_keys):

@@ -12,12 +12,16 @@ allreduce       allreduce of the gradient with the same op and scale factors
 allgather       allreduce (Average) of the gradient, then this rank's rows
 broadcast       allreduce (Average) of the gradient; zero on non-root ranks
 alltoall        alltoall of the gradient back with the received splits
-reducescatter   allgather of the gradient (divided by the set size for Average)
+reducescatter   allgather of the gradient (times the set size for Sum, times the scales)
 ==============  =============================================================
 
 Names: a ``name`` given by the caller names the collective on the wire (mismatch errors quote
-it); without one, the name is drawn when the collective runs, from a counter every rank
-advances in the same order.
+it).  Without one, eagerly and inside ``tf.function`` the name is drawn when the collective is
+queued, from a counter every rank advances in the same order; in a TensorFlow 1 graph it is
+drawn when the graph is built (:func:`fuse.frameworks.tensorflow.bridge.build_time_name`).
+
+Errors: ranks that disagree raise ``tf.errors.FailedPreconditionError``, bad arguments found
+when the collective runs ``tf.errors.InvalidArgumentError`` (see the bridge).
 """
 
 from __future__ import annotations
@@ -29,7 +33,8 @@ from fuse.common import basics
 from fuse.common import collectives as _c
 from fuse.common.ops import Average, Sum, resolve_op
 from fuse.common.process_sets import global_process_set
-from fuse.frameworks.tensorflow.bridge import run_host, run_value
+from fuse.frameworks.tensorflow.bridge import (build_time_name, in_tf1_graph, run_host,
+                                               run_value)
 from fuse.frameworks.tensorflow.tensors import Compression, TensorflowOps, check_dtype
 
 _ops = TensorflowOps()
@@ -52,7 +57,13 @@ def _zeros_for_missing(grads, outputs):
 
 # ------------------------------------------------------------------ allreduce
 
+def _named(kind, name, process_set):
+    return build_time_name(kind, name, basics.process_set_id(process_set))
+
+
 def _allreduce_raw(tensor, name, op, prescale, postscale, process_set):
+    name = _named("allreduce", name, process_set)
+
     def host(arrays):
         return [_wait(_c.allreduce_async(_ops, arrays[0], name=name, op=op,
                                          prescale_factor=prescale, postscale_factor=postscale,
@@ -73,7 +84,8 @@ def _sparse_allreduce(slices, name, op, process_set):
     """IndexedSlices are reduced by gathering every rank's rows (indices and values); Average
     divides the values by the set size.  Only Average and Sum make sense here."""
     if op not in (Average, Sum):
-        raise ValueError("allreduce of tf.IndexedSlices supports only op=Average or op=Sum")
+        raise NotImplementedError("allreduce of tf.IndexedSlices supports only op=Average or "
+                                  "op=Sum (or pass sparse_as_dense=True / a dense tensor)")
     values = allgather(slices.values, name=f"{name}.values" if name else None,
                        process_set=process_set)
     indices = allgather(slices.indices, name=f"{name}.indices" if name else None,
@@ -94,8 +106,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     _c._check_scale(op, prescale_factor, postscale_factor)
     if isinstance(tensor, tf.IndexedSlices):
         if prescale_factor != 1.0 or postscale_factor != 1.0:
-            raise ValueError("prescale_factor/postscale_factor are not supported for "
-                             "tf.IndexedSlices")
+            raise NotImplementedError("prescale_factor/postscale_factor are not supported "
+                                      "for tf.IndexedSlices")
         return _sparse_allreduce(tensor, name, op, process_set)
     tensor = _tensor(tensor, f"allreduce {name or ''}".strip())
     wire, ctx = compression.compress(tensor)
@@ -104,6 +116,8 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
 
 
 def _grouped_allreduce_raw(tensors, name, op, prescale, postscale, process_set):
+    name = _named("grouped_allreduce", name, process_set)
+
     def host(arrays):
         return _wait(_c.grouped_allreduce_async(_ops, arrays, name=name, op=op,
                                                 prescale_factor=prescale,
@@ -153,6 +167,8 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
 # ------------------------------------------------------------------ allgather
 
 def _allgather_raw(tensor, name, process_set):
+    name = _named("allgather", name, process_set)
+
     def host(arrays):
         return [_wait(_c.allgather_async(_ops, arrays[0], name=name,
                                          process_set=process_set))]
@@ -192,6 +208,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     tensors = [_tensor(t, "grouped_allgather") for t in tensors]
     if not tensors:
         raise ValueError("grouped_allgather needs at least one tensor")
+    name = _named("grouped_allgather", name, process_set)
 
     def host(arrays):
         return _wait(_c.grouped_allgather_async(_ops, arrays, name=name,
@@ -204,6 +221,10 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
 # ------------------------------------------------------------------ broadcast
 
 def _broadcast_raw(tensor, root_rank, name, process_set):
+    if root_rank not in process_set.ranks:   # an argument error, found before running
+        raise ValueError(f"broadcast root_rank {root_rank} is not a member of {process_set}")
+    name = _named("broadcast", name, process_set)
+
     def host(arrays):
         return [_wait(_c.broadcast_async(_ops, arrays[0], root_rank, name=name,
                                          process_set=process_set))]
@@ -229,21 +250,26 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
 
 
 def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
-    """Overwrite each variable with ``root_rank``'s value, in place; returns the variables
-    (a list when given a list)."""
+    """Overwrite each variable with ``root_rank``'s value, in place.  Eagerly and in
+    tf.function it returns the variables; in a TensorFlow 1 graph (where nothing happens until
+    the session runs it) the assignments' new values, which run the broadcast when evaluated.
+    A list when given a list."""
     single = isinstance(variables, tf.Variable)
     variables = [variables] if single else list(variables)
+    results = []
     for i, var in enumerate(variables):
         value = _broadcast_raw(_tensor(var, "broadcast_"), int(root_rank),
                                f"{name}.{i}" if name else None, process_set)
-        var.assign(value)
-    return variables[0] if single else variables
+        assigned = var.assign(value)
+        results.append(assigned if in_tf1_graph() else var)
+    return results[0] if single else results
 
 
 # ------------------------------------------------------------------ alltoall
 
 def _alltoall_raw(tensor, splits, name, process_set):
     has_splits = splits is not None
+    name = _named("alltoall", name, process_set)
     inputs = [tensor] + ([tf.reshape(tf.cast(splits, tf.int64), [-1])] if has_splits else [])
 
     def host(arrays):
@@ -285,6 +311,8 @@ def alltoall(tensor, splits=None, name=None, ignore_name_scope=False,
 # ------------------------------------------------------------------ reducescatter
 
 def _reducescatter_raw(tensors, name, op, prescale, postscale, process_set, grouped):
+    name = _named("grouped_reducescatter" if grouped else "reducescatter", name, process_set)
+
     def host(arrays):
         if grouped:
             return _wait(_c.grouped_reducescatter_async(
@@ -301,9 +329,11 @@ def _reducescatter_raw(tensors, name, op, prescale, postscale, process_set, grou
 
 
 def _reducescatter_grad(dys, op, scale, process_set):
+    """Horovod's gradient of reducescatter: the allgathered gradient, times the set size for
+    Sum, times ``prescale_factor * postscale_factor`` (``scale``)."""
     gathered = [_allgather_raw(dy, None, process_set) for dy in dys]
-    if op == Average:
-        scale = scale / len(process_set.ranks)
+    if op == Sum:
+        scale = scale * len(process_set.ranks)
     if scale != 1.0:
         gathered = [g * tf.cast(scale, g.dtype) for g in gathered]
     return gathered

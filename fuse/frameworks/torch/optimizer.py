@@ -30,7 +30,7 @@ import torch
 
 from fuse.common import basics
 from fuse.common.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
-from fuse.common.ops import Average
+from fuse.common.ops import Adasum, Average
 from fuse.common.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
@@ -62,7 +62,8 @@ class DistributedOptimizer:
         named_parameters: ``model.named_parameters()``; names the collectives (recommended).
         compression: ``Compression.none``, ``.fp16`` or ``.bf16`` for the wire.
         backward_passes_per_step: local accumulation: reduce every N backward passes.
-        op: ``Average`` (default) or ``Sum`` (``Adasum`` is not available yet).
+        op: ``Average`` (default), ``Sum``, or ``Adasum`` (the workers' optimizer steps
+            combined with Adasum: see :mod:`.adasum_optimizer`).
         gradient_predivide_factor: divide by f before the sum and multiply by f after.
         num_groups: deprecated spelling of an int ``groups``.
         groups: an int (that many fused groups) or a list of lists of parameters.
@@ -70,6 +71,18 @@ class DistributedOptimizer:
             otherwise their indices and values are allgathered.
         process_set: the workers this optimizer averages over.
     """
+
+    def __new__(cls, optimizer, named_parameters=None, compression=Compression.none,
+                backward_passes_per_step=1, op=Average, *args, process_set=global_process_set,
+                **kwargs):
+        # op=Adasum combines the workers' optimizer steps, not their gradients (Horovod's
+        # _DistributedAdasumOptimizer): a class of its own, used when there is someone to
+        # combine with
+        if op == Adasum and len(process_set.ranks) > 1 and process_set.included():
+            from fuse.frameworks.torch.adasum_optimizer import DistributedAdasumOptimizer
+            return DistributedAdasumOptimizer(optimizer, named_parameters,
+                                              backward_passes_per_step, process_set)
+        return super().__new__(cls)
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,

@@ -166,5 +166,21 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
                       f"{self.initial_lr:g}.")
 
 
+class BestModelCheckpoint(keras.callbacks.ModelCheckpoint):
+    """Keep the best model seen so far: ``keras.callbacks.ModelCheckpoint`` with
+    ``save_best_only=True``, as Horovod's.  Horovod leaves ``filepath`` to be set later (its
+    Spark estimator does); Keras 3 needs one when the callback is made, so it is an optional
+    last argument here (default ``best_model.keras``, or ``best_model.weights.h5`` with
+    ``save_weights_only``).  Like any checkpoint callback, give it to rank 0 only."""
+
+    def __init__(self, monitor="val_loss", verbose=0, save_weights_only=False, mode="auto",
+                 save_freq="epoch", filepath=None):
+        if filepath is None:
+            filepath = "best_model.weights.h5" if save_weights_only else "best_model.keras"
+        super().__init__(filepath, monitor=monitor, verbose=verbose, save_best_only=True,
+                         save_weights_only=save_weights_only, mode=mode, save_freq=save_freq)
+
+
 __all__ = ["BroadcastGlobalVariablesCallback", "MetricAverageCallback",
-           "LearningRateScheduleCallback", "LearningRateWarmupCallback"]
+           "LearningRateScheduleCallback", "LearningRateWarmupCallback",
+           "BestModelCheckpoint"]

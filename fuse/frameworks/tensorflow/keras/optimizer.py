@@ -81,6 +81,11 @@ class _DistributedMixin:
     def backward_passes_per_step(self) -> int:
         return self._fuse_passes
 
+    def register_local_var(self, var) -> None:
+        """Keep ``var``'s gradient on this worker (model-parallel variables): not reduced,
+        only divided by the set size when ``scale_local_gradients`` (Horovod's)."""
+        self._fuse_reducer.register_local(var)
+
 
 _SUBCLASSES: dict[type, type] = {}
 
@@ -101,7 +106,7 @@ def distributed_class(base: type) -> type:
 
 def _configure(opt, compression, sparse_as_dense, gradient_predivide_factor, op,
                backward_passes_per_step, average_aggregated_gradients, num_groups, groups,
-               process_set):
+               process_set, scale_local_gradients=True):
     op = resolve_op(op, None)
     if op not in (Average, Sum):
         raise ValueError("fuse.keras DistributedOptimizer supports only op=Average or op=Sum")
@@ -110,7 +115,7 @@ def _configure(opt, compression, sparse_as_dense, gradient_predivide_factor, op,
                          f"{backward_passes_per_step}")
     opt._fuse_reducer = GradientReducer("DistributedOptimizer", compression, sparse_as_dense,
                                         op, gradient_predivide_factor, num_groups, groups,
-                                        process_set)
+                                        process_set, scale_local_gradients)
     opt._fuse_passes = int(backward_passes_per_step)
     opt._fuse_average_aggregated = bool(average_aggregated_gradients)
     return opt
@@ -136,7 +141,9 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
         average_aggregated_gradients: divide the N summed gradients by N.
         num_groups / groups: fuse gradients into groups (an int, or lists of variables).
         process_set: the workers to average over.
-        device_dense, device_sparse, scale_local_gradients: accepted for compatibility.
+        scale_local_gradients: divide the gradients of variables registered with
+            ``register_local_var`` by the set size, as Horovod does.
+        device_dense, device_sparse: accepted for compatibility.
     """
     if not isinstance(optimizer, keras.optimizers.Optimizer):
         raise TypeError("fuse.keras.DistributedOptimizer wraps a Keras 3 optimizer "
@@ -147,7 +154,26 @@ def DistributedOptimizer(optimizer, name=None, device_dense="", device_sparse=""
     opt = distributed_class(type(optimizer)).from_config(config)
     return _configure(opt, compression, sparse_as_dense, gradient_predivide_factor, op,
                       backward_passes_per_step, average_aggregated_gradients, num_groups,
-                      groups, process_set)
+                      groups, process_set, scale_local_gradients)
+
+
+def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sparse="",
+                                compression=Compression.none, sparse_as_dense=False,
+                                gradient_predivide_factor=1.0, op=Average,
+                                backward_passes_per_step=1, average_aggregated_gradients=False,
+                                groups=None, process_set=global_process_set, local_layers=None,
+                                scale_local_gradients=True):
+    """A :func:`DistributedOptimizer` whose gradients for the trainable weights of
+    ``local_layers`` (a Keras layer or a list of them) stay on this worker, as Horovod's: for
+    model-parallel parts of a model.  Other arguments as :func:`DistributedOptimizer`."""
+    from fuse.frameworks.tensorflow.gradient_tape import _layer_weights
+    opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
+                               sparse_as_dense, gradient_predivide_factor, op,
+                               backward_passes_per_step, average_aggregated_gradients, 0,
+                               groups, process_set, scale_local_gradients)
+    for weight in _layer_weights(local_layers):
+        opt.register_local_var(weight)
+    return opt
 
 
 def make_distributed_in_place(optimizer, compression=Compression.none):

@@ -1,0 +1,87 @@
+"""``DistributedOptimizer(..., op=Adasum)``: Horovod's Adasum optimizer for PyTorch.
+
+Adasum combines what each worker's optimizer would do, not raw gradients: ``step()`` lets the
+wrapped optimizer take its local step from the current parameters, then replaces each
+parameter by start + Adasum of the workers' updates (``fuse.common.adasum``), as Horovod's
+``_DistributedAdasumOptimizer`` does.  The updates are combined after backward (no overlap
+with it); like Horovod's, it has no ``skip_synchronize``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fuse.common.ops import Adasum
+from fuse.common.process_sets import global_process_set
+from fuse.frameworks.torch import mpi_ops
+
+
+class DistributedAdasumOptimizer:
+    """Wrap ``optimizer`` so that ``step()`` applies the Adasum of every worker's update."""
+
+    def __init__(self, optimizer, named_parameters=None, backward_passes_per_step=1,
+                 process_set=global_process_set):
+        if not isinstance(optimizer, torch.optim.Optimizer):
+            raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                            f"{type(optimizer).__name__}")
+        d = self.__dict__
+        d["_opt"] = optimizer
+        d["_process_set"] = process_set
+        d["_passes"] = int(backward_passes_per_step)
+        d["_calls"] = 0
+        params, seen = [], set()
+        for group in optimizer.param_groups:
+            for p in group["params"]:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    params.append(p)
+        d["_params"] = params
+
+    @property
+    def __class__(self):
+        return type(self._opt)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_opt"], name)
+
+    def __setattr__(self, name, value):
+        setattr(self._opt, name, value)
+
+    @property
+    def param_groups(self):
+        return self._opt.param_groups
+
+    def synchronize(self):
+        """Nothing to wait for: the updates are combined inside :meth:`step`."""
+
+    def skip_synchronize(self):
+        raise AssertionError("Skipping synchronization is not supported when using Adasum "
+                             "optimizer.")
+
+    def step(self, closure=None):
+        """The wrapped optimizer's local step, then every parameter set to its start value
+        plus the Adasum of all workers' updates.  With ``backward_passes_per_step`` = N the
+        gradients of N backward passes accumulate and only every N-th call steps."""
+        self.__dict__["_calls"] += 1
+        if self._calls % self._passes:
+            return None
+        trained = [p for p in self._params if p.grad is not None]
+        starts = [p.detach().clone() for p in trained]
+        loss = self._opt.step(closure)
+        with torch.no_grad():
+            deltas = [p.detach() - s for p, s in zip(trained, starts)]
+            if deltas:
+                combined = mpi_ops.grouped_allreduce(deltas, op=Adasum,
+                                                     process_set=self._process_set)
+                for p, s, delta in zip(trained, starts, combined):
+                    p.copy_(s + delta)
+        return loss
+
+    def zero_grad(self, set_to_none: bool = True):
+        return self._opt.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self):
+        return self._opt.state_dict()
+
+    def load_state_dict(self, state):
+        return self._opt.load_state_dict(state)

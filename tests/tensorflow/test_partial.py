@@ -1,0 +1,50 @@
+"""Model-parallel (local) gradients, PartialDistributedGradientTape, Keras's
+PartialDistributedOptimizer and BestModelCheckpoint, SyncBatchNormalization(fused=False)
+(issue 24, items 11 and 16), and op=Adasum (item 15), on 2 real workers."""
+
+import needs
+import numpy as np
+import pytest
+
+needs.module("tensorflow")
+
+from tf_util import run_job  # noqa: E402
+
+pytestmark = pytest.mark.timeout(300)
+
+
+def _assert_clean(results, at_least):
+    for rank, res in enumerate(results):
+        assert not res["failures"], f"rank {rank}: " + "\n".join(res["failures"])
+        assert len(res["done"]) >= at_least, res["done"]
+
+
+def test_local_gradients_in_tapes():
+    import workers_partial as w
+    _assert_clean(run_job(w.tapes), 8)
+
+
+def test_keras_partial_optimizer_checkpoint_and_sync_batch_norm(tmp_path):
+    import workers_partial as w
+    _assert_clean(run_job(w.keras_partial_and_checkpoint, args=(str(tmp_path),)), 6)
+
+
+def _pair(a, b):
+    """Horovod's adaptive sum of two vectors."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    dot = a @ b
+    ca = 1 - dot / (2 * (a @ a)) if a @ a >= 1e-8 else 1.0
+    cb = 1 - dot / (2 * (b @ b)) if b @ b >= 1e-8 else 1.0
+    return ca * a + cb * b
+
+
+def test_adasum_in_tensorflow():
+    import workers_partial as w
+    results = run_job(w.adasum)
+    ins = [res["inputs"] for res in results]
+    for res in results:
+        for mode in ("eager", "function", "graph"):
+            np.testing.assert_allclose(res[mode], _pair(*ins), rtol=1e-5, atol=1e-6,
+                                       err_msg=mode)
+        np.testing.assert_allclose(res["tape"], _pair(*[2 * np.asarray(i) for i in ins]),
+                                   rtol=1e-5, atol=1e-6)
