@@ -33,6 +33,7 @@ class _State:
         self.prev_excepthook = None
         self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
         self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
+        self.generation = -1    # elastic: the rendezvous generation this process last joined
 
 
 _state = _State()
@@ -72,6 +73,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
         config = Config.from_env(**overrides)
+        if config.elastic and "rendezvous_generation" not in overrides:
+            config = _join_elastic(config, overrides)
         if config.autotune:
             from fuse.common.autotune import require_library
             require_library()       # on every rank, before anyone connects
@@ -127,21 +130,30 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             from fuse.common.autotune import Autotuner
             _state.autotuner = Autotuner(engine, config, log)
             _state.autotuner.start()
-        for knob in ("elastic",):
-            if getattr(config, knob):
-                log.warning("%s is set (%s) but fuse does not implement it yet; ignoring it",
-                            knob, config.explicit.get(knob, "argument"))
         _state.engine, _state.config, _state.backend = engine, config, backend
         _state.dynamic = config.dynamic_process_sets
         _state.process_sets = {0: global_process_set}
         if _state.prev_excepthook is None:
             _state.prev_excepthook = sys.excepthook
             sys.excepthook = _excepthook
-        atexit.register(shutdown)
+            atexit.register(shutdown)       # once, however often an elastic job re-forms
         log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
                   config.backend)
     for ps in process_sets or ():
         _add_process_set(ps)
+
+
+def _join_elastic(config: Config, overrides: dict) -> Config:
+    """Elastic mode: wait for the driver's next generation and take this worker's identity in
+    it (fuse.common.elastic_rendezvous).  Automatic collective names restart with the job, so
+    that workers that joined later derive the same names as the ones that stayed."""
+    from fuse.common import collectives, elastic_rendezvous
+    if _choose_backend(config) != "gloo":
+        raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
+    identity = elastic_rendezvous.join(config, after=_state.generation)
+    _state.generation = identity["rendezvous_generation"]
+    collectives.reset_auto_names()
+    return Config.from_env(**{**overrides, **identity})
 
 
 def _warn_oversubscribed(config: Config, log) -> None:

@@ -104,6 +104,13 @@ def _auto_name(kind: str, pset: int) -> str:
         return f"{kind}.noname.{pset}.{next(counter)}"
 
 
+def reset_auto_names() -> None:
+    """Start the automatic names over: a re-formed elastic job is a new job, whose workers
+    that just joined count from zero."""
+    with _name_lock:
+        _name_counters.clear()
+
+
 def _pset(process_set) -> int:
     return basics.process_set_id(process_set)
 
