@@ -52,7 +52,9 @@ def join(config, after: int) -> dict:
                          "the job with fuserun --min-np/--max-np/--host-discovery-script or "
                          "fuse.run(min_np=...)")
     me = worker_id(config)
-    timeout = config.elastic_timeout
+    # The driver decides when waiting for slots has lasted too long and ends the job; this is
+    # only a backstop for a driver that hangs, so it outlasts the driver's own timeout.
+    timeout = 2 * config.elastic_timeout + 30
     deadline = time.monotonic() + timeout
     asked_for = None
     delay = 0.001
@@ -91,4 +93,4 @@ def join(config, after: int) -> dict:
 def _check_deadline(deadline: float, timeout: float, me: str, g: int) -> None:
     if time.monotonic() >= deadline:
         raise TimeoutError(f"elastic worker {me}: no generation after {g} was formed within "
-                           f"{timeout:g} s (FUSE_ELASTIC_TIMEOUT)")
+                           f"{timeout:g} s (twice FUSE_ELASTIC_TIMEOUT, plus 30 s)")

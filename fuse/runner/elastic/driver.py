@@ -49,6 +49,7 @@ class ElasticSettings:
     elastic_timeout: float = 600.0
     discovery_interval: float = DISCOVERY_INTERVAL
     reset_grace: float = 0.5            # a reset request waits this long for an exit to show
+    failure_settle: float = 0.2         # failures this close together make one new generation
     removed_grace: float = 10.0         # a worker left out has this long to exit by itself
 
 
@@ -102,6 +103,7 @@ class ElasticJob(Job):
         self._reset_seen_at: float | None = None
         self._waiting_since: float | None = None        # not enough slots since then
         self._replan_reason: str | None = None
+        self._last_failure_at = 0.0
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -222,6 +224,7 @@ class ElasticJob(Job):
         self._say(f"worker {w.wid} {what}; host {w.slot.hostname} is blacklisted"
                   + ("" if seconds == float("inf") else f" for {seconds:.0f} s"))
         self._replan_reason = self._replan_reason or f"worker {w.wid} {what}"
+        self._last_failure_at = time.monotonic()
 
     def _hosts_changed(self) -> None:
         with self._hosts_lock:
@@ -289,7 +292,7 @@ class ElasticJob(Job):
                 if error is not None or self._finished():
                     break
                 timeout = 0.2 if self._waiting_since is not None or self.leaving else 1.0
-                if self._reset_seen_at is not None:
+                if self._reset_seen_at is not None or self._replan_reason is not None:
                     timeout = min(timeout, 0.05)
                 self._dispatch(timeout)
         finally:
@@ -342,6 +345,9 @@ class ElasticJob(Job):
             elif now - self._reset_seen_at >= self.elastic.reset_grace and \
                     self._replan_reason is None:
                 self._replan_reason = "workers asked to re-form after a failed collective"
+        if self._replan_reason is not None and \
+                now - self._last_failure_at < self.elastic.failure_settle:
+            return None     # workers that fail together (one error, many exits): one plan
         if self._replan_reason is not None:
             self._reset_seen_at = None
             error = self._replan(self._replan_reason)

@@ -1,0 +1,64 @@
+"""An elastic training job on the NumPy API (see elastic_util for the arithmetic).
+
+    worker_numpy.py OUT_DIR BATCHES [FAULT ...]
+
+A FAULT is ``kind:generation:rank:batch``: in that generation, the worker with that rank
+``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
+its allreduce of the batch in flight.  ``all`` as rank: every worker.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+
+import fuse
+import fuse.elastic
+from fuse.common import basics
+from elastic_util import DIM, apply_batch, batch_rows
+
+out_dir, batches = sys.argv[1], int(sys.argv[2])
+faults = [f.split(":") for f in sys.argv[3:]]
+step_sleep = float(os.environ.get("STEP_SLEEP", "0.03"))
+
+fuse.init()
+state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
+
+
+def maybe_fail(b: int, partial: np.ndarray) -> None:
+    gen = basics._state.generation
+    for kind, g, r, at in faults:
+        if int(g) == gen and int(at) == b and (r == "all" or int(r) == fuse.rank()):
+            if kind == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if kind == "raise":
+                raise RuntimeError(f"injected failure at batch {b}")
+            if kind == "killin":
+                fuse.allreduce_async(partial, name="grad", op=fuse.Sum)
+                os.kill(os.getpid(), signal.SIGKILL)
+
+
+@fuse.elastic.run
+def train(state):
+    while state.batch < batches:
+        b = state.batch
+        rows = batch_rows(b)[fuse.rank()::fuse.size()]
+        maybe_fail(b, rows.sum(axis=0))
+        grad = fuse.allreduce(rows.sum(axis=0), op=fuse.Sum, name="grad")
+        state.w = apply_batch(state.w, b, grad)
+        state.done = state.done + [b]
+        state.batch = b + 1
+        time.sleep(step_sleep)
+        state.commit()
+        if fuse.rank() == 0:
+            with open(os.path.join(out_dir, "progress.txt"), "a") as f:
+                f.write(f"{basics._state.generation} {fuse.size()} {state.batch}\n")
+
+
+train(state)
+with open(os.path.join(out_dir, f"result.{fuse.rank()}.json"), "w") as f:
+    json.dump({"rank": fuse.rank(), "size": fuse.size(), "w": state.w.tolist(),
+               "done": state.done, "generation": basics._state.generation}, f)
