@@ -130,7 +130,13 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             from fuse.common.autotune import Autotuner
             _state.autotuner = Autotuner(engine, config, log)
             _state.autotuner.start()
+        # Automatic collective names count from zero in every job the engine forms, so that
+        # a process that joins a re-formed (elastic) job derives the names the others do.
+        from fuse.common import collectives
+        collectives.reset_auto_names()
         _state.engine, _state.config, _state.backend = engine, config, backend
+        if config.rendezvous_generation >= 0:
+            _state.generation = config.rendezvous_generation
         _state.dynamic = config.dynamic_process_sets
         _state.process_sets = {0: global_process_set}
         if _state.prev_excepthook is None:
@@ -145,14 +151,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
 
 def _join_elastic(config: Config, overrides: dict) -> Config:
     """Elastic mode: wait for the driver's next generation and take this worker's identity in
-    it (fuse.common.elastic_rendezvous).  Automatic collective names restart with the job, so
-    that workers that joined later derive the same names as the ones that stayed."""
-    from fuse.common import collectives, elastic_rendezvous
+    it (fuse.common.elastic_rendezvous)."""
+    from fuse.common import elastic_rendezvous
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
     identity = elastic_rendezvous.join(config, after=_state.generation)
-    _state.generation = identity["rendezvous_generation"]
-    collectives.reset_auto_names()
     return Config.from_env(**{**overrides, **identity})
 
 

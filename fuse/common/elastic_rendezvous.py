@@ -45,7 +45,7 @@ def join(config, after: int) -> dict:
     """Wait for a generation newer than ``after`` that includes this worker and for all its
     workers to be ready; return the Config fields of this worker's identity in it (with
     ``rendezvous_generation``).  Raises :class:`WorkerRemoved` when the newest plan leaves this
-    worker out, TimeoutError after ``config.elastic_timeout`` seconds without a generation."""
+    worker out, TimeoutError when the driver forms none for twice ``config.elastic_timeout``."""
     store = store_from_config(config)
     if store is None:
         raise ValueError("FUSE_ELASTIC=1 needs the elastic launcher's rendezvous store: start "
