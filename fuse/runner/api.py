@@ -71,6 +71,11 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     min_np = min_np if min_np is not None else min_num_proc
     max_np = max_np if max_np is not None else max_num_proc
     elastic = min_np is not None or max_np is not None or host_discovery_script is not None
+    extra = [name for name, value in (("slots", slots), ("reset_limit", reset_limit),
+                                      ("cooldown_range", cooldown_range)) if value is not None]
+    if extra and not elastic:
+        raise ValueError(f"fuse.run: {', '.join(extra)} only apply in elastic mode (give "
+                         "min_np, max_np or host_discovery_script)")
     if elastic and use_mpi:
         raise ValueError("fuse.run: elastic mode needs the Gloo launcher, not use_mpi")
     if network_interface:
