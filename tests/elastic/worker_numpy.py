@@ -2,7 +2,8 @@
 
     worker_numpy.py OUT_DIR BATCHES [FAULT ...]
 
-A FAULT is ``kind:generation:rank:batch``: in that generation, the worker with that rank
+A FAULT is ``kind:generation:rank:batch``: in that generation, from that batch on, the worker
+with that rank
 ``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
 its allreduce of the batch in flight.  ``all`` as rank: every worker.
 """
@@ -31,7 +32,7 @@ state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
 def maybe_fail(b: int, partial: np.ndarray) -> None:
     gen = basics._state.generation
     for kind, g, r, at in faults:
-        if int(g) == gen and int(at) == b and (r == "all" or int(r) == fuse.rank()):
+        if int(g) == gen and b >= int(at) and (r == "all" or int(r) == fuse.rank()):
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if kind == "raise":
