@@ -8,6 +8,7 @@ from fuse.frameworks.tensorflow.bridge import XlaNotSupportedError  # noqa: F401
 from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F401
                                                   broadcast_object, broadcast_object_fn,
                                                   broadcast_variables)
+from fuse.frameworks.tensorflow import elastic  # noqa: F401  (hvd.elastic, as in Horovod)
 from fuse.frameworks.tensorflow.gradient_tape import DistributedGradientTape  # noqa: F401
 from fuse.frameworks.tensorflow.mpi_ops import (allgather, allreduce, alltoall,  # noqa: F401
                                                 barrier, broadcast, broadcast_,
