@@ -104,6 +104,7 @@ class ElasticJob(Job):
         self._waiting_since: float | None = None        # not enough slots since then
         self._replan_reason: str | None = None
         self._last_failure_at = 0.0
+        self._release_at: float | None = None         # when a blacklisted host comes back
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -226,9 +227,18 @@ class ElasticJob(Job):
         self._replan_reason = self._replan_reason or f"worker {w.wid} {what}"
         self._last_failure_at = time.monotonic()
 
-    def _hosts_changed(self) -> None:
+    def _hosts_changed(self, now: float) -> None:
         with self._hosts_lock:
             found, self._found = self._found, None
+        upcoming = self.blacklist.next_release()
+        if upcoming is not None and (self._release_at is None or upcoming < self._release_at):
+            self._release_at = upcoming
+        if self._release_at is not None and now >= self._release_at:
+            # a blacklisted host's cool-down ended: it may join again
+            self._release_at = None
+            if not self.succeeded and self._replan_reason is None and \
+                    self._candidate().keys() != self.plan.keys():
+                self._replan_reason = "a blacklisted host's cool-down ended"
         if found is None:
             return
         found = self._check_reachable(found)
@@ -294,6 +304,8 @@ class ElasticJob(Job):
                 timeout = 0.2 if self._waiting_since is not None or self.leaving else 1.0
                 if self._reset_seen_at is not None or self._replan_reason is not None:
                     timeout = min(timeout, 0.05)
+                if self._release_at is not None:
+                    timeout = max(0.0, min(timeout, self._release_at - time.monotonic()))
                 self._dispatch(timeout)
         finally:
             self._stop_discovery.set()
@@ -337,7 +349,7 @@ class ElasticJob(Job):
         if not self.live:       # nobody holds the state any more
             return "every worker failed"
         # hosts
-        self._hosts_changed()
+        self._hosts_changed(now)
         # reset requests: a collective failed without anyone exiting (yet)
         if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
             if self._reset_seen_at is None:
