@@ -73,7 +73,24 @@ def batches(first_step):
         step += 1
 
 
-callbacks = [CountSteps(), hvd.elastic.UpdateBatchStateCallback(state),
+class Trace(keras.callbacks.Callback):
+    """TRACE=1: say what Keras calls, for debugging."""
+
+    def _say(self, what, *args):
+        print(f"gen {basics._state.generation} rank {hvd.rank()} step {state.step} {what} {args}",
+              file=sys.stderr, flush=True)
+
+    def on_epoch_begin(self, epoch, logs=None):
+        self._say("epoch_begin", epoch, self.params)
+
+    def on_batch_begin(self, batch, logs=None):
+        self._say("batch_begin", batch)
+
+    def on_epoch_end(self, epoch, logs=None):
+        self._say("epoch_end", epoch)
+
+
+callbacks = [Trace()] * (os.environ.get("TRACE") == "1") + [CountSteps(), hvd.elastic.UpdateBatchStateCallback(state),
              hvd.elastic.UpdateEpochStateCallback(state),
              hvd.elastic.CommitStateCallback(state), Progress()]
 

@@ -244,6 +244,7 @@ class ElasticJob(Job):
         found = self._check_reachable(found)
         if [(h.hostname, h.slots) for h in found] == [(h.hostname, h.slots) for h in self.hosts]:
             return
+        self._debug("discovery: " + ", ".join(f"{h.hostname}:{h.slots}" for h in found))
         self.hosts = found
         for h in found:
             if not is_local_host(h.hostname) and h.hostname not in self.remote_hosts:

@@ -44,12 +44,18 @@ class CommitStateCallback(keras.callbacks.Callback):
 
     def on_batch_end(self, batch, logs=None):
         self.batches_remaining -= 1
-        if self.batches_remaining == 0:
-            self.state.commit()
+        if self.batches_remaining <= 0:
+            # counted again before committing: a commit that raises (the hosts changed) must
+            # leave the count as on the workers that join now
             self.batches_remaining = self.batches_per_commit
+            self.state.commit()
 
     def on_epoch_end(self, epoch, logs=None):
+        self.batches_remaining = self.batches_per_commit
         self.state.commit()
+
+    def on_train_begin(self, logs=None):
+        # fit starts again after a reset: every worker, old or new, counts from here
         self.batches_remaining = self.batches_per_commit
 
 
