@@ -8,8 +8,8 @@ Each run starts ``fuserun -np 4 --min-np 2`` on four hosts that resolve to this 
 torch model (TorchState with a DistributedOptimizer, a commit every step of ~20 ms), and has
 the worker of rank 1 note the time and SIGKILL itself in the middle of step 30.  Every worker
 logs the wall-clock time of each commit; the recovery time is the latest, over the three
-survivors, of their first commit in the re-formed job (generation 1), minus the kill.  It includes noticing the death (the control
-channel closes), rolling back, shutting the engine down, the driver's new generation, the
+survivors, of their first commit in the re-formed job (generation 1), minus the kill.  It
+includes noticing the death (the control channel closes), rolling back, shutting the engine down, the driver's new generation, the
 rendezvous, starting the engine again, broadcasting the state, and redoing the step.
 """
 

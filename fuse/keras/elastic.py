@@ -1,4 +1,5 @@
-"""``horovod.keras.elastic``: a thin module over :mod:`fuse.frameworks.tensorflow.keras.elastic`."""
+"""``horovod.keras.elastic``: a thin module over
+:mod:`fuse.frameworks.tensorflow.keras.elastic`."""
 
 from fuse.frameworks import load_framework as _load
 

@@ -1,4 +1,5 @@
-"""``horovod.tensorflow.elastic``: a thin module over :mod:`fuse.frameworks.tensorflow.elastic`."""
+"""``horovod.tensorflow.elastic``: a thin module over
+:mod:`fuse.frameworks.tensorflow.elastic`."""
 
 from fuse.frameworks import load_framework as _load
 

@@ -8,6 +8,7 @@ applies every batch exactly once (elastic_util)."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -21,14 +22,9 @@ FOUR_HOSTS = "localhost:1,127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
 
 
 def run(tmp_path, *flags, batches=30, faults=(), timeout=150, env=None):
-    argv = fuserun(*flags, sys_executable(), WORKER, str(tmp_path), str(batches), *faults)
+    argv = fuserun(*flags, sys.executable, WORKER, str(tmp_path), str(batches), *faults)
     return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
                           env=job_env(env), cwd=str(tmp_path))
-
-
-def sys_executable():
-    import sys
-    return sys.executable
 
 
 # (rank 0 killed outside a collective: in test_elastic_torch)
@@ -57,7 +53,7 @@ def test_discovery_grows_and_shrinks_the_job(tmp_path):
     script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
     batches = 400
     argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
-                   str(script), sys_executable(), WORKER, str(tmp_path), str(batches))
+                   str(script), sys.executable, WORKER, str(tmp_path), str(batches))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=job_env({"STEP_SLEEP": "0.03"}), cwd=str(tmp_path))
     try:

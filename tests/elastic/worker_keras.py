@@ -90,9 +90,10 @@ class Trace(keras.callbacks.Callback):
         self._say("epoch_end", epoch)
 
 
-callbacks = [Trace()] * (os.environ.get("TRACE") == "1") + [CountSteps(), hvd.elastic.UpdateBatchStateCallback(state),
-             hvd.elastic.UpdateEpochStateCallback(state),
-             hvd.elastic.CommitStateCallback(state), Progress()]
+callbacks = [Trace()] * (os.environ.get("TRACE") == "1") + [
+    CountSteps(), hvd.elastic.UpdateBatchStateCallback(state),
+    hvd.elastic.UpdateEpochStateCallback(state), hvd.elastic.CommitStateCallback(state),
+    Progress()]
 
 
 @hvd.elastic.run

@@ -15,7 +15,7 @@ from par_util import run_job
 
 pytestmark = pytest.mark.timeout(240)
 
-ROUNDS = int(os.environ.get("REINIT_ROUNDS", "20"))
+ROUNDS = 20
 
 
 def _resources() -> dict:
@@ -75,7 +75,7 @@ def _reform_many_times():
 ], ids=["shared-memory", "twin-connection-and-timeline"])
 def test_twenty_reforms_leak_nothing(tmp_path, env):
     env = {k: v.format(tmp=tmp_path / "timeline.json") for k, v in env.items()}
-    results = run_job(_reform_many_times, 3, env=env, timeout=int(os.environ.get("REINIT_TIMEOUT", "200")))
+    results = run_job(_reform_many_times, 3, env=env, timeout=200)
     for ident, (seen, baseline, after) in enumerate(results):
         assert after == baseline, f"process {ident}: {baseline} after the first round, " \
                                   f"{after} after {ROUNDS} more"

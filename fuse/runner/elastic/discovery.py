@@ -59,7 +59,8 @@ class DiscoveryScript:
                                       self.path)
 
 
-def parse_discovery_output(text: str, default_slots: int, name: str = "discovery") -> list[HostSpec]:
+def parse_discovery_output(text: str, default_slots: int,
+                           name: str = "discovery") -> list[HostSpec]:
     lines = []
     for raw in text.splitlines():
         line = raw.split("#", 1)[0].strip()

@@ -105,6 +105,7 @@ class ElasticJob(Job):
         self._replan_reason: str | None = None
         self._last_failure_at = 0.0
         self._release_at: float | None = None         # when a blacklisted host comes back
+        self._unreachable_said: set[str] = set()        # remote hosts we said we cannot add
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -272,12 +273,8 @@ class ElasticJob(Job):
                           "let remote hosts join later")
         return out
 
-    _unreachable_said: set = set()
-
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> JobResult:
-        st = self.settings
-        self._unreachable_said = set()
         old_handlers = self._open_loop()
         self.server.on_change = self._wake
         discovery_thread = None

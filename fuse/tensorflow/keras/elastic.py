@@ -1,4 +1,5 @@
-"""``horovod.tensorflow.keras.elastic``: a thin module over :mod:`fuse.frameworks.tensorflow.keras.elastic`."""
+"""``horovod.tensorflow.keras.elastic``: a thin module over
+:mod:`fuse.frameworks.tensorflow.keras.elastic`."""
 
 from fuse.frameworks import load_framework as _load
 
