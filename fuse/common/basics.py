@@ -156,6 +156,9 @@ def _join_elastic(config: Config, overrides: dict) -> Config:
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
     identity = elastic_rendezvous.join(config, after=_state.generation)
+    # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
+    # newer generation instead of joining this one again
+    _state.generation = identity["rendezvous_generation"]
     return Config.from_env(**{**overrides, **identity})
 
 

@@ -161,6 +161,22 @@ def _reset():
     basics.init()
 
 
+# Re-forming fails when another worker dies while the job connects; the next generation is
+# then joined.  Failing this many times in a row means something else is wrong: raise.
+REFORM_ATTEMPTS = 5
+
+
+def _reform(reset):
+    for attempt in range(REFORM_ATTEMPTS):
+        try:
+            reset()
+            return
+        except (FuseInternalError, ConnectionError):
+            if attempt + 1 == REFORM_ATTEMPTS:
+                raise
+            basics.shutdown()       # whatever of the engine had started
+
+
 def run_fn(func, reset=_reset):
     """Wrap ``func(state, *args, **kwargs)`` in the elastic loop; ``reset`` re-forms the job."""
 
@@ -168,16 +184,16 @@ def run_fn(func, reset=_reset):
     def wrapper(state, *args, **kwargs):
         skip_sync = False
         while True:
-            if not skip_sync:
-                state.sync()
             try:
+                if not skip_sync:
+                    state.sync()
                 return func(state, *args, **kwargs)
             except FuseInternalError:
                 state.restore()
                 skip_sync = False
             except HostsUpdatedInterrupt as interrupt:
                 skip_sync = interrupt.skip_sync
-            reset()
+            _reform(reset)
             state.on_reset()
 
     return wrapper

@@ -49,6 +49,14 @@ def test_two_failures_in_a_row(tmp_path):
     assert {r["generation"] for r in res} == {2}
 
 
+def test_a_worker_lost_while_the_job_reforms(tmp_path):
+    proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS,
+               faults=["kill:0:3:5", "killreset:1:1:0"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = check_training(tmp_path, 30, expect_workers=2)
+    assert {r["generation"] for r in res} == {2}
+
+
 def test_discovery_grows_and_shrinks_the_job(tmp_path):
     script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
     batches = 400

@@ -5,7 +5,8 @@
 A FAULT is ``kind:generation:rank:batch``: in that generation, from that batch on, the worker
 with that rank
 ``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
-its allreduce of the batch in flight.  ``all`` as rank: every worker.
+its allreduce of the batch in flight; ``killreset`` (batch ignored): dies as soon as that
+generation formed, while the others sync.  ``all`` as rank: every worker.
 """
 
 import json
@@ -40,6 +41,17 @@ def maybe_fail(b: int, partial: np.ndarray) -> None:
             if kind == "killin":
                 fuse.allreduce_async(partial, name="grad", op=fuse.Sum)
                 os.kill(os.getpid(), signal.SIGKILL)
+
+
+def on_reset():
+    # "killreset:G:R:0": the worker that has rank R in generation G dies as soon as that
+    # generation has formed, while the others start syncing the state
+    for kind, g, r, _at in faults:
+        if kind == "killreset" and int(g) == basics._state.generation and int(r) == fuse.rank():
+            os.kill(os.getpid(), signal.SIGKILL)
+
+
+state.register_reset_callbacks([on_reset])
 
 
 @fuse.elastic.run
