@@ -253,6 +253,12 @@ class KVStoreServer:
         with self._lock:
             return self._data.get(key)
 
+    def drop(self, prefix: str) -> None:
+        """Forget every key that starts with ``prefix``."""
+        with self._lock:
+            for key in [k for k in self._data if k.startswith(prefix)]:
+                del self._data[key]
+
     def keys(self, prefix: str = "") -> list[str]:
         with self._lock:
             return [k for k in self._data if k.startswith(prefix)]

@@ -49,6 +49,7 @@ class ElasticSettings:
     elastic_timeout: float = 600.0
     discovery_interval: float = DISCOVERY_INTERVAL
     reset_grace: float = 0.5            # a reset request waits this long for an exit to show
+    dying_grace: float = 10.0           # ... or this long when a worker reported its error
     failure_settle: float = 0.2         # failures this close together make one new generation
     removed_grace: float = 10.0         # a worker left out has this long to exit by itself
 
@@ -198,6 +199,7 @@ class ElasticJob(Job):
         self.server.put(protocol.PLAN_KEY.format(g=g), protocol.encode_plan(
             {wid: identity(s) for wid, s in plan.items()}, added))
         self.server.put(protocol.GENERATION_KEY, str(g).encode())
+        self.server.drop("errors/")     # reported under the ranks of the generation before
         self._say(f"generation {g}: {len(plan)} workers on "
                   f"{', '.join(sorted({s.hostname for s in plan.values()}))} ({reason})")
         self.local_workers = sum(not w.remote for w in self.live.values()) + \
@@ -352,8 +354,10 @@ class ElasticJob(Job):
         if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
             if self._reset_seen_at is None:
                 self._reset_seen_at = now
-            elif now - self._reset_seen_at >= self.elastic.reset_grace and \
-                    self._replan_reason is None:
+            # a worker that raised has said so (errors/<rank>) and is on its way out: its
+            # exit, not a generation without it, is what the others wait for
+            grace = self.elastic.reset_grace if not self._dying() else self.elastic.dying_grace
+            if now - self._reset_seen_at >= grace and self._replan_reason is None:
                 self._replan_reason = "workers asked to re-form after a failed collective"
         if self._replan_reason is not None and \
                 now - self._last_failure_at < self.elastic.failure_settle:
@@ -379,6 +383,17 @@ class ElasticJob(Job):
                 w.signal_group(signal.SIGKILL if now >= deadline + self.settings.grace_seconds
                                else signal.SIGTERM)
         return None
+
+    def _dying(self) -> bool:
+        """Whether a worker of this generation reported its own fatal error (not one caused by
+        another rank's) and has not exited yet."""
+        for key in self.server.keys("errors/"):
+            parts = key.split("/")
+            if len(parts) != 2 or self.server.get(key + "/consequence") is not None:
+                continue
+            if any(s.rank == int(parts[1]) for wid, s in self.plan.items() if wid in self.live):
+                return True
+        return False
 
     def _pending_growth(self) -> str | None:
         """A leaving worker's exit may free slots a new generation could use."""
