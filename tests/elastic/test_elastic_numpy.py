@@ -28,7 +28,7 @@ def run(tmp_path, *flags, batches=30, faults=(), timeout=150, env=None):
 
 
 # (rank 0 killed outside a collective: in test_elastic_torch)
-@pytest.mark.parametrize("fault", ["kill:0:1:8", "killin:0:0:8", "raise:0:3:8"])
+@pytest.mark.parametrize("fault", ["kill:0:1:8", "killin:0:0:8", "raise:0:3:8", "raise:0:0:8"])
 def test_a_lost_worker_is_survived(tmp_path, fault):
     proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS, faults=[fault])
     assert proc.returncode == 0, proc.stderr[-4000:]
