@@ -253,6 +253,7 @@ class _Worker:
         self.start_deadline = 0.0
         self.returncode: int | None = None
         self.exit_order = -1            # 0 for the first worker seen to exit, and so on
+        self.wid: str | None = None     # elastic jobs: <host>:<slot index>
 
     @property
     def running(self) -> bool:

@@ -69,6 +69,13 @@ class WorkerFailure:
         return text
 
 
+@dataclasses.dataclass
+class ElasticResult(JobResult):
+    elastic_error: str | None = None    # why the job could not go on (None: it finished)
+    failures: list[WorkerFailure] = dataclasses.field(default_factory=list)
+    generations: int = 0
+
+
 class ElasticJobError(RuntimeError):
     """The elastic job could not go on; the message says why and names the failures."""
 
@@ -276,7 +283,7 @@ class ElasticJob(Job):
         return out
 
     # -- the loop --------------------------------------------------------------------------
-    def run(self) -> JobResult:
+    def run(self) -> "ElasticResult":
         old_handlers = self._open_loop()
         self.server.on_change = self._wake
         discovery_thread = None
@@ -414,11 +421,11 @@ class ElasticJob(Job):
                 return list(s.tail)
         return []
 
-    def _result(self, error: str | None, interrupted: int | None) -> JobResult:
+    def _result(self, error: str | None, interrupted: int | None) -> "ElasticResult":
         exit_codes = {s.rank: None for s in self.plan.values()}
         for wid, s in self.plan.items():
             for w in self._workers:
-                if getattr(w, "wid", None) == wid and w.proc is not None:
+                if w.wid == wid and w.proc is not None:
                     exit_codes[s.rank] = w.returncode
         failure = None
         if error is not None:
@@ -430,13 +437,10 @@ class ElasticJob(Job):
             rc = 128 + interrupted
         else:
             rc = 0
-        result = JobResult(rc, exit_codes, failure, interrupted)
-        result.elastic_error = error
-        result.failures = list(self.failures)
-        result.generations = self.generation + 1
-        return result
+        return ElasticResult(rc, exit_codes, failure, interrupted, elastic_error=error,
+                             failures=list(self.failures), generations=self.generation + 1)
 
-    def describe_failure(self, result: JobResult) -> str:
+    def describe_failure(self, result: "ElasticResult") -> str:
         name = self.settings.name
         lines = [f"{name}: the elastic job failed: {result.elastic_error}."]
         if result.failures:
