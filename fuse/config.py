@@ -159,6 +159,13 @@ class Config:
     dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
                                        _parse_bool, "allow add/remove_process_set after init")
     elastic: bool = _knob(False, "ELASTIC", "ELASTIC", _parse_bool, doc="elastic mode")
+    elastic_timeout: float = _knob(600.0, "ELASTIC_TIMEOUT", "ELASTIC_TIMEOUT",
+                                   doc="elastic: seconds a worker waits for the job to re-form",
+                                   bounds=(1.0, 1e7))
+    rendezvous_generation: int = _knob(
+        -1, "RENDEZVOUS_GENERATION",
+        doc="elastic: the rendezvous generation this process joins (the elastic driver sets it; "
+            "-1 outside elastic jobs)", bounds=(-1, 1 << 30))
     # diagnostics
     stall_check_disable: bool = _knob(False, "STALL_CHECK_DISABLE", "STALL_CHECK_DISABLE",
                                       _parse_bool, "turn off the stall inspector")

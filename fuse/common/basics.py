@@ -53,6 +53,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
         config = Config.from_env(**overrides)
+        if config.elastic and "rendezvous_generation" not in overrides:
+            config = _join_elastic(config, overrides)
         if config.autotune:
             from fuse.common.autotune import require_library
             require_library()       # on every rank, before anyone connects
@@ -115,21 +117,36 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             from fuse.common.autotune import Autotuner
             _state.autotuner = Autotuner(engine, config, log)
             _state.autotuner.start()
-        for knob in ("elastic",):
-            if getattr(config, knob):
-                log.warning("%s is set (%s) but fuse does not implement it yet; ignoring it",
-                            knob, config.explicit.get(knob, "argument"))
+        # Automatic collective names count from zero in every job the engine forms, so that
+        # a process that joins a re-formed (elastic) job derives the names the others do.
+        from fuse.common import collectives
+        collectives.reset_auto_names()
         _state.engine, _state.config, _state.backend = engine, config, backend
+        if config.rendezvous_generation >= 0:
+            _state.generation = config.rendezvous_generation
         _state.dynamic = config.dynamic_process_sets
         _state.process_sets = {}
         if _state.prev_excepthook is None:
             _state.prev_excepthook = sys.excepthook
             sys.excepthook = _excepthook
-        atexit.register(shutdown)
+            atexit.register(shutdown)       # once, however often an elastic job re-forms
         log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
                   config.backend)
     for ps in process_sets or ():
         _add_process_set(ps)
+
+
+def _join_elastic(config: Config, overrides: dict) -> Config:
+    """Elastic mode: wait for the driver's next generation and take this worker's identity in
+    it (fuse.common.elastic_rendezvous)."""
+    from fuse.common import elastic_rendezvous
+    if _choose_backend(config) != "gloo":
+        raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
+    identity = elastic_rendezvous.join(config, after=_state.generation)
+    # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
+    # newer generation instead of joining this one again
+    _state.generation = identity["rendezvous_generation"]
+    return Config.from_env(**{**overrides, **identity})
 
 
 def _warn_oversubscribed(config: Config, log) -> None:

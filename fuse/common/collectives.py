@@ -62,6 +62,13 @@ def _enqueue_named(name, kind: str, pset: int, make_specs: Callable[[str], list]
         raise
 
 
+def reset_auto_names() -> None:
+    """Start the automatic names over: a re-formed elastic job is a new job, whose workers
+    that just joined count from zero."""
+    with _name_lock:
+        _name_counters.clear()
+
+
 def _pset(process_set) -> int:
     return process_set_id(process_set)
 

@@ -23,7 +23,6 @@ IGNORED: dict[str, tuple[str | None, str]] = {
     "ENABLE_XLA_OPS": ("0", "the XLA allreduce kernel"),
     "ADASUM_MPI_CHUNK_SIZE": (str(1 << 30), "chunk size of MPI Adasum"),
     "CCL_CACHE": ("0", "the oneCCL op cache"),
-    "ELASTIC_TIMEOUT": ("600", "the elastic driver's wait for slots"),
     "SPARK_START_TIMEOUT": (None, "horovod.spark"),
     "SPARK_WORK_DIR": (None, "horovod.spark"),
     "SPARK_PYTHONPATH": (None, "horovod.spark"),

@@ -25,6 +25,7 @@ class _State:
         self.prev_excepthook = None
         self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
         self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
+        self.generation = -1    # elastic: the rendezvous generation this process last joined
 
 
 _state = _State()

@@ -53,22 +53,31 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     ``env`` is the workers' whole environment (default: this process's); ``executable`` the
     Python interpreter the workers run (default: this one).  ``func`` travels with cloudpickle.
     ``disable_cache`` is accepted and has no effect (nothing is cached); ``network_interface``
-    is the deprecated one-interface spelling of ``network_interfaces``.  The elastic arguments
-    (``min_num_proc``, ``max_num_proc``, ``slots``, ``reset_limit``, ``cooldown_range``,
-    ``host_discovery_script``, ``min_np``, ``max_np``) raise NotImplementedError for now.
+    is the deprecated one-interface spelling of ``network_interfaces``.
+
+    Elastic mode (``min_np``/``min_num_proc``, ``max_np``/``max_num_proc`` or
+    ``host_discovery_script``; with ``slots`` per discovered host, ``reset_limit``,
+    ``cooldown_range``): ``func`` should train under ``fuse.<framework>.elastic.run``; the
+    results of ranks 0 .. min_np-1 of the last generation are returned, as in Horovod.
 
     If a worker fails, the others are stopped and this raises: the worker's own exception when
     it can be unpickled here (chained from a :class:`WorkerError` carrying the rank and the
     remote traceback), otherwise a :class:`WorkerError`.
     """
-    elastic = {name: value for name, value in (
-        ("min_num_proc", min_num_proc), ("max_num_proc", max_num_proc), ("slots", slots),
-        ("reset_limit", reset_limit), ("cooldown_range", cooldown_range),
-        ("host_discovery_script", host_discovery_script), ("min_np", min_np),
-        ("max_np", max_np)) if value is not None}
-    if elastic:
-        raise NotImplementedError(f"fuse.run: elastic mode ({', '.join(elastic)}) is not "
-                                  "supported yet")
+    for alias, name, a, b in (("min_np", "min_num_proc", min_np, min_num_proc),
+                              ("max_np", "max_num_proc", max_np, max_num_proc)):
+        if a is not None and b is not None and a != b:
+            raise ValueError(f"{alias}={a} and {name}={b} disagree; give one of them")
+    min_np = min_np if min_np is not None else min_num_proc
+    max_np = max_np if max_np is not None else max_num_proc
+    elastic = min_np is not None or max_np is not None or host_discovery_script is not None
+    extra = [name for name, value in (("slots", slots), ("reset_limit", reset_limit),
+                                      ("cooldown_range", cooldown_range)) if value is not None]
+    if extra and not elastic:
+        raise ValueError(f"fuse.run: {', '.join(extra)} only apply in elastic mode (give "
+                         "min_np, max_np or host_discovery_script)")
+    if elastic and use_mpi:
+        raise ValueError("fuse.run: elastic mode needs the Gloo launcher, not use_mpi")
     if network_interface:
         if isinstance(network_interfaces, str):
             network_interfaces = [network_interfaces]
@@ -78,19 +87,23 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     if np is not None and num_proc is not None and np != num_proc:
         raise ValueError(f"np={np} and num_proc={num_proc} disagree; give one of them")
     n = np if np is not None else num_proc
+    requested_np = n
     if hosts and hostfile:
         raise ValueError("give hosts or hostfile, not both")
     if use_gloo and use_mpi:
         raise ValueError("give use_gloo or use_mpi, not both")
-    if hosts:
-        specs = _hosts.parse_hosts(hosts)
-    elif hostfile:
-        specs = _hosts.parse_hostfile(hostfile)
+    if not elastic:
+        if hosts:
+            specs = _hosts.parse_hosts(hosts)
+        elif hostfile:
+            specs = _hosts.parse_hostfile(hostfile)
+        else:
+            specs = [_hosts.HostSpec("localhost", 1 if n is None else n)]
+        if n is None:
+            n = sum(s.slots for s in specs)
+        slot_list = _hosts.assign_slots(specs, n)
     else:
-        specs = [_hosts.HostSpec("localhost", 1 if n is None else n)]
-    if n is None:
-        n = sum(s.slots for s in specs)
-    slots = _hosts.assign_slots(specs, n)
+        n = requested_np
     if isinstance(network_interfaces, str):
         network_interfaces = [x.strip() for x in network_interfaces.split(",") if x.strip()]
 
@@ -115,6 +128,10 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
         server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
         server.put(FUNC_KEY, sign(key, payload))
 
+    if elastic:
+        return _run_elastic(command, setup, key, n, min_np, max_np, slots, reset_limit,
+                            cooldown_range, hosts, hostfile, host_discovery_script,
+                            worker_env, settings)
     if use_mpi:  # mpirun starts and supervises the workers; we keep the store
         from . import mpi
         raw, failure, interrupted = mpi.run_function(
@@ -124,7 +141,7 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
             ssh_identity_file=ssh_identity_file, network_interfaces=network_interfaces,
             output_filename=output_filename, verbose=bool(verbose))
     else:
-        with Job(command, slots, worker_env, settings, secret=key) as job:
+        with Job(command, slot_list, worker_env, settings, secret=key) as job:
             setup(job.server)
             result = job.run()
             raw = {r: job.server.get(RESULT_KEY.format(rank=r)) for r in range(n)}
@@ -168,4 +185,43 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
             raise WorkerError(f"fuse.run: rank {rank} exited with code 0 without returning a "
                               "result (did the function call os._exit?)", rank, exit_code=0)
         results.append(payload[1])
+    return results
+
+
+def _run_elastic(command, setup, key, n, min_np, max_np, slots, reset_limit, cooldown_range,
+                 hosts, hostfile, host_discovery_script, worker_env, settings) -> list[Any]:
+    import cloudpickle
+
+    from .elastic.driver import ElasticJob, ElasticJobError, discovery_from
+    from .elastic.launch import elastic_settings, fixed_hosts
+
+    if host_discovery_script and (hosts or hostfile):
+        raise ValueError("give host_discovery_script or hosts/hostfile, not both")
+    elastic = elastic_settings(n, min_np, max_np, reset_limit, cooldown_range, None,
+                               bool(host_discovery_script))
+    specs = None if host_discovery_script else fixed_hosts(hosts, hostfile, n, max_np)
+    discovery = discovery_from(specs, host_discovery_script, slots)
+    try:
+        job = ElasticJob(command, discovery, elastic, worker_env, settings, secret=key)
+    except ElasticJobError as err:
+        raise WorkerError(f"fuse.run: {err}", -1) from None
+    with job:
+        setup(job.server)
+        result = job.run()
+        if result.interrupted == signal.SIGINT:
+            raise KeyboardInterrupt
+        if result.elastic_error is not None or result.interrupted is not None:
+            raise WorkerError(job.describe_failure(result) if result.elastic_error
+                              else f"fuse.run: interrupted by signal {result.interrupted}", -1)
+        results = []
+        for rank in range(elastic.min_np):
+            blob = job.server.get(RESULT_KEY.format(rank=rank))
+            if blob is None:
+                raise WorkerError(f"fuse.run: rank {rank} of the last generation returned no "
+                                  "result", rank)
+            payload = cloudpickle.loads(verify(key, blob, f"the result of rank {rank}"))
+            if payload[0] == "error":
+                raise WorkerError(f"rank {rank} raised {payload[2]}: {payload[3]}", rank,
+                                  payload[2], payload[4])
+            results.append(payload[1])
     return results

@@ -253,6 +253,7 @@ class _Worker:
         self.start_deadline = 0.0
         self.returncode: int | None = None
         self.exit_order = -1            # 0 for the first worker seen to exit, and so on
+        self.wid: str | None = None     # elastic jobs: <host>:<slot index>
 
     @property
     def running(self) -> bool:
@@ -518,6 +519,97 @@ class Job:
                            detail="raised an error, and was stopped with the others")
         return Failure(w.slot.rank, w.slot.hostname, "signal" if rc < 0 else "exit", rc)
 
+
+    # -- the loop's pieces (shared with the elastic driver) --------------------------------
+    def _open_loop(self) -> dict:
+        """Sinks, the selector, the wake-up pipe and the signal handlers; returns the previous
+        handlers for :meth:`_close_loop`."""
+        st = self.settings
+        self._out_sink = _Sink(st.stdout or sys.stdout)
+        self._err_sink = _Sink(st.stderr or sys.stderr)
+        self._sel = selectors.DefaultSelector()
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
+        return self._install_signals()
+
+    def _wake(self) -> None:
+        """Wake the loop from another thread."""
+        try:
+            os.write(self._wake_w, b"w")
+        except OSError:
+            pass
+
+    def _reap(self, w: _Worker) -> int | None:
+        """``w``'s exit code if it has just exited (recorded once), else None."""
+        if not w.running:
+            return None
+        rc = w.proc.poll()
+        if rc is None:
+            return None
+        w.returncode = rc
+        w.exit_order = sum(x.exit_order >= 0 for x in self._workers)
+        if w.pidfd is not None:
+            self._sel.unregister(w.pidfd)
+            os.close(w.pidfd)
+            w.pidfd = None
+        self._debug(f"rank {w.slot.rank} exited with {rc}")
+        return rc
+
+    def _dispatch(self, timeout: float) -> None:
+        """Wait up to ``timeout`` seconds and forward whatever output arrived."""
+        for key, _ in self._sel.select(timeout):
+            obj = key.data
+            if obj is None:
+                try:
+                    os.read(self._wake_r, 512)
+                except BlockingIOError:
+                    pass
+            elif isinstance(obj, _Stream):
+                try:
+                    data = os.read(obj.fd, 65536)
+                except OSError:
+                    data = b""
+                if data:
+                    obj.feed(data)
+                else:
+                    self._sel.unregister(obj.fd)
+                    obj.close()
+            # a _Worker's pidfd: the exit is picked up by _reap
+
+    def _close_loop(self, old_handlers: dict) -> None:
+        # nothing outlives the job: signal each worker's group (its leader may be gone
+        # while a grandchild still runs), then reap
+        st = self.settings
+        for w in self._workers:
+            w.signal_group(signal.SIGKILL if w.running else signal.SIGTERM)
+        for w in self._workers:
+            if w.proc is not None:
+                try:
+                    w.proc.wait(timeout=st.grace_seconds)
+                except subprocess.TimeoutExpired:
+                    w.signal_group(signal.SIGKILL)
+                    w.proc.wait()
+                if w.returncode is None:
+                    w.returncode = w.proc.returncode
+                for s in w.streams:
+                    if s.open:
+                        s.close()
+                for pipe in (w.proc.stdin, w.proc.stdout, w.proc.stderr):
+                    if pipe is not None:
+                        try:
+                            pipe.close()
+                        except OSError:
+                            pass
+                if w.pidfd is not None:
+                    os.close(w.pidfd)
+                    w.pidfd = None
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
+        self._sel.close()
+        os.close(self._wake_r)
+        os.close(self._wake_w)
+
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> JobResult:
         """Start every worker, forward output until all have exited, and return the outcome.
@@ -526,13 +618,7 @@ class Job:
         workers) and reports the signal in :attr:`JobResult.interrupted`.
         """
         st = self.settings
-        self._out_sink = _Sink(st.stdout or sys.stdout)
-        self._err_sink = _Sink(st.stderr or sys.stderr)
-        self._sel = selectors.DefaultSelector()
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
-        self._sel.register(self._wake_r, selectors.EVENT_READ, None)
-        old_handlers = self._install_signals()
+        old_handlers = self._open_loop()
         failure: Failure | None = None
         interrupted: int | None = None
         kill_at: float | None = None
@@ -577,18 +663,9 @@ class Job:
                         kill_at = now
                 # exits
                 for w in self._workers:
-                    if not w.running:
-                        continue
-                    rc = w.proc.poll()
+                    rc = self._reap(w)
                     if rc is None:
                         continue
-                    w.returncode = rc
-                    w.exit_order = sum(x.exit_order >= 0 for x in self._workers)
-                    if w.pidfd is not None:
-                        self._sel.unregister(w.pidfd)
-                        os.close(w.pidfd)
-                        w.pidfd = None
-                    self._debug(f"rank {w.slot.rank} exited with {rc}")
                     if rc != 0 and not stopping:
                         if w.remote and not w.started:
                             failure = Failure(
@@ -635,55 +712,9 @@ class Job:
                 timeout = 1.0 if have_pidfds else 0.05
                 if deadlines:
                     timeout = max(0.0, min(timeout, min(deadlines) - now))
-                for key, _ in self._sel.select(timeout):
-                    obj = key.data
-                    if obj is None:
-                        try:
-                            os.read(self._wake_r, 512)
-                        except BlockingIOError:
-                            pass
-                    elif isinstance(obj, _Stream):
-                        try:
-                            data = os.read(obj.fd, 65536)
-                        except OSError:
-                            data = b""
-                        if data:
-                            obj.feed(data)
-                        else:
-                            self._sel.unregister(obj.fd)
-                            obj.close()
-                    # a _Worker's pidfd: the exit is picked up by poll() above
+                self._dispatch(timeout)
         finally:
-            # nothing outlives the job: signal each worker's group (its leader may be gone
-            # while a grandchild still runs), then reap
-            for w in self._workers:
-                w.signal_group(signal.SIGKILL if w.running else signal.SIGTERM)
-            for w in self._workers:
-                if w.proc is not None:
-                    try:
-                        w.proc.wait(timeout=st.grace_seconds)
-                    except subprocess.TimeoutExpired:
-                        w.signal_group(signal.SIGKILL)
-                        w.proc.wait()
-                    if w.returncode is None:
-                        w.returncode = w.proc.returncode
-                    for s in w.streams:
-                        if s.open:
-                            s.close()
-                    for pipe in (w.proc.stdin, w.proc.stdout, w.proc.stderr):
-                        if pipe is not None:
-                            try:
-                                pipe.close()
-                            except OSError:
-                                pass
-                    if w.pidfd is not None:
-                        os.close(w.pidfd)
-                        w.pidfd = None
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
-            self._sel.close()
-            os.close(self._wake_r)
-            os.close(self._wake_w)
+            self._close_loop(old_handlers)
 
         exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self._workers}
         for s in self.slots:

@@ -102,16 +102,26 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--autotune-gaussian-process-noise", dest="autotune_gaussian_process_noise",
                    type=float, help="Gaussian-process noise in [0, 1] (default 0.8)")
 
-    g = p.add_argument_group("elastic (not supported yet)")
-    for flags, kw in ((("--min-np", "--min-num-proc"), {"type": int}),
-                      (("--max-np", "--max-num-proc"), {"type": int}),
-                      (("--slots-per-host",), {"type": int}),
-                      (("--elastic-timeout",), {"type": int}),
-                      (("--reset-limit",), {"type": int}),
-                      (("--blacklist-cooldown-range",), {"type": int, "nargs": 2}),
-                      (("--host-discovery-script",), {})):
+    g = p.add_argument_group("elastic (any of --min-np, --max-np, --host-discovery-script "
+                             "turns it on)")
+    for flags, kw, text in (
+            (("--min-np", "--min-num-proc"), {"type": int},
+             "fewest workers to train with (default -np)"),
+            (("--max-np", "--max-num-proc"), {"type": int},
+             "most workers to run (default: every slot offered)"),
+            (("--slots-per-host", "--slots"), {"type": int},
+             "slots of a discovered host that names none (default 1)"),
+            (("--elastic-timeout",), {"type": float},
+             "seconds to wait for --min-np slots (default 600, or FUSE_ELASTIC_TIMEOUT)"),
+            (("--reset-limit",), {"type": int},
+             "most times the job may re-form before it fails (default: no limit)"),
+            (("--blacklist-cooldown-range",), {"type": int, "nargs": 2,
+                                              "metavar": ("MIN", "MAX")},
+             "seconds a failed host stays out, doubling from MIN up to MAX (default: for good)"),
+            (("--host-discovery-script",), {},
+             "executable that prints the available hosts, one 'host[:slots]' a line")):
         g.add_argument(*flags, dest="elastic_" + flags[0].lstrip("-").replace("-", "_"),
-                       help=argparse.SUPPRESS, **kw)
+                       help=text, **kw)
 
     g = p.add_argument_group("timeline")
     g.add_argument("--timeline-filename", dest="timeline_filename",
@@ -372,6 +382,12 @@ def host_specs(hosts: str | None, hostfile: str | None,
 
 # ---------------------------------------------------------------------------------------------
 
+def elastic_mode(args: argparse.Namespace) -> bool:
+    """--min-np, --max-np or --host-discovery-script make the job elastic (as in horovodrun)."""
+    return any(getattr(args, "elastic_" + k) is not None
+               for k in ("min_np", "max_np", "host_discovery_script"))
+
+
 def _check_build() -> int:
     import importlib
     try:
@@ -400,21 +416,22 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.check_build:
         return _check_build()
-    elastic = [k for k, v in vars(args).items() if k.startswith("elastic_") and v is not None]
-    if elastic:
-        raise UsageError("elastic mode (--min-np, --max-np, --host-discovery-script, ...) is not "
-                         "supported yet")
     if args.use_jsrun:
         raise UsageError("--jsrun is not supported; use --mpi or the built-in launcher")
     if not args.command:
         raise UsageError("no command given (usage: fuserun -np N COMMAND ...)")
     if args.num_proc is not None and args.num_proc < 1:
         raise UsageError(f"-np must be at least 1, got {args.num_proc}")
-    specs, np = host_specs(args.hosts, args.hostfile, args.num_proc)
-    try:
-        slots = _hosts.assign_slots(specs, np)
-    except ValueError as err:
-        raise UsageError(str(err)) from None
+    if elastic_mode(args):
+        if args.use_mpi:
+            raise UsageError("elastic mode needs fuserun's own launcher (Gloo), not --mpi")
+        specs, np, slots = [], args.num_proc, []
+    else:
+        specs, np = host_specs(args.hosts, args.hostfile, args.num_proc)
+        try:
+            slots = _hosts.assign_slots(specs, np)
+        except ValueError as err:
+            raise UsageError(str(err)) from None
     verbose = bool(args.verbose) or args.log_level in ("TRACE", "DEBUG")
     env = worker_base_env()
     env.update(env_from_args(args))
@@ -445,6 +462,9 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
         ssh_identity_file=args.ssh_identity_file, output_filename=args.output_filename,
         prefix_timestamp=bool(args.prefix_timestamp), verbose=verbose,
         network_interfaces=nics, name=PROG)
+    if elastic_mode(args):
+        from .elastic import launch as elastic_launch
+        return elastic_launch.run_elastic(args, env, settings)
     try:
         job = Job(args.command, slots, env, settings)
     except ValueError as err:

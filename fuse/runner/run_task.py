@@ -44,12 +44,20 @@ def main(argv: list[str] | None = None) -> int:
         payload = error_payload(exc)
         _tell_peers(exc)
     data, payload = dumps_payload(payload)
+    rank = _final_rank(rank)
     store.set(RESULT_KEY.format(rank=rank), sign(key, data))
     if payload[0] == "error":
         store.set(f"errors/{rank}", payload[4].encode("utf-8", "replace"))
         sys.stderr.write(payload[4])
         return 1
     return 0
+
+
+def _final_rank(launched_as: int) -> int:
+    """The rank the function ended with: an elastic job's may differ from the launcher's."""
+    basics = sys.modules.get("fuse.common.basics")
+    config = getattr(getattr(basics, "_state", None), "config", None)
+    return config.rank if config is not None and config.elastic else launched_as
 
 
 def _tell_peers(exc: BaseException) -> None:

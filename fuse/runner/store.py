@@ -111,6 +111,7 @@ class KVStoreServer:
                                                flush=True))
         self._notes = 0
         self.refused = 0            # requests turned away (tests and diagnostics read it)
+        self.on_change = None       # called (no arguments) after every stored value: a wake-up
         store = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -245,10 +246,18 @@ class KVStoreServer:
         with self._changed:
             self._data[key] = value
             self._changed.notify_all()
+        if self.on_change is not None:
+            self.on_change()
 
     def get(self, key: str) -> bytes | None:
         with self._lock:
             return self._data.get(key)
+
+    def drop(self, prefix: str) -> None:
+        """Forget every key that starts with ``prefix``."""
+        with self._lock:
+            for key in [k for k in self._data if k.startswith(prefix)]:
+                del self._data[key]
 
     def keys(self, prefix: str = "") -> list[str]:
         with self._lock:

@@ -104,9 +104,47 @@ def _rank_and(value, extra=0):
     return (fuse.rank(), value, extra)
 
 
-@pytest.mark.parametrize("elastic", [{"min_num_proc": 1}, {"max_np": 4},
-                                     {"host_discovery_script": "discover.sh"},
-                                     {"reset_limit": 3}])
-def test_elastic_arguments_say_they_are_not_supported(elastic):
-    with pytest.raises(NotImplementedError, match="elastic mode .* is not supported yet"):
-        run(_rank_and, (1,), np=2, **elastic)
+def _elastic_train(batches):
+    import os
+    import signal
+
+    import numpy as np
+
+    import fuse
+    import fuse.elastic
+    from fuse.common import basics
+
+    fuse.init()
+    state = fuse.elastic.ObjectState(batch=0, total=0.0)
+
+    @fuse.elastic.run
+    def train(state):
+        while state.batch < batches:
+            if state.batch == 3 and basics._state.generation == 0 and fuse.rank() == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            state.total += float(fuse.allreduce(np.array([state.batch + 1.0]), op=fuse.Sum,
+                                                name="x")[0]) / fuse.size()
+            state.batch += 1
+            state.commit()
+
+    train(state)
+    return fuse.rank(), fuse.size(), state.batch, state.total
+
+
+def test_elastic_run_returns_the_last_generation_results():
+    results = run(_elastic_train, (6,), np=3, min_np=2,
+                  hosts="localhost:1,127.0.0.1:1,127.0.0.2:1")
+    # as in Horovod, the results of ranks 0 .. min_np-1 of the last generation
+    assert results == [(0, 2, 6, 21.0), (1, 2, 6, 21.0)]
+
+
+@pytest.mark.parametrize("extra", [{"reset_limit": 3}, {"slots": 2},
+                                   {"cooldown_range": (1, 10)}])
+def test_elastic_only_arguments_need_elastic_mode(extra):
+    with pytest.raises(ValueError, match="only apply in elastic mode"):
+        run(_rank_and, (1,), np=2, **extra)
+
+
+def test_elastic_needs_the_gloo_launcher():
+    with pytest.raises(ValueError, match="elastic mode needs the Gloo launcher"):
+        run(_rank_and, (1,), np=2, min_np=1, use_mpi=True)

@@ -104,7 +104,11 @@ class GlooBackend(Backend):
         if self.size > 1:
             hostname, iface = choose_address(config)
             self._device = self._native.Device(hostname=hostname, iface=iface)
-        self._prefix = f"gloo/{next(_epochs)}/"
+        # An elastic job's processes re-initialize different numbers of times: the driver's
+        # generation, the same on every rank of one rendezvous, names the keys instead.
+        generation = getattr(config, "rendezvous_generation", -1)
+        self._prefix = (f"gloo/{next(_epochs)}/" if generation < 0
+                        else f"gloo/elastic{generation}/")
         self._groups: dict[int, Group] = {}
         self.world = self._connect(list(range(self.size)), 0)
 

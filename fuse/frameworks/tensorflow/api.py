@@ -9,6 +9,7 @@ from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F40
                                                   broadcast_global_variables,
                                                   broadcast_object, broadcast_object_fn,
                                                   broadcast_variables)
+from fuse.frameworks.tensorflow import elastic  # noqa: F401  (hvd.elastic, as in Horovod)
 from fuse.frameworks.tensorflow.gradient_tape import (  # noqa: F401
     DistributedGradientTape, PartialDistributedGradientTape)
 from fuse.frameworks.tensorflow.mpi_ops import (allgather, allreduce, alltoall,  # noqa: F401

@@ -15,6 +15,7 @@ from fuse.frameworks.torch.mpi_ops import (allgather, allgather_async, allreduce
                                            grouped_reducescatter, grouped_reducescatter_async,
                                            join, poll, reducescatter, reducescatter_async,
                                            sparse_allreduce_async, synchronize)
+from fuse.frameworks.torch import elastic  # noqa: F401  (hvd.elastic, as in horovod.torch)
 from fuse.frameworks.torch.optimizer import DistributedOptimizer  # noqa: F401
 from fuse.frameworks.torch.sync_batch_norm import SyncBatchNorm  # noqa: F401
 from fuse.frameworks.torch.tensors import Compression  # noqa: F401

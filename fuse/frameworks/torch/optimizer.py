@@ -129,7 +129,10 @@ class DistributedOptimizer:
         d["_densified"] = set()     # sparse gradients reduced as dense this step
         d["_handles"] = {}          # group index -> [(param index, handle, wire, ctx)]
         d["_hook_handles"] = []
-        d["_active"] = process_set.included() and len(process_set.ranks) > 1
+        # an elastic job may grow from one worker: hooks then, as in Horovod
+        d["_active"] = process_set.included() and (len(process_set.ranks) > 1
+                                                   or basics._state.config.elastic)
+        d["_engine"] = basics._state.engine     # see _follow_engine
         # compressed gradients travel as new tensors, so only uncompressed ones get slots
         d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
                         else None)
@@ -193,7 +196,27 @@ class DistributedOptimizer:
 
     # ---- hooks and submission
 
+    def _follow_engine(self):
+        """An elastic job re-formed (fuse.shutdown() then init()): the new engine knows none of
+        the handles in flight nor the shared gradient buffers.  Drop what was in flight and
+        learn the gradient layout again, which every rank of the new job then builds
+        together (new workers build theirs for the first time)."""
+        engine = basics._state.engine
+        if engine is self._engine:
+            return
+        d = self.__dict__
+        d["_engine"] = engine
+        d["_handles"] = {}
+        d["_densified"] = set()
+        d["_group_ready"] = [0] * len(self._groups)
+        d["_synchronized"] = False
+        self._counter.reset()
+        if self._layout is not None:
+            d["_layout"] = GradientLayout()
+
     def _hook(self, p):
+        if basics._state.engine is not self._engine:
+            self._follow_engine()
         i = self._index[id(p)]
         if self._counter.record(i):
             g = self._group_of[i]
@@ -249,6 +272,7 @@ class DistributedOptimizer:
 
     def synchronize(self):
         """Finish every gradient's allreduce and write the results into ``p.grad``."""
+        self._follow_engine()
         if not self._active:
             self._counter.reset()
             self.__dict__["_synchronized"] = True

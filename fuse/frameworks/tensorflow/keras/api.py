@@ -10,6 +10,7 @@ from fuse.frameworks.tensorflow import mpi_ops as _mpi_ops
 from fuse.frameworks.tensorflow.functions import (allgather_object,  # noqa: F401
                                                   broadcast_object)
 from fuse.frameworks.tensorflow.keras import callbacks  # noqa: F401
+from fuse.frameworks.tensorflow.keras import elastic  # noqa: F401  (hvd.elastic)
 from fuse.frameworks.tensorflow.keras.optimizer import (  # noqa: F401
     DistributedOptimizer, PartialDistributedOptimizer)
 from fuse.frameworks.tensorflow.keras.optimizer import \

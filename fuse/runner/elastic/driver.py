@@ -1,0 +1,467 @@
+"""The elastic driver: starts the workers of each generation, watches them, re-forms the job.
+
+One thread runs the loop (the static :class:`~fuse.runner.job.Job`'s machinery: a selector on
+the workers' pipes and pidfds, and a wake-up pipe that signals, the discovery thread and every
+write to the store poke).  What makes it elastic:
+
+* a worker of the current generation that fails (non-zero exit, signal) blacklists its host
+  and makes a new generation on the hosts left; the survivors see the failure in their next
+  collective, roll back to their last commit and join it (:mod:`fuse.common.elastic`);
+* a discovery script whose hosts change makes a new generation; the workers join it at their
+  next ``commit()``/``check_host_updates()``;
+* workers that ask for a new generation without anyone having exited (a collective failed for
+  another reason) get one after ``reset_grace`` seconds;
+* once every worker of a generation said it is ready, the driver lets them connect;
+* a worker that a generation leaves out exits by itself (its host left); one that does not
+  within ``removed_grace`` seconds is stopped.
+
+The job ends when the workers of the current generation have finished (exit code 0 once the
+first of them exited 0), or fails: fewer than ``min_np`` slots for ``elastic_timeout`` seconds,
+every worker failed, more than ``reset_limit`` re-formations, or no worker of the previous
+generation left to hand the state on.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+import time
+from typing import Mapping, Sequence
+
+from ..hosts import HostSpec, Slot, is_local_host
+from ..job import Failure, Job, JobResult, Settings, _Worker
+from . import protocol
+from .blacklist import Blacklist
+from .discovery import DiscoveryError, DiscoveryScript, FixedHosts
+from .plan import identity, make_plan
+
+DISCOVERY_INTERVAL = 1.0        # seconds between discovery runs (Horovod's is 1 s too)
+
+
+@dataclasses.dataclass
+class ElasticSettings:
+    min_np: int
+    max_np: int | None = None
+    start_np: int | None = None         # slots needed before training starts (-np)
+    reset_limit: int | None = None
+    cooldown_range: tuple[int, int] | None = None
+    elastic_timeout: float = 600.0
+    discovery_interval: float = DISCOVERY_INTERVAL
+    reset_grace: float = 0.5            # a reset request waits this long for an exit to show
+    dying_grace: float = 10.0           # ... or this long when a worker reported its error
+    failure_settle: float = 0.2         # failures this close together make one new generation
+    removed_grace: float = 10.0         # a worker left out has this long to exit by itself
+
+
+@dataclasses.dataclass
+class WorkerFailure:
+    worker: str
+    hostname: str
+    generation: int
+    what: str
+    stderr_tail: list[str]
+
+    def describe(self) -> str:
+        text = f"worker {self.worker} (generation {self.generation}) {self.what}"
+        if self.stderr_tail:
+            text += "; its last stderr line: " + self.stderr_tail[-1].strip()
+        return text
+
+
+@dataclasses.dataclass
+class ElasticResult(JobResult):
+    elastic_error: str | None = None    # why the job could not go on (None: it finished)
+    failures: list[WorkerFailure] = dataclasses.field(default_factory=list)
+    generations: int = 0
+
+
+class ElasticJobError(RuntimeError):
+    """The elastic job could not go on; the message says why and names the failures."""
+
+
+class ElasticJob(Job):
+    """An elastic job.  ``discovery`` is a :class:`FixedHosts` or :class:`DiscoveryScript`."""
+
+    def __init__(self, command: Sequence[str], discovery, elastic: ElasticSettings,
+                 env: Mapping[str, str] | None = None, settings: Settings | None = None,
+                 secret: bytes | None = None):
+        self.discovery = discovery
+        self.elastic = elastic
+        settings = settings or Settings()
+        hosts = self._first_hosts()
+        start = [Slot(h.hostname, 0, 1, 0, 1, 0, 1) for h in hosts] or \
+            [Slot("localhost", 0, 1, 0, 1, 0, 1)]
+        super().__init__(command, start, env, settings, secret)
+        self.base_env["FUSE_ELASTIC"] = "1"
+        self.base_env["FUSE_ELASTIC_TIMEOUT"] = _num(elastic.elastic_timeout)
+        self.blacklist = Blacklist(elastic.cooldown_range)
+        self.hosts: list[HostSpec] = hosts
+        self._hosts_lock = threading.Lock()
+        self._found: list[HostSpec] | None = None      # the discovery thread's latest answer
+        self._stop_discovery = threading.Event()
+        self.generation = -1
+        self.plan: dict[str, Slot] = {}
+        self.live: dict[str, _Worker] = {}              # worker id -> process of the plan
+        self.leaving: dict[str, tuple[_Worker, float]] = {}   # left out: (process, deadline)
+        self.failures: list[WorkerFailure] = []
+        self.reset_count = 0
+        self.succeeded: set[str] = set()
+        self._go_sent = -1
+        self._reset_seen_at: float | None = None
+        self._waiting_since: float | None = None        # not enough slots since then
+        self._replan_reason: str | None = None
+        self._last_failure_at = 0.0
+        self._release_at: float | None = None         # when a blacklisted host comes back
+        self._unreachable_said: set[str] = set()        # remote hosts we said we cannot add
+
+    def _first_hosts(self) -> list[HostSpec]:
+        """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
+        up to the elastic timeout for enough slots."""
+        deadline = time.monotonic() + self.elastic.elastic_timeout
+        need = self.elastic.start_np or self.elastic.min_np
+        while True:
+            try:
+                hosts = self.discovery.find()
+            except DiscoveryError as err:
+                raise ElasticJobError(str(err)) from None
+            if sum(h.slots for h in hosts) >= need:
+                return hosts
+            if time.monotonic() >= deadline:
+                raise ElasticJobError(
+                    f"{self.discovery.describe()} offered {sum(h.slots for h in hosts)} slots, "
+                    f"fewer than the {need} needed to start, for "
+                    f"{self.elastic.elastic_timeout:g} s (--elastic-timeout)")
+            time.sleep(self.elastic.discovery_interval)
+
+    # -- discovery thread ------------------------------------------------------------------
+    def _discover(self) -> None:
+        failed_since = None
+        while not self._stop_discovery.wait(self.elastic.discovery_interval):
+            try:
+                hosts = self.discovery.find()
+                failed_since = None
+            except DiscoveryError as err:
+                # later failures are retried (as in Horovod); said once per run of failures
+                if failed_since is None:
+                    failed_since = time.monotonic()
+                    self._say(f"host discovery failed (retrying): {err}")
+                continue
+            with self._hosts_lock:
+                self._found = hosts
+            self._wake()
+
+    # -- plans -----------------------------------------------------------------------------
+    def _usable_hosts(self) -> list[HostSpec]:
+        """Discovered hosts, minus the blacklisted, minus slots a leaving worker still holds."""
+        out = []
+        for h in self.hosts:
+            if h.hostname in self.blacklist:
+                continue
+            slots = h.slots
+            for wid, (w, _deadline) in self.leaving.items():
+                if w.slot.hostname == h.hostname:
+                    slots = min(slots, int(wid.rsplit(":", 1)[1]))
+            if slots > 0:
+                out.append(HostSpec(h.hostname, slots))
+        return out
+
+    def _candidate(self) -> dict[str, Slot]:
+        return make_plan(self._usable_hosts(), self.plan, self.elastic.max_np)
+
+    def _replan(self, reason: str) -> str | None:
+        """Form the next generation; returns why the job cannot go on, or None.  Waits (by
+        returning None with ``_waiting_since`` set) while there are too few slots."""
+        now = time.monotonic()
+        plan = self._candidate()
+        if len(plan) < self.elastic.min_np:
+            if self._waiting_since is None:
+                self._waiting_since = now
+                self._say(f"{reason}; waiting up to {self.elastic.elastic_timeout:g} s for "
+                          f"{self.elastic.min_np} slots (have {len(plan)})")
+            if now - self._waiting_since >= self.elastic.elastic_timeout:
+                return (f"only {len(plan)} slots were available, fewer than --min-np "
+                        f"{self.elastic.min_np}, for {self.elastic.elastic_timeout:g} s "
+                        "(--elastic-timeout)")
+            self._replan_reason = reason
+            return None
+        self._waiting_since = None
+        self._replan_reason = None
+        survivors = [wid for wid in plan if wid in self.live]
+        if self.generation >= 0:
+            if not survivors:
+                return ("no worker of the previous generation remains to hand the state on "
+                        f"({reason})")
+            if self.elastic.reset_limit is not None and \
+                    self.reset_count >= self.elastic.reset_limit:
+                return (f"the job re-formed {self.reset_count} times, the --reset-limit; "
+                        f"not again ({reason})")
+            self.reset_count += 1
+        added = any(wid not in self.live for wid in plan)
+        self.generation += 1
+        g = self.generation
+        for wid in [w for w in self.live if w not in plan]:
+            self.leaving[wid] = (self.live.pop(wid), now + self.elastic.removed_grace)
+        self.plan = plan
+        self.server.put(protocol.PLAN_KEY.format(g=g), protocol.encode_plan(
+            {wid: identity(s) for wid, s in plan.items()}, added))
+        self.server.put(protocol.GENERATION_KEY, str(g).encode())
+        self.server.drop("errors/")     # reported under the ranks of the generation before
+        self._say(f"generation {g}: {len(plan)} workers on "
+                  f"{', '.join(sorted({s.hostname for s in plan.values()}))} ({reason})")
+        self.local_workers = sum(not w.remote for w in self.live.values()) + \
+            sum(s.hostname not in self.remote_hosts for wid, s in plan.items()
+                if wid not in self.live)
+        for wid, slot in sorted(plan.items(), key=lambda kv: kv[1].rank):
+            if wid in self.live:
+                continue
+            w = _Worker(slot, slot.hostname in self.remote_hosts)
+            w.wid = wid
+            self._workers.append(w)
+            self.live[wid] = w
+            failure = self._start(w)
+            if failure is not None:
+                self.live.pop(wid)
+                self._record(w, failure.what())
+        return None
+
+    def _record(self, w: _Worker, what: str) -> None:
+        tail = []
+        for s in w.streams:
+            if s.tail is not None:
+                tail = list(s.tail)
+        self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what, tail))
+        seconds = self.blacklist.add(w.slot.hostname)
+        self._say(f"worker {w.wid} {what}; host {w.slot.hostname} is blacklisted"
+                  + ("" if seconds == float("inf") else f" for {seconds:.0f} s"))
+        self._replan_reason = self._replan_reason or f"worker {w.wid} {what}"
+        self._last_failure_at = time.monotonic()
+
+    def _hosts_changed(self, now: float) -> None:
+        with self._hosts_lock:
+            found, self._found = self._found, None
+        upcoming = self.blacklist.next_release()
+        if upcoming is not None and (self._release_at is None or upcoming < self._release_at):
+            self._release_at = upcoming
+        if self._release_at is not None and now >= self._release_at:
+            # a blacklisted host's cool-down ended: it may join again
+            self._release_at = None
+            if not self.succeeded and self._replan_reason is None and \
+                    self._candidate().keys() != self.plan.keys():
+                self._replan_reason = "a blacklisted host's cool-down ended"
+        if found is None:
+            return
+        found = self._check_reachable(found)
+        if [(h.hostname, h.slots) for h in found] == [(h.hostname, h.slots) for h in self.hosts]:
+            return
+        self._debug("discovery: " + ", ".join(f"{h.hostname}:{h.slots}" for h in found))
+        self.hosts = found
+        for h in found:
+            if not is_local_host(h.hostname) and h.hostname not in self.remote_hosts:
+                self.remote_hosts.append(h.hostname)
+        if self.succeeded:
+            return
+        candidate = self._candidate()
+        if {wid: identity(s) for wid, s in candidate.items()} != \
+                {wid: identity(s) for wid, s in self.plan.items()}:
+            self._replan_reason = self._replan_reason or "the hosts changed"
+
+    def _check_reachable(self, hosts: list[HostSpec]) -> list[HostSpec]:
+        """Remote hosts cannot reach a store that listens on loopback (the job started on
+        this machine only, without --network-interface): say so once, and leave them out."""
+        if not self.addr.startswith("127."):
+            return hosts
+        out = []
+        for h in hosts:
+            if is_local_host(h.hostname):
+                out.append(h)
+            elif h.hostname not in self._unreachable_said:
+                self._unreachable_said.add(h.hostname)
+                self._say(f"cannot add remote host {h.hostname}: the job started on this machine "
+                          "only, so its store listens on loopback; give --network-interface to "
+                          "let remote hosts join later")
+        return out
+
+    # -- the loop --------------------------------------------------------------------------
+    def run(self) -> "ElasticResult":
+        old_handlers = self._open_loop()
+        self.server.on_change = self._wake
+        discovery_thread = None
+        error: str | None = None
+        interrupted: int | None = None
+        try:
+            error = self._replan("start")
+            notice = self.budget_notice()
+            if notice:
+                self._say(notice)
+            if not isinstance(self.discovery, FixedHosts):
+                discovery_thread = threading.Thread(target=self._discover, daemon=True,
+                                                    name="fuse-discovery")
+                discovery_thread.start()
+            while error is None:
+                now = time.monotonic()
+                if self._signals:
+                    interrupted = self._signals.pop(0)
+                    self._say(f"received {signal.Signals(interrupted).name}; stopping "
+                              f"{sum(w.running for w in self._workers)} workers")
+                    break
+                error = self._step(now)
+                if error is not None or self._finished():
+                    break
+                timeout = 0.2 if self._waiting_since is not None or self.leaving else 1.0
+                if self._reset_seen_at is not None or self._replan_reason is not None:
+                    timeout = min(timeout, 0.05)
+                if self._release_at is not None:
+                    timeout = max(0.0, min(timeout, self._release_at - time.monotonic()))
+                self._dispatch(timeout)
+        finally:
+            self._stop_discovery.set()
+            self.server.on_change = None
+            if error is not None or interrupted is not None:
+                self._stop_all(signal.SIGTERM)
+            self._close_loop(old_handlers)
+            if discovery_thread is not None:
+                discovery_thread.join(timeout=5)
+        return self._result(error, interrupted)
+
+    def _step(self, now: float) -> str | None:
+        """One turn of the loop; returns why the job must stop, or None."""
+        # exits
+        for w in list(self._workers):
+            rc = self._reap(w)
+            if rc is None:
+                continue
+            wid = w.wid
+            if wid in self.leaving:
+                del self.leaving[wid]
+                self._debug(f"worker {wid} left the job (exit code {rc})")
+                self._replan_reason = self._replan_reason or (
+                    None if self.succeeded else self._pending_growth())
+                continue
+            if self.live.get(wid) is not w:
+                continue
+            del self.live[wid]
+            if rc == 0:
+                self.succeeded.add(wid)
+                continue
+            what = (f"exited with code {rc}" if rc > 0
+                    else f"was killed by signal {_signame(-rc)}")
+            if self.succeeded:
+                self.failures.append(WorkerFailure(wid, w.slot.hostname, self.generation, what,
+                                                   self._tail(w)))
+                return f"worker {wid} {what} after other workers had finished"
+            self._record(w, what)
+        if self.succeeded:
+            return None
+        if not self.live:       # nobody holds the state any more
+            return "every worker failed"
+        # hosts
+        self._hosts_changed(now)
+        # reset requests: a collective failed without anyone exiting (yet)
+        if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
+            if self._reset_seen_at is None:
+                self._reset_seen_at = now
+            # a worker that raised has said so (errors/<rank>) and is on its way out: its
+            # exit, not a generation without it, is what the others wait for
+            grace = self.elastic.reset_grace if not self._dying() else self.elastic.dying_grace
+            if now - self._reset_seen_at >= grace and self._replan_reason is None:
+                self._replan_reason = "workers asked to re-form after a failed collective"
+        if self._replan_reason is not None and \
+                now - self._last_failure_at < self.elastic.failure_settle:
+            return None     # workers that fail together (one error, many exits): one plan
+        if self._replan_reason is not None:
+            self._reset_seen_at = None
+            error = self._replan(self._replan_reason)
+            if error is not None:
+                return error
+        # the generation's barrier
+        if self._go_sent < self.generation and self.plan:
+            ready = self.server.keys(protocol.READY_PREFIX.format(g=self.generation))
+            ready_ids = {k.rsplit("/", 1)[1] for k in ready}
+            if all(wid in ready_ids for wid in self.plan):
+                self._go_sent = self.generation
+                self.server.put(protocol.GO_KEY.format(g=self.generation), b"1")
+                self._debug(f"generation {self.generation}: every worker is ready")
+        # workers left out that linger
+        for wid, (w, deadline) in list(self.leaving.items()):
+            if now >= deadline and w.running:
+                self._say(f"worker {wid} was left out of the job but did not exit within "
+                          f"{self.elastic.removed_grace:g} s; stopping it")
+                w.signal_group(signal.SIGKILL if now >= deadline + self.settings.grace_seconds
+                               else signal.SIGTERM)
+        return None
+
+    def _dying(self) -> bool:
+        """Whether a worker of this generation reported its own fatal error (not one caused by
+        another rank's) and has not exited yet."""
+        for key in self.server.keys("errors/"):
+            parts = key.split("/")
+            if len(parts) != 2 or self.server.get(key + "/consequence") is not None:
+                continue
+            if any(s.rank == int(parts[1]) for wid, s in self.plan.items() if wid in self.live):
+                return True
+        return False
+
+    def _pending_growth(self) -> str | None:
+        """A leaving worker's exit may free slots a new generation could use."""
+        if self._candidate().keys() - self.plan.keys():
+            return "a host's slots became free"
+        return None
+
+    def _waiting_for_slots(self) -> bool:
+        return self._waiting_since is not None
+
+    def _finished(self) -> bool:
+        return bool(self.succeeded) and not self.live
+
+    @staticmethod
+    def _tail(w: _Worker) -> list[str]:
+        for s in w.streams:
+            if s.tail is not None:
+                return list(s.tail)
+        return []
+
+    def _result(self, error: str | None, interrupted: int | None) -> "ElasticResult":
+        exit_codes = {s.rank: None for s in self.plan.values()}
+        for wid, s in self.plan.items():
+            for w in self._workers:
+                if w.wid == wid and w.proc is not None:
+                    exit_codes[s.rank] = w.returncode
+        failure = None
+        if error is not None:
+            first = self.failures[0] if self.failures else None
+            failure = Failure(-1, first.hostname if first else "-", "error", None,
+                              detail=error)
+            rc = 1
+        elif interrupted is not None:
+            rc = 128 + interrupted
+        else:
+            rc = 0
+        return ElasticResult(rc, exit_codes, failure, interrupted, elastic_error=error,
+                             failures=list(self.failures), generations=self.generation + 1)
+
+    def describe_failure(self, result: "ElasticResult") -> str:
+        name = self.settings.name
+        lines = [f"{name}: the elastic job failed: {result.elastic_error}."]
+        if result.failures:
+            lines.append(f"{name}: failures ({len(result.failures)}):")
+            lines.extend(f"    {f.describe()}" for f in result.failures)
+        return "\n".join(lines)
+
+
+def _signame(sig: int) -> str:
+    try:
+        return f"{signal.Signals(sig).name} ({sig})"
+    except ValueError:
+        return str(sig)
+
+
+def _num(v: float) -> str:
+    return str(int(v)) if float(v).is_integer() else str(v)
+
+
+def discovery_from(hosts: list[HostSpec] | None, script: str | None,
+                   slots_per_host: int | None):
+    if script:
+        return DiscoveryScript(script, slots_per_host)
+    return FixedHosts(hosts or [HostSpec("localhost", 1)])

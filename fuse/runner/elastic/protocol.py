@@ -1,0 +1,46 @@
+"""What the elastic driver and its workers say to each other through the rendezvous store.
+
+The driver numbers each arrangement of the job (a *generation*) and publishes it:
+
+* ``elastic/plan/<g>``: JSON ``{"workers": {worker id: identity}, "added": bool}``; a worker
+  id is ``<host>:<slot index on that host>`` (Horovod's ``host:local_rank``), the identity is
+  what :meth:`fuse.runner.hosts.Slot.env` holds (rank, size, local and cross ranks, host).
+  ``added`` says whether the generation has workers the previous one had not (then the state
+  must be broadcast to them; otherwise a host change needs no sync);
+* ``elastic/generation``: the newest ``g``, written after its plan.
+
+A worker that wants to join generation ``g`` writes ``elastic/ready/<g>/<id>``; once every
+worker of the plan did, the driver writes ``elastic/go/<g>`` and they all call the backend's
+rendezvous together (so nobody sits in Gloo's connect timeout while a slow peer restores).
+A worker that had to re-form while the newest generation is still its own (a collective failed
+and no worker exited) asks for a new one with ``elastic/reset/<g>/<id>``.
+"""
+
+from __future__ import annotations
+
+import json
+
+GENERATION_KEY = "elastic/generation"
+PLAN_KEY = "elastic/plan/{g}"
+READY_KEY = "elastic/ready/{g}/{worker}"
+READY_PREFIX = "elastic/ready/{g}/"
+GO_KEY = "elastic/go/{g}"
+RESET_KEY = "elastic/reset/{g}/{worker}"
+RESET_PREFIX = "elastic/reset/{g}/"
+
+# identity fields of a plan entry, named as Config fields
+IDENTITY_FIELDS = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",
+                   "hostname")
+
+
+def worker_id(hostname: str, slot_index: int) -> str:
+    return f"{hostname}:{slot_index}"
+
+
+def encode_plan(identities: dict[str, dict], added: bool) -> bytes:
+    return json.dumps({"workers": identities, "added": bool(added)}, sort_keys=True).encode()
+
+
+def decode_plan(raw: bytes) -> tuple[dict[str, dict], bool]:
+    data = json.loads(raw.decode())
+    return data["workers"], bool(data["added"])

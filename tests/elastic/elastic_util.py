@@ -1,0 +1,120 @@
+"""Helpers for the elastic tests: run ``fuserun`` in elastic mode on hosts that all resolve to
+this machine (``localhost``, ``127.0.0.1``, ``127.0.0.2``, ...: distinct hosts to the driver),
+with a discovery script whose answer a test changes while the job runs.
+
+Every worker script in this directory trains on exact arithmetic: batch ``b``'s rows are small
+integers from a generator seeded by ``b``, each rank sums its share of the rows and the ranks
+allreduce the sums (Sum, exact in float64), so the update of a batch does not depend on how
+many workers there are.  The final weights are then a function of the sequence of committed
+batches only: a batch lost or applied twice changes them, and the test compares them with a
+reference computed here, bit for bit, on every worker.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+DIM = 8
+ROWS = 12
+
+
+def batch_rows(b: int) -> np.ndarray:
+    return np.random.default_rng(1000 + b).integers(-8, 9, size=(ROWS, DIM)).astype(np.float64)
+
+
+def apply_batch(w: np.ndarray, b: int, grad: np.ndarray | None = None) -> np.ndarray:
+    """The update the workers make (momentum-like, so that the order of batches matters)."""
+    g = batch_rows(b).sum(axis=0) if grad is None else grad
+    return w * 0.5 + g
+
+
+def reference_weights(batches: int) -> np.ndarray:
+    w = np.zeros(DIM)
+    for b in range(batches):
+        w = apply_batch(w, b)
+    return w
+
+
+def job_env(extra: dict | None = None) -> dict:
+    env = {k: v for k, v in os.environ.items()
+           if not (k.startswith("FUSE_") or k.startswith("HOROVOD_"))}
+    env["PYTHONUNBUFFERED"] = "1"
+    env["PYTHONPATH"] = os.pathsep.join([str(HERE.parent / "support"), str(HERE)]
+                                        + [p for p in [env.get("PYTHONPATH")] if p])
+    env.update({k: str(v) for k, v in (extra or {}).items()})
+    return env
+
+
+def fuserun(*args: str) -> list[str]:
+    return [sys.executable, "-m", "fuse.runner.launch", *args]
+
+
+def write_discovery(tmp_path: Path, hosts: list[str]) -> tuple[Path, Path]:
+    """A discovery script that prints the lines of ``hosts.txt``; returns (script, hosts file)."""
+    hosts_file = tmp_path / "hosts.txt"
+    set_hosts(hosts_file, hosts)
+    script = tmp_path / "discover.sh"
+    script.write_text(f"#!/bin/sh\ncat {hosts_file}\n")
+    script.chmod(0o755)
+    return script, hosts_file
+
+
+def set_hosts(hosts_file: Path, hosts: list[str]) -> None:
+    tmp = hosts_file.with_suffix(".tmp")
+    tmp.write_text("".join(h + "\n" for h in hosts))
+    os.replace(tmp, hosts_file)
+
+
+def results(out_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in sorted(out_dir.glob("result.*.json"))]
+
+
+def progress(out_dir: Path) -> list[tuple[int, int, int]]:
+    """(generation, size, committed batches) lines rank 0 appended at each commit."""
+    path = out_dir / "progress.txt"
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3:
+            out.append(tuple(int(x) for x in parts))
+    return out
+
+
+def wait_for(predicate, timeout: float, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError(f"the job ended before {what}:\n{out[-3000:]}\n{err[-3000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            out, err = proc.communicate()
+            raise AssertionError(f"timed out waiting for {what}:\n{out[-3000:]}\n{err[-3000:]}")
+        time.sleep(0.1)
+
+
+def check_training(out_dir: Path, batches: int, expect_workers: int) -> list[dict]:
+    """Every worker of the last generation committed batches 0..batches-1 once each, in order,
+    and holds the reference weights bit for bit."""
+    res = results(out_dir)
+    assert len(res) == expect_workers, f"{len(res)} workers finished, expected " \
+                                       f"{expect_workers}: {res}"
+    want = reference_weights(batches)
+    for r in res:
+        assert r["done"] == list(range(batches)), \
+            f"rank {r['rank']} committed batches {r['done']}"
+        assert np.array_equal(np.array(r["w"]), want), \
+            f"rank {r['rank']}: weights {r['w']} differ from the reference {want.tolist()}"
+    assert sorted(r["rank"] for r in res) == list(range(expect_workers))
+    assert len({r["generation"] for r in res}) == 1
+    return res

@@ -1,0 +1,123 @@
+"""Elastic jobs on the NumPy API under ``fuserun``: real worker processes on hosts that all
+resolve to this machine.  Workers die (SIGKILL, rank 0 included, before or inside a
+collective) or raise in the middle of training; a discovery script grows the job from 2 to 4
+workers and shrinks it back; every worker fails; the reset limit and --min-np stop the job.
+Each training check compares every final worker's weights, bit for bit, with a reference that
+applies every batch exactly once (elastic_util)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from elastic_util import (HERE, check_training, fuserun, job_env, progress, set_hosts,
+                          wait_for, write_discovery)
+
+pytestmark = pytest.mark.timeout(180)
+
+WORKER = str(HERE / "worker_numpy.py")
+FOUR_HOSTS = "localhost:1,127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
+
+
+def run(tmp_path, *flags, batches=30, faults=(), timeout=150, env=None):
+    argv = fuserun(*flags, sys.executable, WORKER, str(tmp_path), str(batches), *faults)
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
+                          env=job_env(env), cwd=str(tmp_path))
+
+
+# (rank 0 killed outside a collective: in test_elastic_torch)
+@pytest.mark.parametrize("fault", ["kill:0:1:8", "killin:0:0:8", "raise:0:3:8", "raise:0:0:8"])
+def test_a_lost_worker_is_survived(tmp_path, fault):
+    proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS, faults=[fault])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = check_training(tmp_path, 30, expect_workers=3)
+    assert all(r["size"] == 3 and r["generation"] == 1 for r in res)
+    kind = fault.split(":")[0]
+    text = "was killed by signal SIGKILL" if kind != "raise" else "exited with code 1"
+    assert text in proc.stderr and "is blacklisted" in proc.stderr, proc.stderr[-3000:]
+    if kind == "raise":
+        assert "injected failure at batch 8" in proc.stderr
+
+
+def test_two_failures_in_a_row(tmp_path):
+    proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS,
+               faults=["kill:0:3:5", "raise:1:0:12"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = check_training(tmp_path, 30, expect_workers=2)
+    assert {r["generation"] for r in res} == {2}
+
+
+def test_a_worker_lost_while_the_job_reforms(tmp_path):
+    proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS,
+               faults=["kill:0:3:5", "killreset:1:1:0"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = check_training(tmp_path, 30, expect_workers=2)
+    assert {r["generation"] for r in res} == {2}
+
+
+def test_discovery_grows_and_shrinks_the_job(tmp_path):
+    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    batches = 400
+    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
+                   str(script), sys.executable, WORKER, str(tmp_path), str(batches))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env({"STEP_SLEEP": "0.03"}), cwd=str(tmp_path))
+    try:
+        wait_for(lambda: any(n >= 5 for _g, _s, n in progress(tmp_path)), 60, proc,
+                 "5 batches on 2 workers")
+        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
+        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(tmp_path)) >= 5, 60, proc,
+                 "5 batches on 4 workers")
+        set_hosts(hosts_file, ["localhost:1", "127.0.0.2:1"])
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    sizes = []
+    for _g, s, _n in progress(tmp_path):
+        if not sizes or sizes[-1] != s:
+            sizes.append(s)
+    assert sizes == [2, 4, 2], sizes
+    res = check_training(tmp_path, batches, expect_workers=2)
+    assert {r["generation"] for r in res} == {2}
+
+
+def test_every_worker_failing_ends_the_job(tmp_path):
+    proc = run(tmp_path, "-np", "4", "--min-np", "1", "-H", FOUR_HOSTS,
+               faults=["raise:0:all:4"])
+    assert proc.returncode != 0
+    assert "the elastic job failed: every worker failed" in proc.stderr, proc.stderr[-3000:]
+    assert "failures (4):" in proc.stderr
+    for host in ("localhost", "127.0.0.1", "127.0.0.2", "127.0.0.3"):
+        assert f"worker {host}:0 (generation 0) exited with code 1" in proc.stderr
+
+
+def test_the_reset_limit_ends_the_job(tmp_path):
+    proc = run(tmp_path, "-np", "4", "--min-np", "1", "--reset-limit", "1", "-H", FOUR_HOSTS,
+               faults=["kill:0:3:4", "kill:1:2:8"])
+    assert proc.returncode != 0
+    assert "the job re-formed 1 times, the --reset-limit" in proc.stderr, proc.stderr[-3000:]
+    assert "worker 127.0.0.2:0 (generation 1) was killed by signal SIGKILL" in proc.stderr
+
+
+def test_too_few_workers_for_min_np_ends_the_job(tmp_path):
+    proc = run(tmp_path, "-np", "2", "--min-np", "2", "--elastic-timeout", "2",
+               "-H", "localhost:1,127.0.0.1:1", faults=["kill:0:1:4"])
+    assert proc.returncode != 0
+    assert "fewer than --min-np 2, for 2 s (--elastic-timeout)" in proc.stderr, \
+        proc.stderr[-3000:]
+    assert "worker 127.0.0.1:0 (generation 0) was killed by signal SIGKILL" in proc.stderr
+
+
+def test_a_blacklisted_host_comes_back_after_its_cooldown(tmp_path):
+    proc = run(tmp_path, "-np", "4", "--min-np", "2", "--blacklist-cooldown-range", "1", "2",
+               "-H", FOUR_HOSTS, batches=150, faults=["kill:0:3:5"])
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "host 127.0.0.3 is blacklisted for" in proc.stderr, proc.stderr[-3000:]
+    assert "generation 2: 4 workers" in proc.stderr and "cool-down ended" in proc.stderr
+    res = check_training(tmp_path, 150, expect_workers=4)
+    assert {r["generation"] for r in res} == {2}

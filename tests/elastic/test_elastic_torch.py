@@ -1,0 +1,101 @@
+"""Elastic PyTorch jobs under ``fuserun``: TorchState (model, DistributedOptimizer with
+momentum, ElasticSampler) survives a SIGKILLed worker (rank 0 included) and an exception in the
+middle of an epoch, and a discovery script that grows the job from 2 to 4 workers and back.
+Every worker of the last generation must end with the weights rebuilt from the log of
+committed steps, bit for bit; every epoch must have seen every sample, repeating only the few
+that pad the last round after a re-partition, and never one a committed step had processed."""
+
+from __future__ import annotations
+
+import collections
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from elastic_util import (DIM, HERE, fuserun, job_env, progress, set_hosts, wait_for,
+                          write_discovery)
+import needs
+
+needs.module("torch")
+
+pytestmark = pytest.mark.timeout(240)
+
+WORKER = str(HERE / "worker_torch.py")
+SAMPLES = 60
+EPOCHS = 2
+FOUR_HOSTS = "localhost:1,127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
+
+
+def _data():
+    return np.random.default_rng(7).integers(-8, 9, size=(SAMPLES, DIM)).astype(np.float64)
+
+
+def _rebuild(log):
+    data = _data()
+    w = np.zeros(DIM)
+    buf = None
+    for _epoch, idx in log:
+        g = data[idx].sum(axis=0)
+        buf = g.copy() if buf is None else buf * 0.5 + g
+        w = w - 0.125 * buf
+    return w
+
+
+def check(out_dir, expect_workers, epochs=EPOCHS):
+    res = [json.loads(p.read_text()) for p in sorted(out_dir.glob("result.*.json"))]
+    assert len(res) == expect_workers, res
+    logs = {json.dumps(r["log"]) for r in res}
+    assert len(logs) == 1, "the workers' logs of committed steps differ"
+    log = res[0]["log"]
+    want = _rebuild(log)
+    for r in res:
+        assert np.array_equal(np.array(r["w"]), want), (r["rank"], r["w"], want.tolist())
+        assert r["epoch"] == epochs
+    for epoch in range(epochs):
+        counts = collections.Counter(i for e, idx in log if e == epoch for i in idx)
+        assert set(counts) == set(range(SAMPLES)), f"epoch {epoch} skipped samples"
+        repeats = sum(c - 1 for c in counts.values())
+        # the padding of the last round: fewer than one batch per rank per re-partition
+        assert repeats <= 8, f"epoch {epoch} repeated {repeats} samples: {counts}"
+    return res
+
+
+@pytest.mark.parametrize("fault", ["kill:0:1:7", "kill:0:0:7", "raise:0:2:7"])
+def test_torch_state_survives_a_lost_worker(tmp_path, fault):
+    argv = fuserun("-np", "3", "--min-np", "2", "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1",
+                   sys.executable, WORKER, str(tmp_path), str(EPOCHS), fault)
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=200, env=job_env(),
+                          cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = check(tmp_path, 2)
+    assert {r["generation"] for r in res} == {1}
+
+
+def test_torch_discovery_grows_and_shrinks_the_job(tmp_path):
+    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
+                   str(script), sys.executable, WORKER, str(tmp_path), "8")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env({"STEP_SLEEP": "0.05"}), cwd=str(tmp_path))
+    try:
+        wait_for(lambda: any(n >= 3 for _g, _s, n in progress(tmp_path)), 60, proc,
+                 "3 steps on 2 workers")
+        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
+        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(tmp_path)) >= 3, 60, proc,
+                 "3 steps on 4 workers")
+        set_hosts(hosts_file, ["127.0.0.1:1", "127.0.0.3:1"])
+        out, err = proc.communicate(timeout=150)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    sizes = []
+    for _g, s, _n in progress(tmp_path):
+        if not sizes or sizes[-1] != s:
+            sizes.append(s)
+    assert sizes == [2, 4, 2], sizes
+    check(tmp_path, 2, epochs=8)
