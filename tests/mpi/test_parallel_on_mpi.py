@@ -15,6 +15,8 @@ other test function of tests/parallel is imported here):
   (a stopped rank 0, a rank stopped inside a shared-memory allreduce: what they check is the
   engine's and backend-neutral, but their job ends by fuserun's clean-up of the stopped
   process).  Under mpirun the launcher is mpirun;
+  ``test_twenty_reforms_leak_nothing`` (test_reinit.py) re-initialises fuse with new ranks and
+  sizes in one process, which MPI (initialised once per process) cannot do;
   test_mpi_backend.py checks what it does with a failing or killed rank
   (``test_a_dead_rank_does_not_hang_the_others``) and ``fuserun --mpi``.
 """
@@ -27,7 +29,9 @@ import os
 
 import pytest
 
+import test_adasum
 import test_allreduce
+import test_auto_names
 import test_autotune
 import test_errors
 import test_failures
@@ -37,6 +41,9 @@ import test_join_barrier
 import test_process_sets
 import test_threads
 import test_timeline
+from test_adasum import (test_adasum_matches_the_pairwise_reference,  # noqa: F401
+                         test_adasum_refuses_a_set_that_is_not_a_power_of_two)
+from test_auto_names import test_unnamed_calls_pair_up_after_a_one_rank_error  # noqa: F401
 from test_allreduce import (test_allreduce_all_dtypes_ops_and_paths,  # noqa: F401
                             test_buffers_in_shared_regions_are_reduced_between_them,
                             test_shared_memory_allreduce_on_one_host,
@@ -62,8 +69,8 @@ from test_threads import test_collectives_from_several_threads_do_not_deadlock  
 from test_timeline import (test_dynamic_start_stop_inline, test_env_timeline_phases,  # noqa
                            test_no_timeline_without_env)
 
-PARALLEL_MODULES = (test_allreduce, test_autotune, test_errors, test_failures,
-                    test_gather_scatter, test_hierarchical, test_join_barrier, test_process_sets,
+PARALLEL_MODULES = (test_adasum, test_allreduce, test_auto_names, test_autotune, test_errors,
+                    test_failures, test_gather_scatter, test_hierarchical, test_join_barrier, test_process_sets,
                     test_threads, test_timeline)
 LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_available",
             "test_uncaught_exception_reaches_the_waiting_ranks",
@@ -72,7 +79,8 @@ LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_availabl
             "test_stall_warning_names_missing_rank_and_tensor",
             "test_a_stopped_coordinator_is_named_by_the_waiting_workers",
             "test_a_rank_stopped_inside_a_shared_memory_allreduce_is_named",
-            "test_a_stopped_coordinator_inside_a_shared_memory_allreduce_is_named"}
+            "test_a_stopped_coordinator_inside_a_shared_memory_allreduce_is_named",
+            "test_twenty_reforms_leak_nothing"}
 
 pytestmark = pytest.mark.timeout(180)
 
