@@ -14,6 +14,7 @@ import torch
 from fuse.common.ops import Adasum
 from fuse.common.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
+from fuse.frameworks.torch.optimizer import check_optimizer, unique_params
 
 
 class DistributedAdasumOptimizer:
@@ -21,21 +22,13 @@ class DistributedAdasumOptimizer:
 
     def __init__(self, optimizer, named_parameters=None, backward_passes_per_step=1,
                  process_set=global_process_set):
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+        check_optimizer(optimizer)
         d = self.__dict__
         d["_opt"] = optimizer
         d["_process_set"] = process_set
         d["_passes"] = int(backward_passes_per_step)
         d["_calls"] = 0
-        params, seen = [], set()
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
-        d["_params"] = params
+        d["_params"] = unique_params(optimizer)
 
     @property
     def __class__(self):

@@ -41,6 +41,25 @@ ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but b
                    "cause a race condition.")
 
 
+def check_optimizer(optimizer) -> None:
+    """The wrappers take a ``torch.optim.Optimizer`` and nothing else."""
+    if not isinstance(optimizer, torch.optim.Optimizer):
+        raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
+                        f"{type(optimizer).__name__}")
+
+
+def unique_params(optimizer) -> list:
+    """The optimizer's parameters in param-group order, each once (a parameter may sit in
+    several groups)."""
+    params, seen = [], set()
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            if id(p) not in seen:
+                seen.add(id(p))
+                params.append(p)
+    return params
+
+
 def _shared_allocator(engine):
     """``share(sizes)`` for the gradient layout when the job's ranks share memory, else None.
     (Decided alike on every rank: shared memory is agreed on at init.)"""
@@ -88,9 +107,7 @@ class DistributedOptimizer:
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False,
                  process_set=global_process_set):
-        if not isinstance(optimizer, torch.optim.Optimizer):
-            raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                            f"{type(optimizer).__name__}")
+        check_optimizer(optimizer)
         d = self.__dict__
         d["_opt"] = optimizer
         d["_compression"] = compression
@@ -100,12 +117,7 @@ class DistributedOptimizer:
         d["_should_synchronize"] = True
         d["_synchronized"] = False
 
-        params, seen = [], set()
-        for group in optimizer.param_groups:
-            for p in group["params"]:
-                if id(p) not in seen:
-                    seen.add(id(p))
-                    params.append(p)
+        params = unique_params(optimizer)
         names = self._names(params, named_parameters)
         if named_parameters is None:
             # Horovod's generated names, by place in the param groups: noname.<group>.<index>
