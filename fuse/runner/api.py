@@ -32,6 +32,28 @@ class WorkerError(RuntimeError):
         self.remote_traceback, self.exit_code = remote_traceback, exit_code
 
 
+def raise_reported_error(load, rank: int, n: int, exit_code, *, prefix: str = "",
+                         raised_by: str = "fuse.run worker") -> None:
+    """If ``rank`` of ``n`` reported an error (``load(rank)`` gives its payload), raise the
+    rank's own exception from a WorkerError holding its traceback (the WorkerError itself when
+    the exception did not pickle).  Returns when the rank reported no error."""
+    try:
+        payload = load(rank)
+    except Exception as err:
+        payload = ("error", None, type_name(type(err)),
+                   f"its result could not be unpickled: {err}", "")
+    if payload is None or payload[0] != "error":
+        return
+    _, exc, tname, message, tb = payload
+    err = WorkerError(f"{prefix}rank {rank} raised {tname}: {message}\n\n"
+                      f"Traceback on rank {rank}:\n{tb}", rank, tname, tb, exit_code)
+    if isinstance(exc, BaseException):
+        if hasattr(exc, "add_note"):
+            exc.add_note(f"(raised by {raised_by} rank {rank} of {n})")
+        raise exc from err
+    raise err
+
+
 def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None,
         num_proc: int | None = None, min_num_proc: int | None = None,
         max_num_proc: int | None = None, slots: int | None = None,
@@ -160,21 +182,7 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
         return cloudpickle.loads(verify(key, blob, f"the result of rank {rank}"))
 
     if failure is not None:
-        try:
-            payload = load(failure.rank)
-        except Exception as err:
-            payload = ("error", None, type_name(type(err)),
-                       f"its result could not be unpickled: {err}", "")
-        if payload is not None and payload[0] == "error":
-            _, exc, tname, message, tb = payload
-            err = WorkerError(f"rank {failure.rank} raised {tname}: {message}\n\n"
-                              f"Traceback on rank {failure.rank}:\n{tb}", failure.rank,
-                              tname, tb, failure.exit_code)
-            if isinstance(exc, BaseException):
-                if hasattr(exc, "add_note"):
-                    exc.add_note(f"(raised by fuse.run worker rank {failure.rank} of {n})")
-                raise exc from err
-            raise err
+        raise_reported_error(load, failure.rank, n, failure.exit_code)
         raise WorkerError(failure.describe("fuse.run"), failure.rank,
                           exit_code=failure.exit_code)
 

@@ -17,8 +17,8 @@ import time
 import uuid
 from typing import Any, Callable, Mapping, Sequence
 
-from fuse.runner._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, type_name, verify
-from fuse.runner.api import WorkerError
+from fuse.runner._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, verify
+from fuse.runner.api import WorkerError, raise_reported_error
 from fuse.runner.hosts import interface_addresses
 from fuse.runner.job import Failure
 from fuse.runner.worker_env import DriverStore, root_cause
@@ -160,21 +160,8 @@ def _outcome(store: DriverStore, n: int, key: bytes, error: BaseException | None
     failed = sorted((r for r, (rc, _, _) in exits.items() if rc != 0), key=lambda r: exits[r][1])
     if failed:
         rank = root_cause(failed, server)
-        try:
-            payload = load(rank)
-        except Exception as err:
-            payload = ("error", None, type_name(type(err)),
-                       f"its result could not be unpickled: {err}", "")
-        if payload is not None and payload[0] == "error":
-            _, exc, tname, message, tb = payload
-            wrapper = WorkerError(f"fuse.spark: rank {rank} raised {tname}: {message}\n\n"
-                                  f"Traceback on rank {rank}:\n{tb}", rank, tname, tb,
-                                  exits[rank][0])
-            if isinstance(exc, BaseException):
-                if hasattr(exc, "add_note"):
-                    exc.add_note(f"(raised by fuse.spark rank {rank} of {n})")
-                raise exc from wrapper
-            raise wrapper
+        raise_reported_error(load, rank, n, exits[rank][0], prefix="fuse.spark: ",
+                             raised_by="fuse.spark")
         rc = exits[rank][0]
         tail = server.get(TAIL_KEY.format(rank=rank))
         failure = Failure(rank, exits[rank][2], "signal" if rc < 0 else "exit", rc,
