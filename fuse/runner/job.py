@@ -30,7 +30,7 @@ from typing import IO, Mapping, Sequence
 from fuse.common import thread_budget
 
 from .hosts import Slot, is_local_host, loopback_interface, store_address
-from .store import SECRET_ENV, KVStoreServer, make_secret
+from .store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
 # Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then):
 # util-linux's setpriv asks the kernel to send SIGTERM when the parent goes away.  Where it is
@@ -326,9 +326,7 @@ class Job:
         elif not self.remote_hosts and not (env.get("FUSE_GLOO_IFACE")
                                             or env.get("HOROVOD_GLOO_IFACE")):
             env["FUSE_GLOO_IFACE"] = loopback_interface()
-        for prefix in ("FUSE_", "HOROVOD_"):
-            env[prefix + "GLOO_RENDEZVOUS_ADDR"] = self.addr
-            env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(self.port)
+        env.update(rendezvous_env(self.addr, self.port))
         env["PYTHONUNBUFFERED"] = "1"
         env.update(slot.env())
         env.pop(SECRET_ENV, None)       # an outer job's: never this job's workers'

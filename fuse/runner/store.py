@@ -68,6 +68,15 @@ def make_secret() -> bytes:
     return secrets.token_bytes(32)
 
 
+def rendezvous_env(addr: str, port: int) -> dict[str, str]:
+    """The variables that tell a worker where the job's store is (fuse's names and Horovod's)."""
+    env = {}
+    for prefix in ("FUSE_", "HOROVOD_"):
+        env[prefix + "GLOO_RENDEZVOUS_ADDR"] = addr
+        env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(port)
+    return env
+
+
 def secret_from_env(environ=os.environ) -> bytes | None:
     text = environ.get(SECRET_ENV, "")
     try:

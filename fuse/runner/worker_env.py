@@ -23,7 +23,7 @@ from typing import Mapping, Sequence
 from fuse.common import thread_budget
 
 from .hosts import HostSpec, Slot, assign_slots, loopback_interface
-from .store import SECRET_ENV, KVStoreServer, make_secret
+from .store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
 __all__ = ["slots_for_hosts", "DriverStore", "job_env", "worker_env", "root_cause"]
 
@@ -75,10 +75,7 @@ def job_env(slot: Slot, addr: str, port: int, secret: bytes,
             nics: Sequence[str] | None = None) -> dict[str, str]:
     """A worker's identity, the store's address and the job's secret, as its variables (the
     thread budget is added on the worker, by :func:`worker_env`)."""
-    env = {"PYTHONUNBUFFERED": "1", SECRET_ENV: secret.hex()}
-    for prefix in ("FUSE_", "HOROVOD_"):
-        env[prefix + "GLOO_RENDEZVOUS_ADDR"] = addr
-        env[prefix + "GLOO_RENDEZVOUS_PORT"] = str(port)
+    env = {"PYTHONUNBUFFERED": "1", SECRET_ENV: secret.hex(), **rendezvous_env(addr, port)}
     if nics:
         env["FUSE_GLOO_IFACE"] = nics[0]
     elif addr.startswith("127."):
