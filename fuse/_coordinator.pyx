@@ -50,11 +50,10 @@ cdef class Coordinator:
         self.cycle_time_s = config.cycle_time_ms / 1000.0
         self.stall_check = not config.stall_check_disable
         self.stall_warn_s = config.stall_check_time_seconds
-        self.stall_shutdown_s = config.stall_shutdown_time_seconds
-        if self.stall_shutdown_s and self.stall_shutdown_s < self.stall_warn_s:
+        self.stall_shutdown_s = config.stall_shutdown_seconds
+        if config.stall_shutdown_time_seconds and not self.stall_shutdown_s:
             log.warning("FUSE_STALL_SHUTDOWN_TIME_SECONDS (%g) is below the stall warning time "
-                        "(%g); ignoring it", self.stall_shutdown_s, self.stall_warn_s)
-            self.stall_shutdown_s = 0
+                        "(%g); ignoring it", config.stall_shutdown_time_seconds, self.stall_warn_s)
         self.cache_capacity = config.cache_capacity
         self.cache_enabled = self.cache_capacity > 0
         self.disable_group_fusion = config.disable_group_fusion

@@ -22,9 +22,7 @@ cdef class CoordinatorWatch:
     def __init__(self, config):
         self.enabled = not config.stall_check_disable
         self.warn_s = config.stall_check_time_seconds
-        self.fail_s = config.stall_shutdown_time_seconds
-        if self.fail_s and self.fail_s < self.warn_s:
-            self.fail_s = 0         # as the coordinator does (it warns about the setting)
+        self.fail_s = config.stall_shutdown_seconds
         self.last_heard = 0
         self.waiting_since = 0
         self.last_warning = 0

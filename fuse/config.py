@@ -230,6 +230,13 @@ class Config:
         cfg._validate()
         return cfg
 
+    @property
+    def stall_shutdown_seconds(self) -> float:
+        """The stall-shutdown time in force: FUSE_STALL_SHUTDOWN_TIME_SECONDS, or 0 (never) when
+        it is below the warning time, where it means nothing (the coordinator says so)."""
+        s = self.stall_shutdown_time_seconds
+        return 0.0 if s < self.stall_check_time_seconds else s
+
     def _validate(self) -> None:
         for f in dataclasses.fields(self):
             bounds = f.metadata.get("bounds") if f.metadata else None
