@@ -326,10 +326,8 @@ cdef class Engine(CoordinatorLink):
             with nogil:
                 self.channel.send_all(frame, -1)
         else:
-            put[uint8_t](frame, MSG_ABORT)
-            put_str(frame, msg)
             with nogil:
-                self.channel.send_up(frame)
+                self._report_up(msg)
         self.channel.wake()
 
     def shutdown(self, double timeout=5.0):
@@ -791,13 +789,17 @@ cdef class Engine(CoordinatorLink):
         """A member of a collective did not arrive in time (it is stopped or hung): fail
         with a StallError naming it, and tell everyone (rank 0 directly; a worker through rank
         0, if it still listens)."""
-        cdef string frame
         if self.rank == 0:
             self.abort_job(-1, err, ERR_STALL)
             return
         self.table.fail(err, ERR_STALL)
+        self._report_up(err)
+
+    cdef void _report_up(self, const string& msg) noexcept nogil:
+        """A worker tells rank 0 (and through it everyone) why it is failing."""
+        cdef string frame
         put[uint8_t](frame, MSG_ABORT)
-        put_str(frame, err)
+        put_str(frame, msg)
         self.channel.send_up(frame)
 
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
