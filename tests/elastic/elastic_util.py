@@ -103,6 +103,38 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen, what: str) -> No
         time.sleep(0.1)
 
 
+def grow_and_shrink(out_dir: Path, worker: list[str], *, steps: int, unit: str,
+                    step_sleep: str, final_hosts: list[str],
+                    timeouts: tuple[float, float, float]) -> None:
+    """Run ``worker`` (its argv) elastically under a discovery script that lists 2 hosts, then
+    4 once a worker has made ``steps`` steps, then ``final_hosts`` once ``steps`` steps were
+    made on 4 workers; timeouts: (first wait, second wait, the job's end).  Asserts the job
+    succeeded and its size went 2 -> 4 -> 2."""
+    script, hosts_file = write_discovery(out_dir, ["localhost:1", "127.0.0.1:1"])
+    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
+                   str(script), *worker)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env({"STEP_SLEEP": step_sleep}), cwd=str(out_dir))
+    try:
+        wait_for(lambda: any(n >= steps for _g, _s, n in progress(out_dir)), timeouts[0], proc,
+                 f"{steps} {unit} on 2 workers")
+        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
+        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(out_dir)) >= steps, timeouts[1],
+                 proc, f"{steps} {unit} on 4 workers")
+        set_hosts(hosts_file, final_hosts)
+        out, err = proc.communicate(timeout=timeouts[2])
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    sizes = []
+    for _g, s, _n in progress(out_dir):
+        if not sizes or sizes[-1] != s:
+            sizes.append(s)
+    assert sizes == [2, 4, 2], sizes
+
+
 def check_training(out_dir: Path, batches: int, expect_workers: int) -> list[dict]:
     """Every worker of the last generation committed batches 0..batches-1 once each, in order,
     and holds the reference weights bit for bit."""

@@ -12,8 +12,7 @@ import sys
 
 import pytest
 
-from elastic_util import (HERE, check_training, fuserun, job_env, progress, set_hosts,
-                          wait_for, write_discovery)
+from elastic_util import (HERE, check_training, fuserun, grow_and_shrink, job_env)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -58,30 +57,10 @@ def test_a_worker_lost_while_the_job_reforms(tmp_path):
 
 
 def test_discovery_grows_and_shrinks_the_job(tmp_path):
-    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
     batches = 400
-    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
-                   str(script), sys.executable, WORKER, str(tmp_path), str(batches))
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env({"STEP_SLEEP": "0.03"}), cwd=str(tmp_path))
-    try:
-        wait_for(lambda: any(n >= 5 for _g, _s, n in progress(tmp_path)), 60, proc,
-                 "5 batches on 2 workers")
-        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
-        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(tmp_path)) >= 5, 60, proc,
-                 "5 batches on 4 workers")
-        set_hosts(hosts_file, ["localhost:1", "127.0.0.2:1"])
-        out, err = proc.communicate(timeout=120)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-4000:]
-    sizes = []
-    for _g, s, _n in progress(tmp_path):
-        if not sizes or sizes[-1] != s:
-            sizes.append(s)
-    assert sizes == [2, 4, 2], sizes
+    grow_and_shrink(tmp_path, [sys.executable, WORKER, str(tmp_path), str(batches)], steps=5,
+                    unit="batches", step_sleep="0.03", final_hosts=["localhost:1", "127.0.0.2:1"],
+                    timeouts=(60, 60, 120))
     res = check_training(tmp_path, batches, expect_workers=2)
     assert {r["generation"] for r in res} == {2}
 

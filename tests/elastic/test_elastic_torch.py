@@ -15,8 +15,7 @@ import sys
 import numpy as np
 import pytest
 
-from elastic_util import (DIM, HERE, fuserun, job_env, progress, set_hosts, wait_for,
-                          write_discovery)
+from elastic_util import (DIM, HERE, fuserun, grow_and_shrink, job_env)
 import needs
 
 needs.module("torch")
@@ -75,27 +74,7 @@ def test_torch_state_survives_a_lost_worker(tmp_path, fault):
 
 
 def test_torch_discovery_grows_and_shrinks_the_job(tmp_path):
-    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
-    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
-                   str(script), sys.executable, WORKER, str(tmp_path), "8")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env({"STEP_SLEEP": "0.05"}), cwd=str(tmp_path))
-    try:
-        wait_for(lambda: any(n >= 3 for _g, _s, n in progress(tmp_path)), 60, proc,
-                 "3 steps on 2 workers")
-        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
-        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(tmp_path)) >= 3, 60, proc,
-                 "3 steps on 4 workers")
-        set_hosts(hosts_file, ["127.0.0.1:1", "127.0.0.3:1"])
-        out, err = proc.communicate(timeout=150)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-4000:]
-    sizes = []
-    for _g, s, _n in progress(tmp_path):
-        if not sizes or sizes[-1] != s:
-            sizes.append(s)
-    assert sizes == [2, 4, 2], sizes
+    grow_and_shrink(tmp_path, [sys.executable, WORKER, str(tmp_path), "8"], steps=3,
+                    unit="steps", step_sleep="0.05", final_hosts=["127.0.0.1:1", "127.0.0.3:1"],
+                    timeouts=(60, 60, 150))
     check(tmp_path, 2, epochs=8)

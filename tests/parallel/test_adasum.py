@@ -1,5 +1,5 @@
 """op=Adasum (issue 24, item 15) on real workers: every rank gets the Adasum tree of all ranks'
-tensors, checked against a NumPy reference of Horovod's pairwise formula written here; grouped
+tensors, checked against a NumPy reference of Horovod's pairwise formula (tests/support); grouped
 calls, scale factors, odd lengths and sizes that are not a power of two."""
 
 from __future__ import annotations
@@ -7,25 +7,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from adasum_reference import tree
 from par_util import run_job
 
 pytestmark = pytest.mark.timeout(120)
 
 
-def _pair(a, b):
-    """Horovod's adaptive sum of two vectors (coefficient 1 for a vector of ~zero norm)."""
-    dot = a @ b
-    ca = 1 - dot / (2 * (a @ a)) if a @ a >= 1e-8 else 1.0
-    cb = 1 - dot / (2 * (b @ b)) if b @ b >= 1e-8 else 1.0
-    return ca * a + cb * b
-
-
-def _tree(vectors):
-    """Ranks combined pairwise at distance 1, then 2, 4, ...: (x0+x1)+(x2+x3) in Adasum."""
-    level = [np.asarray(v, np.float64).reshape(-1) for v in vectors]
-    while len(level) > 1:
-        level = [_pair(a, b) for a, b in zip(level[::2], level[1::2])]
-    return level[0]
 
 
 def _inputs(rank, length, salt=0):
@@ -75,17 +62,17 @@ def test_adasum_matches_the_pairwise_reference(n):
                 ins = [_inputs(k, length).astype(dtype) for k in range(n)]
                 name, values = got[f"{length} {dtype}"]
                 assert name == dtype
-                np.testing.assert_allclose(values, _tree(ins), rtol=rtol, atol=rtol,
+                np.testing.assert_allclose(values, tree(ins), rtol=rtol, atol=rtol,
                                            err_msg=f"rank {r} length {length} {dtype}")
-        np.testing.assert_allclose(got["2-d"], _tree([_inputs(k, 12, 1) for k in range(n)])
+        np.testing.assert_allclose(got["2-d"], tree([_inputs(k, 12, 1) for k in range(n)])
                                    .reshape(3, 4), rtol=1e-12)
-        np.testing.assert_allclose(got["scaled"], 3.0 * _tree(
+        np.testing.assert_allclose(got["scaled"], 3.0 * tree(
             [0.5 * _inputs(k, 9, 2) for k in range(n)]), rtol=1e-12)
-        np.testing.assert_allclose(got["grouped"][0], _tree([_inputs(k, 5, 3) for k in range(n)]),
+        np.testing.assert_allclose(got["grouped"][0], tree([_inputs(k, 5, 3) for k in range(n)]),
                                    rtol=1e-12)
-        np.testing.assert_allclose(got["grouped"][1], _tree([_inputs(k, 7, 4) for k in range(n)]),
+        np.testing.assert_allclose(got["grouped"][1], tree([_inputs(k, 7, 4) for k in range(n)]),
                                    rtol=1e-12)
-        np.testing.assert_allclose(got["in place"], _tree([_inputs(k, 6, 5) for k in range(n)]),
+        np.testing.assert_allclose(got["in place"], tree([_inputs(k, 6, 5) for k in range(n)]),
                                    rtol=1e-12)
         assert got["orthogonal"] == [1.0] * n          # orthogonal vectors add up
         assert got["identical"] == [0.0, 1.0, 2.0, 3.0]  # parallel ones average

@@ -17,8 +17,7 @@ import needs
 needs.module("tensorflow")
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "elastic"))
-from elastic_util import (DIM, HERE, batch_rows, fuserun, job_env, progress,  # noqa: E402
-                          set_hosts, wait_for, write_discovery)
+from elastic_util import (DIM, HERE, batch_rows, fuserun, grow_and_shrink, job_env)  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -66,27 +65,7 @@ def test_keras_state_survives_a_killed_worker(tmp_path):
 
 
 def test_keras_discovery_grows_and_shrinks_the_job(tmp_path):
-    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
-    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
-                   str(script), sys.executable, WORKER, str(tmp_path), "6", "10")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env({"STEP_SLEEP": "0.05"}), cwd=str(tmp_path))
-    try:
-        wait_for(lambda: any(n >= 3 for _g, _s, n in progress(tmp_path)), 120, proc,
-                 "3 steps on 2 workers")
-        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
-        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(tmp_path)) >= 3, 150, proc,
-                 "3 steps on 4 workers")
-        set_hosts(hosts_file, ["127.0.0.1:1", "127.0.0.3:1"])
-        out, err = proc.communicate(timeout=200)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
-    assert proc.returncode == 0, err[-4000:]
-    sizes = []
-    for _g, s, _n in progress(tmp_path):
-        if not sizes or sizes[-1] != s:
-            sizes.append(s)
-    assert sizes == [2, 4, 2], sizes
+    grow_and_shrink(tmp_path, [sys.executable, WORKER, str(tmp_path), "6", "10"], steps=3,
+                    unit="steps", step_sleep="0.05", final_hosts=["127.0.0.1:1", "127.0.0.3:1"],
+                    timeouts=(120, 150, 200))
     _check(tmp_path, 2, 6, 10)

@@ -8,6 +8,7 @@ import pytest
 
 needs.module("tensorflow")
 
+from adasum_reference import pair  # noqa: E402
 from tf_util import run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
@@ -29,14 +30,6 @@ def test_keras_partial_optimizer_checkpoint_and_sync_batch_norm(tmp_path):
     _assert_clean(run_job(w.keras_partial_and_checkpoint, args=(str(tmp_path),)), 6)
 
 
-def _pair(a, b):
-    """Horovod's adaptive sum of two vectors."""
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    dot = a @ b
-    ca = 1 - dot / (2 * (a @ a)) if a @ a >= 1e-8 else 1.0
-    cb = 1 - dot / (2 * (b @ b)) if b @ b >= 1e-8 else 1.0
-    return ca * a + cb * b
-
 
 def test_adasum_in_tensorflow():
     import workers_partial as w
@@ -44,7 +37,7 @@ def test_adasum_in_tensorflow():
     ins = [res["inputs"] for res in results]
     for res in results:
         for mode in ("eager", "function", "graph"):
-            np.testing.assert_allclose(res[mode], _pair(*ins), rtol=1e-5, atol=1e-6,
+            np.testing.assert_allclose(res[mode], pair(*ins), rtol=1e-5, atol=1e-6,
                                        err_msg=mode)
-        np.testing.assert_allclose(res["tape"], _pair(*[2 * np.asarray(i) for i in ins]),
+        np.testing.assert_allclose(res["tape"], pair(*[2 * np.asarray(i) for i in ins]),
                                    rtol=1e-5, atol=1e-6)

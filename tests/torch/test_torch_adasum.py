@@ -7,17 +7,11 @@ import pytest
 
 torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
 
+from adasum_reference import pair  # noqa: E402
 from torch_util import run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 
-
-def _pair(a, b):
-    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
-    dot = a @ b
-    ca = 1 - dot / (2 * (a @ a)) if a @ a >= 1e-8 else 1.0
-    cb = 1 - dot / (2 * (b @ b)) if b @ b >= 1e-8 else 1.0
-    return ca * a + cb * b
 
 
 def test_adasum_allreduce_and_optimizer():
@@ -25,13 +19,13 @@ def test_adasum_allreduce_and_optimizer():
     results = run_job(w.adasum)
     ins = [res["inputs"] for res in results]
     for res in results:
-        np.testing.assert_allclose(res["allreduce"], _pair(*ins), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(res["allreduce"], pair(*ins), rtol=1e-5, atol=1e-6)
         # the gradient of allreduce(op=Adasum) is the Adasum of the upstream gradients
         np.testing.assert_allclose(res["grad_is_adasum_of_ones"], np.ones(11), rtol=1e-6)
         assert res["isinstance"]
         assert "not supported" in res["skip"]
         for k, start in enumerate(res["start"]):
             updates = [-0.5 * np.asarray(other["grads"][k]) for other in results]
-            np.testing.assert_allclose(res["after"][k], np.asarray(start) + _pair(*updates),
+            np.testing.assert_allclose(res["after"][k], np.asarray(start) + pair(*updates),
                                        rtol=1e-5, atol=1e-6)
         assert res["after"] == results[0]["after"]
