@@ -67,10 +67,14 @@ def _segments(length: int, size: int) -> list:
     return out
 
 
-def allreduce(vector: np.ndarray, name: str, process_set=global_process_set) -> np.ndarray:
-    """The Adasum of every member's 1-D float64 ``vector`` (same length on every member)."""
-    from fuse.common import collectives as c   # (collectives imports this module)
-    ops = c.NumpyOps()
+def allreduce(vector: np.ndarray, name: str, exchange, process_set=global_process_set
+              ) -> np.ndarray:
+    """The Adasum of every member's 1-D float64 ``vector`` (same length on every member).
+
+    ``exchange`` runs the three collectives the steps need on NumPy arrays, blocking:
+    ``alltoall(array, splits, name)``, ``allreduce_sum(array, name)`` and
+    ``allgather(array, name)``, each over ``process_set`` (the collectives module passes its
+    own; taking them as an argument keeps this module free of it)."""
     size = len(process_set.ranks)
     check_set_size(size)
     if size == 1 or vector.size == 0:
@@ -87,24 +91,20 @@ def allreduce(vector: np.ndarray, name: str, process_set=global_process_set) -> 
         keep, send = (seg[:cut], seg[cut:]) if keep_first else (seg[cut:], seg[:cut])
         splits = [0] * size
         splits[partner] = send.size
-        theirs, _ = c.synchronize(c.alltoall_async(
-            ops, np.ascontiguousarray(send), splits, name=f"{name}.adasum.{level}.exchange",
-            process_set=process_set))
+        theirs = exchange.alltoall(np.ascontiguousarray(send), splits,
+                                   f"{name}.adasum.{level}.exchange")
         # the lower-ranked side is "a" on both partners, so both compute the same sums
         a, b = (keep, theirs) if keep_first else (theirs, keep)
         blocks = size // (2 * level)
         sums = np.zeros(3 * blocks)
         block = me // (2 * level)
         sums[3 * block:3 * block + 3] = (a @ b, a @ a, b @ b)
-        sums = c.synchronize(c.allreduce_async(ops, sums, name=f"{name}.adasum.{level}.dots",
-                                               op=c.Sum, process_set=process_set))
+        sums = exchange.allreduce_sum(sums, f"{name}.adasum.{level}.dots")
         dot, a_sq, b_sq = sums[3 * block:3 * block + 3]
         seg = pairwise(a, b, dot, a_sq, b_sq)
         lo, hi = (lo, mid) if keep_first else (mid, hi)
         level *= 2
-    gathered = c.synchronize(c.allgather_async(ops, np.ascontiguousarray(seg),
-                                               name=f"{name}.adasum.gather",
-                                               process_set=process_set))
+    gathered = exchange.allgather(np.ascontiguousarray(seg), f"{name}.adasum.gather")
     out = np.empty_like(vector)
     offset = 0
     for seg_lo, seg_hi in _segments(vector.size, size):

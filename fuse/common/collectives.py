@@ -205,12 +205,32 @@ def _adasum_group(ops: ArrayOps, tensors, outs, name, kind: str, prescale: float
         if prescale != 1.0:
             vector *= prescale
         label = base if len(tensors) == 1 and kind == "allreduce" else f"{base}.{i}"
-        result = adasum.allreduce(vector, label, process_set)
+        result = adasum.allreduce(vector, label, _AdasumExchange(process_set), process_set)
         if postscale != 1.0:
             result *= postscale
         target = _numpy_view(out_buf, code)
         target[:] = result.astype(target.dtype)
     return _Group([], lambda _results: build(list(outs)))
+
+
+class _AdasumExchange:
+    """The blocking NumPy collectives over one process set that Adasum's steps run."""
+
+    def __init__(self, process_set):
+        self.ops, self.process_set = _numpy_ops, process_set
+
+    def alltoall(self, array, splits, name):
+        received, _ = synchronize(alltoall_async(self.ops, array, splits, name=name,
+                                                 process_set=self.process_set))
+        return received
+
+    def allreduce_sum(self, array, name):
+        return synchronize(allreduce_async(self.ops, array, name=name, op=Sum,
+                                           process_set=self.process_set))
+
+    def allgather(self, array, name):
+        return synchronize(allgather_async(self.ops, array, name=name,
+                                           process_set=self.process_set))
 
 
 # ---------------------------------------------------------------- allgather / reducescatter
