@@ -152,7 +152,7 @@ cdef class Engine(CoordinatorLink):
         # stall-check time, a StallError after the stall-shutdown time, or, when that is off,
         # after the Gloo timeout, as the same allreduce through Gloo would fail.
         self.shm_warn_s = 0 if config.stall_check_disable else config.stall_check_time_seconds
-        self.shm_fail_s = config.stall_shutdown_time_seconds or config.gloo_timeout_seconds
+        self.shm_fail_s = config.stall_shutdown_seconds or config.gloo_timeout_seconds
         self._backend = backend
         self._log = log
         self._install_group(0, list(range(self.size)), world_group)
