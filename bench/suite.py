@@ -181,12 +181,17 @@ def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
 
 
 def load_results() -> dict[str, dict]:
-    """Every workload's latest result file, in the suite's order."""
+    """Every workload's latest result file, in the suite's order.
+
+    The by-hand benchmarks (elastic recovery, ...) keep their raw samples in the same folder
+    without a ``workload`` key: they are not the suite's and are left out here.
+    """
     found = {}
     for path in glob.glob(os.path.join(RESULTS_DIR, "*.json")):
         with open(path) as f:
             rec = json.load(f)
-        found[rec["workload"]] = rec
+        if "workload" in rec:
+            found[rec["workload"]] = rec
     return {w: found[w] for w in WORKLOADS if w in found}
 
 
