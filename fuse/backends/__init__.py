@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 NAMESPACE = "fuse.backends"
 
-__all__ = ["NAMESPACE", "PluginStatus", "backend_names", "describe_backends", "load_backend"]
+__all__ = ["NAMESPACE", "PluginStatus", "backend_names", "describe_backends", "load_backend",
+           "load_device_backend"]
 
 
 def _unavailable(message: str):
@@ -59,6 +60,16 @@ def load_backend(name: str) -> "type[Backend]":
     return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
 
 
+def load_device_backend(name: str):
+    """The device (GPU) backend class registered as ``name`` (``FUSE_GPU_BACKEND``), checked
+    against :class:`fuse.backends.base.DeviceBackend` and available here; raises
+    :class:`fuse.exceptions.BackendUnavailable` saying why not (no CuPy, no CUDA device...)."""
+    from fuse.backends._registry import load_plugin
+    from fuse.backends.base import DeviceBackend
+
+    return load_plugin(NAMESPACE, "GPU backend", name, DeviceBackend, _unavailable)
+
+
 def backend_names() -> list[str]:
     """Names of the installed backends, sorted; imports none of them."""
     from fuse.backends._registry import entry_point_names
@@ -67,8 +78,8 @@ def backend_names() -> list[str]:
 
 
 def describe_backends() -> list[PluginStatus]:
-    """Every installed backend, whether it loads here, and why not."""
+    """Every installed backend (CPU and device), whether it loads here, and why not."""
     from fuse.backends._registry import describe_plugins
-    from fuse.backends.base import Backend
+    from fuse.backends.base import Backend, DeviceBackend
 
-    return describe_plugins(NAMESPACE, Backend)
+    return describe_plugins(NAMESPACE, (Backend, DeviceBackend))
