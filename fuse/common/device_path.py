@@ -13,8 +13,10 @@ copy and calls :func:`submit`; this module does the rest, framework-free:
   CPU backend, with fuse's own object allgather.  The requests that every member has submitted
   run in rank 0's submission order, so the NCCL calls are in the same order everywhere.  If
   their descriptors differ, every member gets the same error naming the tensor, the ranks and
-  both values.  Requests that stay unmatched for ``stall_check_time_seconds`` (a name some
-  ranks never submit) fail everywhere, naming the ranks that lack them.
+  both values.  When every member waits and nothing matches (a name some ranks never submit),
+  rank 0 warns after ``FUSE_STALL_CHECK_TIME_SECONDS`` naming the tensors and the ranks that
+  lack them, and with ``FUSE_STALL_SHUTDOWN_TIME_SECONDS`` they fail on every rank, as the
+  CPU engine's stall inspector does.
 * **Fusion.**  Consecutive ready allreduces with the same dtype, op and scales are copied into
   one device fusion buffer per device (up to ``FUSE_FUSION_THRESHOLD`` bytes), reduced with
   one call and copied back, all on the collective stream.  The other kinds run one by one;
@@ -129,6 +131,7 @@ class _SetQueue:
         self.flushes = 0
         self.group = None
         self.unmatched_since: float | None = None
+        self.warned = False
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"fuse-device-set-{path.pset_id(process_set)}")
         self.thread.start()
@@ -169,6 +172,26 @@ class _SetQueue:
         for r in requests:
             r.handle._finish(None, error)
 
+    def _stalled(self, snapshot, lists, ranks, stalled: float) -> list:
+        """Warn (rank 0) or fail (everyone) when every member has waited ``stalled`` seconds
+        with nothing matching."""
+        warn_after, fail_after = self.path.stall_seconds()
+        if not warn_after or stalled <= warn_after:
+            return []
+
+        def lacking(r):
+            return [ranks[i] for i, m in enumerate(lists) if r.name not in m]
+        what = "; ".join(f"{r.name!r} missing on ranks {lacking(r)}" for r in snapshot)
+        if fail_after and stalled > fail_after:
+            return [(r, DeviceError(f"device {r.kind} of tensor {r.name!r} stalled for more "
+                                    f"than {fail_after:g} s: ranks {lacking(r)} never "
+                                    "submitted it")) for r in snapshot]
+        if not self.warned and self.process_set.rank() == 0:
+            self.warned = True
+            from fuse._log import logger
+            logger.warning("device collectives waiting for %.0f s: %s", stalled, what)
+        return []
+
     def flush(self, snapshot: list[DeviceRequest]) -> bool:
         """One negotiation round over the set; runs what every member has.  True if any
         request finished."""
@@ -205,18 +228,12 @@ class _SetQueue:
                     req.splits = [int(m[n][3][0]) for m in lists]
                 runnable.append(req)
         if not ready:
-            stalled = min(w for _d, w in gathered)
-            limit = self.path.stall_seconds()
             if self.unmatched_since is None:
                 self.unmatched_since = time.monotonic()
-            if limit and stalled > limit:
-                for r in snapshot:
-                    lacking = [ranks[i] for i, m in enumerate(lists) if r.name not in m]
-                    failed.append((r, DeviceError(
-                        f"device {r.kind} of tensor {r.name!r} stalled for more than "
-                        f"{limit:g} s: ranks {lacking} never submitted it")))
+            # the same gathered numbers on every member: they all decide alike
+            failed += self._stalled(snapshot, lists, ranks, min(w for _d, w in gathered))
         else:
-            self.unmatched_since = None
+            self.unmatched_since, self.warned = None, False
         if runnable:
             try:
                 if self.group is None:
@@ -258,9 +275,12 @@ class DevicePath:
     def allgather_object(self, obj, name, process_set):
         return self.services.allgather_object(obj, name=name, process_set=process_set)
 
-    def stall_seconds(self) -> float:
+    def stall_seconds(self) -> tuple[float, float]:
+        """(warn after, fail after) in seconds; 0 means never."""
         cfg = self.config
-        return 0.0 if cfg.stall_check_disable else float(cfg.stall_check_time_seconds)
+        if cfg.stall_check_disable:
+            return 0.0, 0.0
+        return float(cfg.stall_check_time_seconds), float(cfg.stall_shutdown_seconds)
 
     def engine_alive(self) -> bool:
         return self.services.engine_alive()

@@ -19,9 +19,9 @@ pytestmark = pytest.mark.timeout(240)
 SUPPORT = os.path.join(os.path.dirname(HERE), "support")
 
 
-def _run(fn, tmp_path):
+def _run(fn, tmp_path, **env):
     return run_job(fn, env={"PYTHONPATH": os.pathsep.join([HERE, SUPPORT]),
-                            "FUSE_FAKE_NCCL_DIR": str(tmp_path)})
+                            "FUSE_FAKE_NCCL_DIR": str(tmp_path), **env})
 
 
 def test_standin_wiring_every_collective_without_host_copies(tmp_path):
@@ -65,12 +65,19 @@ def test_standin_wiring_stream_and_event_order(tmp_path):
 
 def test_standin_wiring_mismatch_names_tensor_and_ranks(tmp_path):
     """Stand-in (no GPU): a shape that differs across ranks fails on every rank with the
-    tensor's name, both ranks and both shapes, instead of reaching NCCL."""
+    tensor's name, both ranks and both shapes, instead of reaching NCCL; a name only one rank
+    submits fails after FUSE_STALL_SHUTDOWN_TIME_SECONDS naming the rank that lacks it; and
+    the device path works on afterwards."""
     import workers_gpu_standin as w
-    errors = _run(w.mismatch, tmp_path)
-    assert errors[0] == errors[1]
-    assert "bad.shape" in errors[0] and "ranks 0 and 1" in errors[0]
-    assert "(2,)" in errors[0] and "(3,)" in errors[0]
+    res = _run(w.mismatches, tmp_path, FUSE_STALL_CHECK_TIME_SECONDS=1,
+               FUSE_STALL_SHUTDOWN_TIME_SECONDS=2)
+    assert res[0]["shape"] == res[1]["shape"]
+    assert "bad.shape" in res[0]["shape"] and "ranks 0 and 1" in res[0]["shape"]
+    assert "(2,)" in res[0]["shape"] and "(3,)" in res[0]["shape"]
+    for r, out in enumerate(res):
+        assert f"'only.on.{r}' stalled" in out["stall"], out["stall"]
+        assert f"ranks [{1 - r}] never submitted it" in out["stall"], out["stall"]
+        assert out["after"] == [2.0, 2.0]
 
 
 def test_standin_wiring_distributed_optimizer(tmp_path):

@@ -65,14 +65,23 @@ def order_of_calls():
             ("record", "wait_event", "allReduce", "use_stream", "end_stream")]
 
 
-def mismatch():
-    """A shape that differs between ranks: every rank's error."""
-    _setup()
+def _error(fn):
     try:
-        hvd.allreduce(torch.ones(2 + hvd.rank()), name="bad.shape")
+        fn()
     except Exception as err:
         return f"{type(err).__name__}: {err}"
     return "no error"
+
+
+def mismatches():
+    """A shape that differs between ranks, then names no other rank submits (run with stall
+    times of 1 and 2 s): every rank's errors."""
+    _setup()
+    r = hvd.rank()
+    shape = _error(lambda: hvd.allreduce(torch.ones(2 + r), name="bad.shape"))
+    stall = _error(lambda: hvd.allreduce(torch.ones(2), name=f"only.on.{r}"))
+    after = hvd.allreduce(torch.ones(2), name="after", op=hvd.Sum).tolist()
+    return {"shape": shape, "stall": stall, "after": after}
 
 
 def optimizer_step():
