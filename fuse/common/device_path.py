@@ -19,7 +19,8 @@ copy and calls :func:`submit`; this module does the rest, framework-free:
   CPU engine's stall inspector does.
 * **Fusion.**  Consecutive ready allreduces with the same dtype, op and scales are copied into
   one device fusion buffer per device (up to ``FUSE_FUSION_THRESHOLD`` bytes), reduced with
-  one call and copied back, all on the collective stream.  The other kinds run one by one;
+  one call and copied back, all on the collective stream.  A run of in-place tensors that lie
+  back to back (DistributedOptimizer's gradient layout) is reduced where it lies instead.  The other kinds run one by one;
   the backend groups the point-to-point calls of one alltoall or uneven allgather (NCCL group
   start/end).
 
@@ -45,16 +46,19 @@ class DeviceError(RuntimeError):
 class DeviceRequest:
     """One tensor of a device collective.  ``src`` is the input as a flat device array;
     ``out`` the flat output when its size is known (allreduce, broadcast), else ``allocate``
-    (``count -> (framework tensor, flat array)``) makes it after negotiation."""
+    (``count -> (framework tensor, flat array)``) makes it after negotiation.  ``span(count)``,
+    for an in-place tensor: a flat array of ``count`` elements starting where it starts (the
+    memory after it belongs to the same allocation), so a run of adjacent tensors is reduced
+    where it lies."""
 
     def __init__(self, kind: str, name: str, dtype: str, shape: tuple, device: int, src,
                  out=None, out_obj=None, allocate: Callable | None = None, op: str = "sum",
                  prescale: float = 1.0, postscale: float = 1.0, root: int = -1,
-                 splits: list[int] | None = None):
+                 splits: list[int] | None = None, span: Callable | None = None):
         self.kind, self.name, self.dtype, self.shape = kind, name, dtype, tuple(shape)
         self.device, self.src, self.out, self.out_obj = device, src, out, out_obj
         self.allocate, self.op, self.prescale, self.postscale = allocate, op, prescale, postscale
-        self.root, self.splits = root, splits
+        self.root, self.splits, self.span = root, splits, span
         self.received: list[int] | None = None     # alltoall: rows received from each member
         self.ready_event = None
         self.handle: DeviceHandle | None = None
@@ -403,6 +407,12 @@ class DevicePath:
                 self._scale(r.out, post)
                 return
             total = sum(x.src.size for x in batch)
+            if _adjacent(batch):
+                span = r.span(total)
+                self._scale(span, r.prescale)
+                group.allreduce(span, span, r.dtype, wire_op, stream)
+                self._scale(span, post)
+                return
             raw = self._fusion_buffer(r.device, total * r.src.itemsize)
             fused = raw[:total * r.src.itemsize].view(r.src.dtype)
             offset = 0
@@ -449,6 +459,17 @@ class DevicePath:
             with q.cond:
                 q.cond.notify_all()
         self.backend.close()
+
+
+def _adjacent(batch) -> bool:
+    """Whether the batch's tensors are in place and back to back in one allocation."""
+    if batch[0].span is None:
+        return False
+    for prev, x in zip(batch, batch[1:]):
+        if (x.out is not x.src or x.src.data.ptr != prev.src.data.ptr + prev.src.nbytes
+                or x.span is None):
+            return False
+    return batch[0].out is batch[0].src
 
 
 def _row_elems(shape) -> int:

@@ -209,7 +209,7 @@ class NcclCommunicator:
 
         def finish(parts):
             _memory(recvbuf, count, dt)[:] = _REDUCE[op].reduce(np.stack(parts), axis=0)
-        self._call(("allReduce", count, datatype, op, _stream_name(stream)),
+        self._call(("allReduce", count, datatype, op, _stream_name(stream), sendbuf),
                    {"send": lambda: _memory(sendbuf, count, dt).copy(), "finish": finish})
 
     def broadcast(self, sendbuf, recvbuf, count, datatype, root, stream):

@@ -82,9 +82,13 @@ def test_standin_wiring_mismatch_names_tensor_and_ranks(tmp_path):
 
 def test_standin_wiring_distributed_optimizer(tmp_path):
     """Stand-in (no GPU): DistributedOptimizer's gradients go through the device path (NCCL
-    calls made, no host copy) and the replicas stay identical."""
+    calls made, no host copy), laid out back to back on the device and reduced in place
+    there, and the replicas stay identical."""
     import workers_gpu_standin as w
     res = _run(w.optimizer_step, tmp_path)
     assert res[0]["params"] == res[1]["params"]
     for out in res:
         assert out["nccl"] >= 1 and out["host_copies"] == []
+        # the gradients got a device-side layout, and once it is built NCCL reduces them
+        # where they lie in it (not through the device fusion buffer)
+        assert out["flats"] == 1 and out["in_place"] and all(out["in_place"]), out

@@ -93,10 +93,15 @@ def optimizer_step():
                                    named_parameters=model.named_parameters())
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     x = torch.full((2, 4), float(hvd.rank() + 1))
-    for _ in range(2):
+    for step in range(3):
+        if step == 2:       # the layout is built after the first step
+            mark = len(fake_cupy.CALLS)
         opt.zero_grad()
         model(x).sum().backward()
         opt.step()
+    flats = [(f.data_ptr(), f.numel() * f.element_size()) for f in opt._layout._flats]
+    last = [c for c in fake_cupy.CALLS[mark:] if c[0] == "allReduce"]
     return {"params": [p.detach().tolist() for p in model.parameters()],
-            "nccl": len(_calls({"allReduce"})),
+            "nccl": len(_calls({"allReduce"})), "flats": len(flats),
+            "in_place": [any(a <= c[5] < a + n for a, n in flats) for c in last],
             "host_copies": list(fake_cupy.HOST_COPIES)}

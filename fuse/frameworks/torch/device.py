@@ -84,6 +84,14 @@ def _allocator(path, like):
     return allocate
 
 
+def _span(path, tensor):
+    """``count -> flat array`` of ``count`` elements from ``tensor``'s start on (within its
+    storage: torch's as_strided checks the bounds)."""
+    def span(count):
+        return _flat(path, tensor.detach().as_strided((count,), (1,)))
+    return span
+
+
 def _names(name, kind, pset, count, grouped):
     base = name if name is not None else _c._auto_name(kind, pset)
     return [f"{base}.{i}" for i in range(count)] if grouped else [base]
@@ -115,7 +123,7 @@ def submit(kind: str, tensors, *, name=None, process_set, grouped=False, inplace
             kind, n, dtype_name(t.dtype), tuple(t.shape), cuda.device_index(t), src, out=out,
             out_obj=out_obj, allocate=_allocator(path, t), op=_OPS.get(op, "sum"),
             prescale=float(prescale), postscale=float(postscale), root=group_root,
-            splits=splits))
+            splits=splits, span=_span(path, t) if inplace and kind == "allreduce" else None))
     shapes = [tuple(t.shape) for t in tensors]
     originals = list(tensors)
 
