@@ -202,6 +202,11 @@ class DeviceBackend(abc.ABC):
         member (rank 0 passes them, the others None); collective over the set."""
 
     @abc.abstractmethod
+    def use_device(self, device: int):
+        """A context manager making ``device`` current on this thread (device copies, scaling
+        and allocations go to the current device)."""
+
+    @abc.abstractmethod
     def stream(self, device: int):
         """The stream collectives run on for ``device`` (one per device, made once)."""
 

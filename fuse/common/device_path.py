@@ -103,9 +103,10 @@ class DeviceHandle:
         if self.error is not None:
             raise self.error
         device = self.requests[0].device
-        consumer = self.path.backend.external_stream(consumer_stream_ptr, device)
-        for event in self.done_events:
-            consumer.wait_event(event)
+        with self.path.backend.use_device(device):
+            consumer = self.path.backend.external_stream(consumer_stream_ptr, device)
+            for event in self.done_events:
+                consumer.wait_event(event)
         return self.build(self.requests)
 
 
@@ -309,9 +310,10 @@ class DevicePath:
                 raise ValueError(f"device {r.kind} of tensor {r.name!r}: Average and "
                                  f"prescale/postscale need float16/32/64 on the device path, "
                                  f"got {r.dtype}")
-        producer = self.backend.external_stream(producer_stream_ptr, device)
-        event = self.backend.new_event(device)
-        event.record(producer)
+        with self.backend.use_device(device):
+            producer = self.backend.external_stream(producer_stream_ptr, device)
+            event = self.backend.new_event(device)
+            event.record(producer)
         handle = DeviceHandle(self, requests, build)
         for r in requests:
             r.ready_event = event
@@ -357,8 +359,9 @@ class DevicePath:
                 stream.wait_event(r.ready_event)
                 waited.add(id(r.ready_event))
         # no backend group around the whole list: NCCL defers the calls of a group to its
-        # end, and the copies in and out of the fusion buffer must stay in stream order
-        with stream:
+        # end, and the copies in and out of the fusion buffer must stay in stream order.
+        # This thread's current device is not the caller's: make it the tensors' device.
+        with self.backend.use_device(device), stream:
             for batch in self._batches(requests):
                 self._run_batch(group, batch, stream)
             done = self.backend.new_event(device)

@@ -59,7 +59,8 @@ def group_collectives():
     out["reducescatter_uneven"] = uneven[:[2, 1][r]].tolist()
     out["uid_calls"] = [c for c in fake_cupy.CALLS if c[0] in ("get_unique_id",
                                                                 "NcclCommunicator")]
-    out["streams"] = sorted({c[-1] for c in fake_cupy.CALLS
+    out["streams"] = sorted({next(x for x in c[1:] if isinstance(x, str))   # the stream
+                             for c in fake_cupy.CALLS
                              if c[0] in ("allReduce", "allGather", "broadcast", "send", "recv",
                                          "reduceScatter")})
     out["host_copies"] = list(fake_cupy.HOST_COPIES)

@@ -21,6 +21,9 @@ class FakeTorchCuda:
     def current_stream_ptr(self, device: int) -> int:
         return CURRENT_STREAM
 
+    def record(self, tensor) -> None:
+        """(CPU memory has no streams to record.)"""
+
     def device_index(self, tensor) -> int:
         return 0
 

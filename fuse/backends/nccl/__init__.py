@@ -149,6 +149,9 @@ class NCCLBackend(DeviceBackend):
         self._groups.append(group)
         return group
 
+    def use_device(self, device: int):
+        return self._cupy.cuda.Device(device)
+
     def stream(self, device: int):
         s = self._streams.get(device)
         if s is None:

@@ -36,6 +36,12 @@ class _TorchCuda:
     def current_stream_ptr(self, device: int) -> int:
         return torch.cuda.current_stream(device).cuda_stream
 
+    def record(self, tensor) -> None:
+        """``tensor`` (made by the flush thread, on the device's default stream) is used on
+        the caller's current stream: torch's caching allocator must not reuse its memory
+        before that stream is done with it."""
+        tensor.record_stream(torch.cuda.current_stream(tensor.device))
+
     def device_index(self, tensor) -> int:
         index = tensor.device.index
         return torch.cuda.current_device() if index is None else index
@@ -133,9 +139,11 @@ def submit(kind: str, tensors, *, name=None, process_set, grouped=False, inplace
             if kind in ("allreduce", "broadcast"):
                 results.append(orig if inplace else r.out_obj)
             elif kind == "alltoall":
+                cuda.record(r.out_obj)
                 received = torch.tensor(r.received, dtype=torch.int32)
                 results.append((r.out_obj.view(-1, *shape[1:]), received))
             else:
+                cuda.record(r.out_obj)
                 results.append(r.out_obj.view(-1, *shape[1:]))
         return results if grouped else results[0]
     producer = cuda.current_stream_ptr(requests[0].device)
