@@ -56,8 +56,31 @@ def load_backend(name: str) -> "type[Backend]":
     ``is_available()`` said no."""
     from fuse.backends._registry import load_plugin
     from fuse.backends.base import Backend
+    from fuse.exceptions import BackendUnavailable
 
-    return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
+    try:
+        return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
+    except BackendUnavailable as err:
+        if "is not a subclass" in str(err) and _is_device_backend(name):
+            raise _unavailable(f"{err}: {name!r} is a GPU backend, for CUDA tensors; select it "
+                               f"with FUSE_GPU_BACKEND (FUSE_BACKEND picks the CPU backend, "
+                               f"gloo or mpi)") from err
+        raise
+
+
+def _is_device_backend(name: str) -> bool:
+    from importlib import metadata
+
+    from fuse.backends.base import DeviceBackend
+
+    for ep in metadata.entry_points(group=NAMESPACE):
+        if ep.name == name:
+            try:
+                cls = ep.load()
+            except Exception:   # the caller's error already says why it did not load
+                return False
+            return isinstance(cls, type) and issubclass(cls, DeviceBackend)
+    return False
 
 
 def load_device_backend(name: str):

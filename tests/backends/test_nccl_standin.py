@@ -77,6 +77,14 @@ def test_nccl_unavailable_here_says_why(monkeypatch):
     assert not ok and why == "no CUDA device is visible"
 
 
+def test_nccl_as_cpu_backend_says_use_fuse_gpu_backend():
+    """Real environment: FUSE_BACKEND=nccl is refused with a pointer to FUSE_GPU_BACKEND."""
+    from fuse.backends import load_backend
+    from fuse.exceptions import BackendUnavailable
+    with pytest.raises(BackendUnavailable, match="select it with FUSE_GPU_BACKEND"):
+        load_backend("nccl")
+
+
 def test_info_tells_where_cuda_tensors_go():
     """Real environment: ``python -m fuse.info`` lists nccl and says CUDA tensors are staged
     through host memory, and why."""
