@@ -9,9 +9,13 @@ import gpu_util
 
 gpu_util.require(1)
 
-from torch_util import run_job  # noqa: E402
+import os  # noqa: E402
+
+from torch_util import HERE as TORCH_TESTS, run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
+GPU_TESTS = os.path.dirname(os.path.abspath(__file__))
+ENV = {"PYTHONPATH": os.pathsep.join([GPU_TESTS, TORCH_TESTS])}   # workers import workers_gpu
 
 
 def _expected(n):
@@ -29,7 +33,7 @@ def test_gpu_every_collective(n):
     and a result used at once on the current stream is already complete."""
     gpu_util.require(n)
     import workers_gpu as w
-    res = run_job(w.collectives, np_=n)
+    res = run_job(w.collectives, np_=n, env=ENV)
     want = _expected(n)
     for r, out in enumerate(res):
         assert out["device_path"] and out["allreduce_on_device"] and out["stream_order"]
@@ -45,5 +49,5 @@ def test_gpu_distributed_optimizer_two_gpus():
     """DistributedOptimizer on 2 GPUs: the replicas stay identical after 5 steps."""
     gpu_util.require(2)
     import workers_gpu as w
-    res = run_job(w.training, np_=2)
+    res = run_job(w.training, np_=2, env=ENV)
     assert res[0] == res[1]

@@ -31,7 +31,7 @@ def collectives():
     hvd.broadcast_(b, root_rank=n - 1, name="bc")
     out["broadcast"] = b.tolist()
     rows, received = hvd.alltoall(torch.arange(2 * n, dtype=torch.float64, device=dev) + 10 * r,
-                                  name="a2a")
+                                  splits=[2] * n, name="a2a")
     out["alltoall"] = (rows.tolist(), received.tolist())
     out["reducescatter"] = hvd.reducescatter(torch.ones(2 * n, 2, device=dev) * (r + 1),
                                              op=hvd.Sum, name="rs").tolist()
