@@ -86,11 +86,13 @@ def test_nccl_as_cpu_backend_says_use_fuse_gpu_backend():
 
 
 def test_info_tells_where_cuda_tensors_go():
-    """Real environment: ``python -m fuse.info`` lists nccl and says CUDA tensors are staged
-    through host memory, and why."""
+    """Real environment (no GPU): ``python -m fuse.info`` lists nccl and says CUDA tensors are
+    staged through host memory, and why."""
     import subprocess
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FUSE_", "HOROVOD_"))}
     out = subprocess.run([sys.executable, "-m", "fuse.info"], capture_output=True, text=True,
                          env=env, timeout=120, check=True).stdout
     assert "nccl" in out
-    assert "CUDA tensors: staged through host memory (nccl: CuPy is not installed" in out
+    # here: no CuPy (scripts/setup.sh installs none), or CuPy without a CUDA driver/device
+    assert ("CUDA tensors: staged through host memory (nccl: CuPy is not installed" in out
+            or "CUDA tensors: staged through host memory (nccl: no CUDA device" in out), out

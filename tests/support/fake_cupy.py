@@ -132,8 +132,9 @@ def get_version():
 
 
 def get_unique_id():
+    """128 bytes, as CuPy 14 gives it (older CuPy: a tuple of signed chars)."""
     CALLS.append(("get_unique_id",))
-    return tuple(b - 256 if b > 127 else b for b in os.urandom(128))
+    return os.urandom(128)
 
 
 def groupStart():
@@ -159,6 +160,8 @@ class NcclCommunicator:
     """Moves bytes between the worker processes through files (one per call and rank)."""
 
     def __init__(self, ndev, commId, rank):
+        if not isinstance(commId, bytes) or len(commId) != 128:
+            raise TypeError(f"commId must be the 128 bytes of get_unique_id, got {commId!r}")
         self.size, self.rank = ndev, rank
         self.key = bytes(b % 256 for b in commId).hex()[:16]
         self.seq = 0

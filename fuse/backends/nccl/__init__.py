@@ -13,6 +13,7 @@ peer; all of them inside one NCCL group.
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar
 
 from fuse.backends.base import DeviceBackend, DeviceGroup
@@ -136,15 +137,19 @@ class NCCLBackend(DeviceBackend):
     def __init__(self, config=None):
         self._cupy, self._nccl = cupy_modules()
         self._streams: dict[int, object] = {}
+        self._external: dict[tuple[int, int], object] = {}   # framework streams, by pointer
         self._groups: list[NCCLGroup] = []
 
     def create_group(self, rank: int, size: int, device: int, exchange) -> NCCLGroup:
-        uid = exchange(bytes(bytearray(b % 256 for b in self._nccl.get_unique_id()))
+        # only rank 0 draws the id (drawing one starts NCCL's bootstrap listener)
+        uid = exchange(bytes(b % 256 for b in self._nccl.get_unique_id())
                        if rank == 0 else None)
-        # cupy wants the id back as the tuple of signed chars get_unique_id gave
-        commid = tuple(b - 256 if b > 127 else b for b in uid)
         with self._cupy.cuda.Device(device):
-            comm = self._nccl.NcclCommunicator(size, commid, rank)
+            try:        # CuPy 14 takes the id as bytes
+                comm = self._nccl.NcclCommunicator(size, uid, rank)
+            except TypeError:   # older CuPy: the tuple of signed chars it gave
+                comm = self._nccl.NcclCommunicator(
+                    size, tuple(b - 256 if b > 127 else b for b in uid), rank)
         group = NCCLGroup(self._nccl, comm, rank, size)
         self._groups.append(group)
         return group
@@ -160,7 +165,15 @@ class NCCLBackend(DeviceBackend):
         return s
 
     def external_stream(self, ptr: int, device: int):
-        return self._cupy.cuda.ExternalStream(ptr, device)
+        key = (ptr, device)
+        s = self._external.get(key)
+        if s is None:
+            # CuPy 14 deprecates ExternalStream for Stream.from_external, which wants an
+            # object speaking the CUDA stream protocol; a bare pointer is what torch gives
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", DeprecationWarning)
+                s = self._external[key] = self._cupy.cuda.ExternalStream(ptr, device)
+        return s
 
     def new_event(self, device: int):
         with self._cupy.cuda.Device(device):
