@@ -107,8 +107,8 @@ def submit(kind: str, tensors, *, name=None, process_set, grouped=False, inplace
            op=Sum, prescale=1.0, postscale=1.0, root=-1, splits=None):
     """Start a device collective on ``tensors``; a handle for :func:`wait`."""
     path = _dp.get()
-    if op == Adasum:
-        raise ValueError("Adasum is not available on the device path; it runs on CPU tensors")
+    if op == Adasum:    # (mpi_ops stages Adasum through host memory instead)
+        raise ValueError("Adasum is not available on the device path")
     if kind in ("allreduce", "broadcast"):
         for t in tensors:
             if inplace and not t.is_contiguous():

@@ -26,7 +26,7 @@ import torch
 
 from fuse.common import basics
 from fuse.common import collectives as _c
-from fuse.common.ops import Average, Sum, resolve_op
+from fuse.common.ops import Adasum, Average, Sum, resolve_op
 from fuse.common.process_sets import global_process_set
 from fuse.frameworks.torch import device as _dev
 from fuse.frameworks.torch.tensors import Compression, TorchOps
@@ -122,7 +122,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set):
     """Start an out-of-place allreduce; returns a handle for :func:`synchronize`."""
     op = resolve_op(op, average)
-    if _dev.routes([_check_tensor(tensor)]):
+    if op != Adasum and _dev.routes([_check_tensor(tensor)]):
         return _dev.submit("allreduce", [tensor], name=name, process_set=process_set, op=op,
                            prescale=prescale_factor, postscale=postscale_factor)
     (host,), device = _intake([tensor], inplace=False)
@@ -135,7 +135,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set):
     """Start an in-place allreduce of ``tensor``."""
     op = resolve_op(op, average)
-    if _dev.routes([_check_tensor(tensor)]):
+    if op != Adasum and _dev.routes([_check_tensor(tensor)]):
         return _dev.submit("allreduce", [tensor], name=name, process_set=process_set, op=op,
                            prescale=prescale_factor, postscale=postscale_factor, inplace=True)
     (host,), device = _intake([tensor], inplace=True)
@@ -182,7 +182,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Start one allreduce for a list of tensors (negotiated and fused together)."""
     op = resolve_op(op, average)
-    if tensors and _dev.routes([_check_tensor(t) for t in tensors]):
+    if op != Adasum and tensors and _dev.routes([_check_tensor(t) for t in tensors]):
         return _dev.submit("allreduce", list(tensors), name=name, process_set=process_set,
                            op=op, prescale=prescale_factor, postscale=postscale_factor,
                            grouped=True)
@@ -197,7 +197,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     op = resolve_op(op, average)
     tensors = list(tensors)
-    if tensors and _dev.routes([_check_tensor(t) for t in tensors]):
+    if op != Adasum and tensors and _dev.routes([_check_tensor(t) for t in tensors]):
         return _dev.submit("allreduce", tensors, name=name, process_set=process_set, op=op,
                            prescale=prescale_factor, postscale=postscale_factor,
                            grouped=True, inplace=True)
