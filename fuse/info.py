@@ -129,7 +129,7 @@ def environment() -> dict[str, Any]:
         if horovod_name:
             known[horovod_name] = fuse_name
     result: dict[str, Any] = {"knobs": {}, "shadowed": {}, "other": {}, "error": None,
-                              "backend": Config.backend}
+                              "backend": Config.backend, "gpu_backend": Config.gpu_backend}
     try:
         cfg = Config.from_env()
     except ValueError as err:
@@ -137,6 +137,7 @@ def environment() -> dict[str, Any]:
         cfg = None
     if cfg is not None:
         result["backend"] = cfg.backend
+        result["gpu_backend"] = cfg.gpu_backend
         used = {var for var in cfg.explicit.values() if var in os.environ}
         result["knobs"] = {var: os.environ[var] for var in sorted(used)}
     else:  # show what is set, unparsed, next to the error
@@ -172,7 +173,7 @@ def collect() -> dict[str, Any]:
     }
 
 
-def _plugin_lines(rows: list[dict[str, Any]], selected: str | None = None) -> list[str]:
+def _plugin_lines(rows: list[dict[str, Any]], selected=()) -> list[str]:
     if not rows:
         return ["  (none registered)"]
     width = max(len(r["name"]) for r in rows)
@@ -184,10 +185,22 @@ def _plugin_lines(rows: list[dict[str, Any]], selected: str | None = None) -> li
             extra.append(f"version {r['version']}")
         if r["distribution"] and r["distribution"] != "fuse":
             extra.append(f"from {r['distribution']} {r['dist_version'] or ''}".rstrip())
-        mark = " (selected)" if r["name"] == selected else ""
+        mark = " (selected)" if r["name"] in selected else ""
         tail = f" [{', '.join(extra)}]" if extra else ""
         lines.append(f"  {r['name']:<{width}}  {state}{tail}{mark}    -> {r['target']}")
     return lines
+
+
+def _cuda_line(rows: list[dict[str, Any]], gpu_backend: str) -> str:
+    """Where CUDA tensors are reduced, and why not on the device when they are not."""
+    row = next((r for r in rows if r["name"] == gpu_backend), None)
+    if row is None:
+        why = f"FUSE_GPU_BACKEND={gpu_backend!r} is not installed"
+    elif row["loads"]:
+        return f"CUDA tensors: reduced on the device by {gpu_backend}"
+    else:
+        why = f"{gpu_backend}: {row['reason']}"
+    return f"CUDA tensors: staged through host memory ({why})"
 
 
 def render(data: dict[str, Any]) -> str:
@@ -201,12 +214,14 @@ def render(data: dict[str, Any]) -> str:
         f"  numpy    {data['numpy'] or 'not installed'}",
         "  engine   " + ("built" if eng["importable"] else f"not importable: {eng['reason']}"),
         "",
-        "backends (entry point group fuse.backends, chosen by FUSE_BACKEND):",
-        *_plugin_lines(data["backends"], env["backend"]),
+        "backends (entry point group fuse.backends, chosen by FUSE_BACKEND; the GPU one by "
+        "FUSE_GPU_BACKEND):",
+        *_plugin_lines(data["backends"], (env["backend"], env["gpu_backend"])),
     ]
     names = {r["name"] for r in data["backends"]}
     if env["backend"] and env["backend"] not in names:
         lines.append(f"  warning: FUSE_BACKEND={env['backend']!r} is not installed")
+    lines.append("  " + _cuda_line(data["backends"], env["gpu_backend"]))
     lines += ["", "framework adapters (entry point group fuse.frameworks):",
               *_plugin_lines(data["frameworks"]), "", "frameworks installed here:"]
     for module, info in data["installed_frameworks"].items():

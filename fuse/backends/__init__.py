@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 NAMESPACE = "fuse.backends"
 
-__all__ = ["NAMESPACE", "PluginStatus", "backend_names", "describe_backends", "load_backend"]
+__all__ = ["NAMESPACE", "PluginStatus", "backend_names", "describe_backends", "load_backend",
+           "load_device_backend"]
 
 
 def _unavailable(message: str):
@@ -55,8 +56,41 @@ def load_backend(name: str) -> "type[Backend]":
     ``is_available()`` said no."""
     from fuse.backends._registry import load_plugin
     from fuse.backends.base import Backend
+    from fuse.exceptions import BackendUnavailable
 
-    return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
+    try:
+        return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
+    except BackendUnavailable as err:
+        if "is not a subclass" in str(err) and _is_device_backend(name):
+            raise _unavailable(f"{err}: {name!r} is a GPU backend, for CUDA tensors; select it "
+                               f"with FUSE_GPU_BACKEND (FUSE_BACKEND picks the CPU backend, "
+                               f"gloo or mpi)") from err
+        raise
+
+
+def _is_device_backend(name: str) -> bool:
+    from importlib import metadata
+
+    from fuse.backends.base import DeviceBackend
+
+    for ep in metadata.entry_points(group=NAMESPACE):
+        if ep.name == name:
+            try:
+                cls = ep.load()
+            except Exception:   # the caller's error already says why it did not load
+                return False
+            return isinstance(cls, type) and issubclass(cls, DeviceBackend)
+    return False
+
+
+def load_device_backend(name: str):
+    """The device (GPU) backend class registered as ``name`` (``FUSE_GPU_BACKEND``), checked
+    against :class:`fuse.backends.base.DeviceBackend` and available here; raises
+    :class:`fuse.exceptions.BackendUnavailable` saying why not (no CuPy, no CUDA device...)."""
+    from fuse.backends._registry import load_plugin
+    from fuse.backends.base import DeviceBackend
+
+    return load_plugin(NAMESPACE, "GPU backend", name, DeviceBackend, _unavailable)
 
 
 def backend_names() -> list[str]:
@@ -67,8 +101,8 @@ def backend_names() -> list[str]:
 
 
 def describe_backends() -> list[PluginStatus]:
-    """Every installed backend, whether it loads here, and why not."""
+    """Every installed backend (CPU and device), whether it loads here, and why not."""
     from fuse.backends._registry import describe_plugins
-    from fuse.backends.base import Backend
+    from fuse.backends.base import Backend, DeviceBackend
 
-    return describe_plugins(NAMESPACE, Backend)
+    return describe_plugins(NAMESPACE, (Backend, DeviceBackend))

@@ -56,10 +56,15 @@ def _distributions(namespace: str) -> dict[tuple[str, str], tuple[str | None, st
 def check_plugin(plugin: Any, base: type) -> tuple[str, str | None]:
     """Reason ``plugin`` cannot be used ("" when it can), and the version it reports.
 
-    Checks that it is a subclass of ``base`` speaking the same ``api_version``, and asks its
+    Checks that it is a subclass of ``base`` (or of one of them, for a tuple) speaking the same
+    ``api_version``, and asks its
     ``is_available()`` (which may return ``(ok, reason)`` or a bare bool)."""
-    if not (isinstance(plugin, type) and issubclass(plugin, base)):
-        return (f"{plugin!r} is not a subclass of {base.__module__}.{base.__qualname__}", None)
+    bases = base if isinstance(base, tuple) else (base,)
+    match = next((b for b in bases if isinstance(plugin, type) and issubclass(plugin, b)), None)
+    if match is None:
+        names = " or ".join(f"{b.__module__}.{b.__qualname__}" for b in bases)
+        return (f"{plugin!r} is not a subclass of {names}", None)
+    base = match    # a backend family may have several contracts (CPU, device)
     want = getattr(base, "api_version", None)
     have = getattr(plugin, "api_version", None)
     if have != want:

@@ -125,3 +125,107 @@ class Backend(abc.ABC):
 def dtype_name_to_numpy(dtype: str) -> np.dtype:
     """numpy dtype used to view a buffer of wire type ``dtype`` (bfloat16 travels as uint16)."""
     return np.dtype("uint16" if dtype == "bfloat16" else dtype)
+
+
+# ---------------------------------------------------------------- device (GPU) backends
+
+class DeviceGroup(abc.ABC):
+    """The members of one process set on a device backend (NCCL): one communicator.
+
+    Buffers are 1-D contiguous device arrays (CuPy arrays, or anything with ``.data.ptr``,
+    ``.size`` and ``.dtype``); ``dtype`` is the wire type's name as in :class:`Group`.  Every
+    call is *enqueued* on ``stream`` (a CuPy stream) and returns without waiting for the device:
+    ordering with other streams is the caller's business (events), never a host wait.  Calls
+    made between :meth:`group_start` and :meth:`group_end` are launched together (NCCL's group
+    semantics), which is what lets point-to-point calls of an alltoall proceed.
+    """
+
+    rank: int
+    size: int
+
+    @abc.abstractmethod
+    def allreduce(self, sendbuf, recvbuf, dtype: str, op: str, stream) -> None:
+        """Reduce ``sendbuf`` into ``recvbuf`` (may be the same buffer) across the group."""
+
+    @abc.abstractmethod
+    def allgatherv(self, sendbuf, recvbuf, counts: Sequence[int], dtype: str, stream) -> None:
+        """Every member's ``counts[i]`` elements into ``recvbuf``, member after member."""
+
+    @abc.abstractmethod
+    def broadcast(self, buf, root: int, dtype: str, stream) -> None:
+        """Copy ``buf`` from group rank ``root`` to everyone, in place."""
+
+    @abc.abstractmethod
+    def alltoallv(self, sendbuf, sendcounts: Sequence[int], recvbuf,
+                  recvcounts: Sequence[int], dtype: str, stream) -> None:
+        """Send block i of ``sendbuf`` to member i; receive member i's block into ``recvbuf``."""
+
+    @abc.abstractmethod
+    def reducescatter(self, sendbuf, recvbuf, recvcounts: Sequence[int], dtype: str, op: str,
+                      stream) -> None:
+        """This member's block (``recvcounts[rank]`` elements) of the reduction in ``recvbuf``."""
+
+    def group_start(self) -> None:
+        """Open a group of calls launched together (nestable)."""
+
+    def group_end(self) -> None:
+        """Launch the calls made since the matching :meth:`group_start`."""
+
+    def close(self) -> None:
+        """Release the communicator."""
+
+
+class DeviceBackend(abc.ABC):
+    """A GPU backend, registered in ``fuse.backends`` beside the CPU ones and chosen with
+    ``FUSE_GPU_BACKEND`` (default ``nccl``).  It never talks to the job by itself: whatever it
+    must exchange to make a communicator (NCCL's unique id) goes through ``exchange``, which the
+    device path (:mod:`fuse.common.device_path`) answers with fuse's CPU collectives on the
+    process set.  One instance per process, made on the first device collective."""
+
+    api_version: ClassVar[int] = 1
+    name: ClassVar[str] = "unnamed"
+
+    @classmethod
+    def is_available(cls) -> tuple[bool, str]:
+        """(usable here, reason if not): the library imports and a device is visible."""
+        return True, ""
+
+    @classmethod
+    def built(cls) -> int:
+        """The library's version as an int (NCCL's 22304 for 2.23.4), 0 when it cannot load."""
+        return 0
+
+    @abc.abstractmethod
+    def create_group(self, rank: int, size: int, device: int, exchange) -> DeviceGroup:
+        """The communicator of one process set on ``device`` for this member (``rank`` of
+        ``size``).  ``exchange(payload_or_None) -> payload``: group rank 0's bytes on every
+        member (rank 0 passes them, the others None); collective over the set."""
+
+    @abc.abstractmethod
+    def use_device(self, device: int):
+        """A context manager making ``device`` current on this thread (device copies, scaling
+        and allocations go to the current device)."""
+
+    @abc.abstractmethod
+    def stream(self, device: int):
+        """The stream collectives run on for ``device`` (one per device, made once)."""
+
+    @abc.abstractmethod
+    def external_stream(self, ptr: int, device: int):
+        """A framework's stream (its ``cudaStream_t`` as an int) as this backend's stream."""
+
+    @abc.abstractmethod
+    def new_event(self, device: int):
+        """An event without timing (cheap to record and wait on)."""
+
+    @abc.abstractmethod
+    def from_dlpack(self, obj):
+        """A device array over ``obj``'s own memory (a framework tensor exporting DLPack or
+        ``__cuda_array_interface__``): no copy."""
+
+    @abc.abstractmethod
+    def empty(self, count: int, dtype: str, device: int):
+        """A new 1-D device array of ``count`` elements of ``dtype``."""
+
+    def close(self) -> None:
+        """Tear down every group; called at shutdown."""

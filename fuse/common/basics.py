@@ -308,6 +308,10 @@ def shutdown() -> None:
         tuner.stop()
     if engine is not None:
         engine.shutdown()
+        # the device path's flush threads negotiate through the engine: they stop with it
+        device_path = sys.modules.get("fuse.common.device_path")
+        if device_path is not None:
+            device_path.reset()
         if timeline is not None:     # after the engine stopped: every event is in the file
             timeline.stop()
         if backend is not None:
@@ -394,11 +398,15 @@ def mpi_threads_supported() -> bool:
 
 
 def nccl_built() -> int:
-    return 0
+    """NCCL's version as an int (2.23.4 -> 22304) when the NCCL backend can load CuPy's NCCL
+    here, else 0.  Never imports CuPy at ``import fuse``; this call does."""
+    from fuse.backends.nccl import NCCLBackend
+    return NCCLBackend.built()
 
 
 def cuda_built() -> bool:
-    return False
+    """True when fuse can reduce CUDA tensors on the device (the NCCL backend loads)."""
+    return nccl_built() > 0
 
 
 def rocm_built() -> bool:

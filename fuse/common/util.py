@@ -69,7 +69,8 @@ def check_extension(ext_name: str, ext_env_var: str, pkg_path: str, *args) -> No
 
 
 def gpu_available(ext_base_name: str, verbose: bool = False) -> bool:
-    """Whether the framework sees a GPU (fuse itself stages device tensors through host
+    """Whether the framework sees a GPU (fuse reduces torch CUDA tensors on the device when
+    the GPU backend runs, see fuse.common.device_path; other device tensors go through host
     memory)."""
     name = ext_base_name.split(".")[-1]
     if name == "torch" and extension_available(name):

@@ -6,8 +6,8 @@ the reason, so a plain ``pytest`` in an incomplete environment still says what i
 ``FUSE_TEST_REQUIRE`` (comma-separated feature names) lists what this environment promises to
 have: the test scripts set it for the environments they make (``scripts/test.sh``: ``mpi``,
 ``torch``, ``autotune``, and ``ssh`` in CI as root; ``scripts/test_tensorflow.sh``:
-``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``).  A required feature that is missing
-fails the test (at collection, for a module-level check) instead of skipping it, so a broken
+``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``; ``scripts/test_gpu.sh``: ``gpu``).  A
+required feature that is missing fails the test (at collection, for a module-level check) instead of skipping it, so a broken
 install cannot turn tests into silence.
 """
 
@@ -33,6 +33,8 @@ WHY = {
     "ray": "Ray is not installed (pip install 'fuse[ray]'; scripts/setup.sh installs it)",
     "spark": "PySpark or its Java runtime is missing (pip install 'fuse[spark]' and a Java 17+ "
              "runtime; scripts/setup.sh installs both)",
+    "gpu": "no usable CUDA GPU with CuPy and NCCL (pip install 'fuse[nccl]' on a machine "
+           "with NVIDIA GPUs; bash scripts/test_gpu.sh runs tests/gpu there)",
     "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/mxnet runs in .venv-mxnet "
              "(bash scripts/test_mxnet.sh makes it)",
 }

@@ -23,6 +23,11 @@ When every rank is on one host, ``build`` takes ``share``: the flat buffers are 
 memory that every rank maps (:func:`fuse.common.shm.share_regions`), so the engine reduces a
 fused span straight from the ranks' buffers into them instead of staging it through its own
 segments.  ``share`` is collective; ``build`` calls it exactly once on every rank.
+
+CUDA gradients get slots too when the GPU backend serves them (``on_device``): flat buffers on
+their device, one per device and dtype, for gradients the device path would fuse
+(``device_fuses``).  The device path reduces a fused run of adjacent in-place tensors where it
+lies (:mod:`fuse.common.device_path`), so they skip its device fusion buffer the same way.
 """
 
 from __future__ import annotations
@@ -44,27 +49,36 @@ class GradientLayout:
             self._seen.add(i)
             self._order.append(i)
 
-    def build(self, params, fuses, share=None) -> None:
+    def build(self, params, fuses, share=None, on_device=None, device_fuses=None) -> None:
         """Allocate the slots.  ``fuses(nbytes)``: whether the engine would fuse an allreduce
         of that size through its fusion buffer.  ``share(sizes)``: buffers of those sizes in
-        memory shared by all ranks, or None (then ordinary memory)."""
-        by_dtype: dict[torch.dtype, list[int]] = {}
+        memory shared by all ranks, or None (then ordinary memory).  ``on_device(p)``: whether
+        ``p`` is reduced by the GPU backend, and ``device_fuses(nbytes)`` whether the device
+        path would fuse it (None: device parameters get no slots)."""
+        by_key: dict[tuple, list[int]] = {}
         for i in self._order:
             p = params[i]
-            if p.device.type != "cpu" or p.layout != torch.strided or p.numel() == 0:
+            if p.layout != torch.strided or p.numel() == 0:
                 continue
-            if not fuses(p.numel() * p.element_size()):
-                continue
-            by_dtype.setdefault(p.dtype, []).append(i)
+            nbytes = p.numel() * p.element_size()
+            if on_device is not None and device_fuses is not None and on_device(p):
+                if device_fuses(nbytes):
+                    by_key.setdefault((p.device, p.dtype), []).append(i)
+            elif p.device.type == "cpu" and fuses(nbytes):
+                by_key.setdefault((None, p.dtype), []).append(i)
         # a lone tensor gains nothing from a slot
-        groups = [(dtype, members) for dtype, members in by_dtype.items() if len(members) > 1]
-        numels = [sum(params[i].numel() for i in members) for _dtype, members in groups]
+        groups = [(key, members) for key, members in by_key.items() if len(members) > 1]
+        numels = [sum(params[i].numel() for i in members) for _key, members in groups]
+        host = [k for k, ((device, _d), _m) in enumerate(groups) if device is None]
         shared = None
-        if share is not None:
-            shared = share([n * torch.empty((), dtype=dtype).element_size()
-                            for n, (dtype, _m) in zip(numels, groups)])
-        for k, (dtype, members) in enumerate(groups):
-            if shared is not None:      # (new shared memory is zeroed)
+        if share is not None:       # called even with nothing to share: it is collective
+            sizes = [numels[k] * torch.empty((), dtype=groups[k][0][1]).element_size()
+                     for k in host]
+            shared = dict(zip(host, share(sizes)))
+        for k, ((device, dtype), members) in enumerate(groups):
+            if device is not None:
+                flat = torch.zeros(numels[k], dtype=dtype, device=device)
+            elif shared is not None:    # (new shared memory is zeroed)
                 flat = torch.frombuffer(shared[k], dtype=dtype, count=numels[k])
             else:
                 flat = torch.zeros(numels[k], dtype=dtype)

@@ -1,8 +1,9 @@
 """The collectives on torch tensors, with Horovod's signatures and autograd rules.
 
 The work is done by :mod:`fuse.common.collectives`; this module adds the torch intake (CPU
-tensors as zero-copy views, device tensors staged through host memory when no GPU backend
-serves them), compression, and ``torch.autograd.Function``s for the out-of-place calls:
+tensors as zero-copy views; CUDA tensors to the GPU backend through :mod:`.device`, or staged
+through host memory when no GPU backend serves them), compression, and
+``torch.autograd.Function``s for the out-of-place calls:
 
 ==============  =============================================================
 forward         backward
@@ -25,8 +26,9 @@ import torch
 
 from fuse.common import basics
 from fuse.common import collectives as _c
-from fuse.common.ops import Average, Sum, resolve_op
+from fuse.common.ops import Adasum, Average, Sum, resolve_op
 from fuse.common.process_sets import global_process_set
+from fuse.frameworks.torch import device as _dev
 from fuse.frameworks.torch.tensors import Compression, TorchOps
 
 _ops = TorchOps()
@@ -69,12 +71,6 @@ def _device_of(tensors):
     return None
 
 
-def _gpu_route(device):
-    """The GPU backend for ``device`` when one serves it, else None (host staging).
-    No GPU backend is wired into the engine yet, so device tensors are staged."""
-    return None
-
-
 def _check_tensor(tensor):
     if not isinstance(tensor, torch.Tensor):
         raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
@@ -89,7 +85,7 @@ def _intake(tensors, inplace):
         if inplace and not t.is_contiguous():
             raise ValueError("Tensor is required to be contiguous.")
     device = _device_of(tensors)
-    if device is not None and _gpu_route(device) is None:
+    if device is not None:      # no GPU backend serves it (see _dev.routes): stage
         return [t.detach().to("cpu").contiguous() for t in tensors], device
     if inplace:
         return list(tensors), None
@@ -104,6 +100,8 @@ def poll(handle) -> bool:
     """True once the collective behind ``handle`` has finished (never blocks)."""
     if isinstance(handle, _Staged):
         handle = handle.inner
+    if _dev.is_handle(handle):
+        return handle.poll()
     return _c.poll(handle)
 
 
@@ -113,6 +111,8 @@ def synchronize(handle):
     (:class:`fuse.exceptions.FuseInternalError`) subclasses."""
     if isinstance(handle, _Staged):
         return handle.finish(_c.synchronize(handle.inner))
+    if _dev.is_handle(handle):
+        return _dev.wait(handle)
     return _c.synchronize(handle)
 
 
@@ -122,6 +122,9 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
                     postscale_factor=1.0, process_set=global_process_set):
     """Start an out-of-place allreduce; returns a handle for :func:`synchronize`."""
     op = resolve_op(op, average)
+    if op != Adasum and _dev.routes([_check_tensor(tensor)]):
+        return _dev.submit("allreduce", [tensor], name=name, process_set=process_set, op=op,
+                           prescale=prescale_factor, postscale=postscale_factor)
     (host,), device = _intake([tensor], inplace=False)
     h = _c.allreduce_async(_ops, host, name=name, op=op, prescale_factor=prescale_factor,
                            postscale_factor=postscale_factor, process_set=process_set)
@@ -132,6 +135,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                      postscale_factor=1.0, process_set=global_process_set):
     """Start an in-place allreduce of ``tensor``."""
     op = resolve_op(op, average)
+    if op != Adasum and _dev.routes([_check_tensor(tensor)]):
+        return _dev.submit("allreduce", [tensor], name=name, process_set=process_set, op=op,
+                           prescale=prescale_factor, postscale=postscale_factor, inplace=True)
     (host,), device = _intake([tensor], inplace=True)
     h = _c.allreduce_async(_ops, host, output=host, name=name, op=op,
                            prescale_factor=prescale_factor, postscale_factor=postscale_factor,
@@ -176,6 +182,10 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                             postscale_factor=1.0, process_set=global_process_set):
     """Start one allreduce for a list of tensors (negotiated and fused together)."""
     op = resolve_op(op, average)
+    if op != Adasum and tensors and _dev.routes([_check_tensor(t) for t in tensors]):
+        return _dev.submit("allreduce", list(tensors), name=name, process_set=process_set,
+                           op=op, prescale=prescale_factor, postscale=postscale_factor,
+                           grouped=True)
     hosts, device = _intake(list(tensors), inplace=False)
     h = _c.grouped_allreduce_async(_ops, hosts, name=name, op=op,
                                    prescale_factor=prescale_factor,
@@ -187,6 +197,10 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                              postscale_factor=1.0, process_set=global_process_set):
     op = resolve_op(op, average)
     tensors = list(tensors)
+    if op != Adasum and tensors and _dev.routes([_check_tensor(t) for t in tensors]):
+        return _dev.submit("allreduce", tensors, name=name, process_set=process_set, op=op,
+                           prescale=prescale_factor, postscale=postscale_factor,
+                           grouped=True, inplace=True)
     hosts, device = _intake(tensors, inplace=True)
     h = _c.grouped_allreduce_async(_ops, hosts, inplace=True, name=name, op=op,
                                    prescale_factor=prescale_factor,
@@ -259,6 +273,9 @@ def sparse_allreduce_async(tensor, name, op, process_set=global_process_set):
 # ------------------------------------------------------------------ allgather
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
+    if _dev.routes([_check_tensor(tensor)]):
+        _check_not_scalar([tensor], "allgather")
+        return _dev.submit("allgather", [tensor], name=name, process_set=process_set)
     (host,), device = _intake([tensor], inplace=False)
     return _wrap(_c.allgather_async(_ops, host, name=name, process_set=process_set), device)
 
@@ -299,6 +316,11 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
+    tensors = list(tensors)
+    if tensors and _dev.routes([_check_tensor(t) for t in tensors]):
+        _check_not_scalar(tensors, "allgather")
+        return _dev.submit("allgather", tensors, name=name, process_set=process_set,
+                           grouped=True)
     hosts, device = _intake(list(tensors), inplace=False)
     return _wrap(_c.grouped_allgather_async(_ops, hosts, name=name, process_set=process_set),
                  device)
@@ -327,13 +349,28 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 # ------------------------------------------------------------------ broadcast
 
+def _check_root(root_rank, process_set):
+    if root_rank not in process_set.ranks:
+        raise ValueError(f"broadcast root_rank {root_rank} is not a member of {process_set}")
+
+
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
+    if _dev.routes([_check_tensor(tensor)]):
+        _check_root(root_rank, process_set)
+        return _dev.submit("broadcast", [tensor], name=name, process_set=process_set,
+                           root=root_rank)
     (host,), device = _intake([tensor], inplace=False)
     return _wrap(_c.broadcast_async(_ops, host, root_rank, name=name,
                                     process_set=process_set), device)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
+    if _dev.routes([_check_tensor(tensor)]):
+        if not tensor.is_contiguous():
+            raise ValueError("Tensor is required to be contiguous.")
+        _check_root(root_rank, process_set)
+        return _dev.submit("broadcast", [tensor], name=name, process_set=process_set,
+                           root=root_rank, inplace=True)
     (host,), device = _intake([tensor], inplace=True)
     h = _c.broadcast_async(_ops, host, root_rank, output=host, name=name,
                            process_set=process_set)
@@ -379,8 +416,26 @@ def _splits_list(splits):
     return [int(s) for s in splits]
 
 
+def _device_splits(tensor, splits, process_set):
+    """The rows sent to each member, checked as the CPU path checks them."""
+    _check_not_scalar([tensor], "alltoall")
+    n, rows = len(process_set.ranks), tensor.shape[0]
+    if splits is None:
+        if rows % n:
+            raise ValueError(f"alltoall without splits needs the first dimension ({rows}) to "
+                             f"be divisible by the number of ranks ({n})")
+        return [rows // n] * n
+    if len(splits) != n or any(s < 0 for s in splits) or sum(splits) != rows:
+        raise ValueError(f"alltoall splits {splits} must have {n} non-negative entries "
+                         f"summing to the first dimension ({rows})")
+    return splits
+
+
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
     """Handle whose result is ``(output, received_splits)``."""
+    if _dev.routes([_check_tensor(tensor)]):
+        return _dev.submit("alltoall", [tensor], name=name, process_set=process_set,
+                           splits=_device_splits(tensor, _splits_list(splits), process_set))
     (host,), device = _intake([tensor], inplace=False)
     h = _c.alltoall_async(_ops, host, _splits_list(splits), name=name, process_set=process_set)
     return _wrap(h, device)
@@ -420,9 +475,20 @@ def _check_not_scalar(tensors, what):
                              "blocks of dim 0); got a scalar")
 
 
+def _reducescatter_op(op):
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports only Average and Sum")
+    return op
+
+
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
     _check_not_scalar([tensor], "reducescatter")
+    if _dev.routes([tensor]):
+        return _dev.submit("reducescatter", [tensor], name=name, process_set=process_set,
+                           op=_reducescatter_op(op), prescale=prescale_factor,
+                           postscale=postscale_factor)
     (host,), device = _intake([tensor], inplace=False)
     h = _c.reducescatter_async(_ops, host, name=name, op=op, process_set=process_set,
                                prescale_factor=prescale_factor,
@@ -470,6 +536,10 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
                                 postscale_factor=1.0):
     tensors = list(tensors)
     _check_not_scalar(tensors, "grouped_reducescatter")
+    if _dev.routes(tensors):
+        return _dev.submit("reducescatter", tensors, name=name, process_set=process_set,
+                           op=_reducescatter_op(op), prescale=prescale_factor,
+                           postscale=postscale_factor, grouped=True)
     hosts, device = _intake(tensors, inplace=False)
     h = _c.grouped_reducescatter_async(_ops, hosts, name=name, op=op, process_set=process_set,
                                        prescale_factor=prescale_factor,

@@ -32,6 +32,7 @@ from fuse.common import basics
 from fuse.common.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
 from fuse.common.ops import Adasum, Average
 from fuse.common.process_sets import global_process_set
+from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
 from fuse.frameworks.torch.tensors import Compression
@@ -316,9 +317,12 @@ class DistributedOptimizer:
         self._densified.clear()
         if self._layout is not None and not self._layout.built:
             engine, pset = basics.engine(), self._process_set.process_set_id
+            threshold = basics._state.config.fusion_threshold
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
-                               _shared_allocator(engine) if pset == 0 else None)
+                               _shared_allocator(engine) if pset == 0 else None,
+                               on_device=lambda p: _device.routes([p]),
+                               device_fuses=lambda nbytes: nbytes <= threshold)
         self._counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True

@@ -49,7 +49,8 @@ def host_view(tensor: torch.Tensor) -> np.ndarray:
 
 
 class TorchOps(ArrayOps):
-    """CPU tensors only; device tensors are staged by the caller (see api._on_host)."""
+    """CPU tensors only: CUDA tensors go to the device path (.device) or are staged through
+    host memory by the caller (mpi_ops._intake)."""
 
     name = "torch"
 
