@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Make the pygloo environment and run the fuse-pygloo plugin's tests in it
 # (plugins/fuse-pygloo/tests: every collective of the backend contract, a part of tests/parallel
-# and a torch DistributedOptimizer training, all on FUSE_BACKEND=pygloo with 2 and 3 workers).
+# and a torch DistributedOptimizer training, all on FUSE_BACKEND=pygloo with 2 and 3 workers),
+# then fuse's unit, backend and plugin tests, which show that fuse builds and passes on 3.10.
 #
 # pygloo publishes a wheel for CPython 3.10 only, so the plugin gets an environment of its own:
 # .venv-pygloo, on Python 3.10, with fuse built for 3.10 (editable, build dir build/py310) and
@@ -19,8 +20,9 @@
 # installing anything, and the build runs on a CPU-only machine.
 # FUSE_SKIP_TORCH=1 leaves torch out (the training test is then skipped, not failed).
 #
-# Safe to run again: once the environment is complete for the current pyproject.toml files and
-# this script, a second run installs nothing.  PYTHON_PYGLOO picks another Python 3.10.
+# Safe to run again: once the environment is complete for the current pyproject.toml files, the
+# plugin's sources and this script, a second run installs nothing.  PYTHON_PYGLOO picks another
+# Python 3.10.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -54,7 +56,9 @@ export PATH="$(pwd)/$VENV/bin:$PATH"
 
 TORCH_VERSION=${FUSE_TORCH_VERSION:-2.13.0}
 STAMP="$VENV/.fuse-pygloo-stamp"
-WANT=$(cat pyproject.toml plugins/fuse-pygloo/pyproject.toml scripts/test_pygloo.sh |
+# (the plugin is installed as a copy, as a user's would be: its sources count too)
+WANT=$(cat pyproject.toml plugins/fuse-pygloo/pyproject.toml plugins/fuse-pygloo/fuse_pygloo/*.py \
+       scripts/test_pygloo.sh |
        { cat; echo "skip-torch=${FUSE_SKIP_TORCH:-0} torch=$TORCH_VERSION"; } |
        sha256sum | cut -d' ' -f1)
 if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
@@ -81,5 +85,9 @@ fi
 # In this environment pygloo (and torch, unless left out on purpose) must work: a broken
 # install fails the tests, never skips them.
 REQUIRE=pygloo
-if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then REQUIRE=$REQUIRE,torch; fi
+OWN_REQUIRE=""
+if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then REQUIRE=$REQUIRE,torch; OWN_REQUIRE=torch; fi
 FUSE_TEST_REQUIRE=$REQUIRE python -m pytest --rootdir=. plugins/fuse-pygloo/tests "$@"
+# fuse itself on Python 3.10 (the main suite runs on 3.11): the unit, backend and plugin tests,
+# about a minute (what needs MPI, Ray or Spark, not installed here, reports itself skipped).
+FUSE_TEST_REQUIRE=$OWN_REQUIRE python -m pytest tests/unit tests/backends tests/plugins "$@"

@@ -16,8 +16,9 @@ from typing import Sequence
 import numpy as np
 
 from fuse.backends.base import Backend
+from fuse.backends.peer_proof import prove_peers
 from fuse.runner.hosts import route_source_address
-from fuse.runner.store import store_from_config
+from fuse.runner.store import secret_from_env, store_from_config
 from fuse_pygloo.dtypes import BACKEND
 from fuse_pygloo.group import PyglooError, PyglooGroup
 from fuse_pygloo.store import StoreBridge
@@ -103,10 +104,11 @@ class PyglooBackend(Backend):
 
     def _connect(self, ranks: list[int], group_id: int) -> PyglooGroup:
         label = "the world" if group_id == 0 else f"process set {group_id}"
+        prefix = f"{self._prefix}g{group_id}/"
         context = None
         if len(ranks) > 1:
             context = self._pg.rendezvous.Context(ranks.index(self.rank), len(ranks))
-            bridge = StoreBridge(self._store, f"{self._prefix}g{group_id}/", self.timeout)
+            bridge = StoreBridge(self._store, prefix, self.timeout)
             try:
                 context.connectFullMesh(self._pg.rendezvous.CustomStore(bridge), self._device)
             except (RuntimeError, TimeoutError) as err:
@@ -114,6 +116,10 @@ class PyglooBackend(Backend):
                                   f"{label} (ranks {ranks}): {err}") from err
         group = PyglooGroup(self._pg, context, ranks, self.rank, label)
         self._groups[group_id] = group
+        # Gloo's listeners take any connection that sends the right four bytes: before the
+        # job's data travels, every pair proves the job's secret on its own connection.
+        prove_peers(group, ranks, self.rank, prefix, secret_from_env(), backend=BACKEND,
+                    error=PyglooError, transport_errors=(PyglooError,))
         return group
 
     def exchange(self, data: bytes) -> list[bytes]:
