@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Set everything up and run the whole test suite: the main environment (.venv: NumPy, torch,
-# MPI) first, then each framework that cannot share it, in an environment of its own made by
-# its script.
+# MPI) first, then each framework that cannot share it, and the pygloo plugin (Python 3.10), in
+# an environment of its own made by its script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -20,3 +20,5 @@ fi
 FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"
 bash scripts/test_tensorflow.sh "$@"
 bash scripts/test_mxnet.sh "$@"
+# The fuse-pygloo plugin on Python 3.10 (pygloo has no other wheel): .venv-pygloo.
+bash scripts/test_pygloo.sh "$@"

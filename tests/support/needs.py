@@ -6,9 +6,10 @@ the reason, so a plain ``pytest`` in an incomplete environment still says what i
 ``FUSE_TEST_REQUIRE`` (comma-separated feature names) lists what this environment promises to
 have: the test scripts set it for the environments they make (``scripts/test.sh``: ``mpi``,
 ``torch``, ``autotune``, and ``ssh`` in CI as root; ``scripts/test_tensorflow.sh``:
-``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``; ``scripts/test_gpu.sh``: ``gpu``).  A
-required feature that is missing fails the test (at collection, for a module-level check) instead of skipping it, so a broken
-install cannot turn tests into silence.
+``tensorflow``; ``scripts/test_mxnet.sh``: ``mxnet``; ``scripts/test_pygloo.sh``: ``pygloo``
+and ``torch``; ``scripts/test_gpu.sh``: ``gpu``).  A required feature that is missing fails the
+test (at collection, for a module-level check) instead of skipping it, so a broken install
+cannot turn tests into silence.
 """
 
 from __future__ import annotations
@@ -37,6 +38,9 @@ WHY = {
            "with NVIDIA GPUs; bash scripts/test_gpu.sh runs tests/gpu there)",
     "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/mxnet runs in .venv-mxnet "
              "(bash scripts/test_mxnet.sh makes it)",
+    "pygloo": "pygloo or the fuse-pygloo plugin is not installed (pygloo has a CPython 3.10 "
+              "wheel only): plugins/fuse-pygloo/tests run in .venv-pygloo "
+              "(bash scripts/test_pygloo.sh makes it)",
 }
 
 
