@@ -124,6 +124,12 @@ class _ActorProcess:
 
     def _settle(self) -> None:
         try:
+            self._outcome()
+        finally:
+            self.kill()     # an actor left idle would keep its CPUs from the next generation
+
+    def _outcome(self) -> None:
+        try:
             self.outcome = ray.get(self._call)
             self.returncode = 0
         except ray.exceptions.RayTaskError as err:
@@ -185,7 +191,7 @@ class RayElasticJob(ElasticJob):
         env.update({k: self.base_env[k] for k in ("FUSE_ELASTIC", "FUSE_ELASTIC_TIMEOUT")})
         env.update(self.env_vars)
         try:
-            actor = ray.remote(FuseWorker).options(
+            actor = _actor_class().options(
                 num_cpus=self.cpus_per_slot, num_gpus=self.gpus_per_slot,
                 scheduling_strategy=NodeAffinitySchedulingStrategy(w.slot.hostname, soft=False)
             ).remote(w.slot.rank, w.slot.size)
@@ -217,6 +223,16 @@ class RayElasticJob(ElasticJob):
             if getattr(w.proc, "returncode", None) == 1 and w.proc.error is not None:
                 return w.proc.error
         return None
+
+
+def _actor_class():
+    global _ACTOR
+    if _ACTOR is None:
+        _ACTOR = ray.remote(FuseWorker)
+    return _ACTOR
+
+
+_ACTOR = None
 
 
 def store_address(nics: Sequence[str] | None) -> str:
