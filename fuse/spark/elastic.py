@@ -3,10 +3,10 @@
 The driver is fuse's elastic driver (:class:`fuse.runner.elastic.driver.ElasticJob`); what
 Spark changes:
 
-* the stage is an ordinary (not barrier) one of ``max_num_proc`` tasks, so that one task's
-  end does not end the others; each task is a slot, and a host of its own to the driver
-  (``spark-task-<i>``), so that a lost task (its rank's process killed, or the task itself
-  gone) blacklists that task only, and the job re-forms with the others;
+* each of the ``max_num_proc`` slots is a Spark job of one task, so that one task's failure
+  fails no other; each task is a host of its own to the driver (``spark-task-<i>-<attempt>``),
+  so that a lost task (its rank's process killed, or the task itself gone) blacklists that task
+  only, the job re-forms with the others, and a task Spark retries joins as a new host;
 * the driver's discovery is the tasks that answer (:class:`SparkTaskDiscovery`, by their
   heartbeats in the store), and a worker is started by asking its task to start it
   (:mod:`fuse.spark.elastic_task`).
@@ -42,12 +42,17 @@ HOST_PREFIX = "spark-task-"
 STALE_SECONDS = 10.0        # a task whose heartbeat has not moved this long is gone
 
 
-def task_host(index: int) -> str:
-    return f"{HOST_PREFIX}{index}"
+def task_host(task: str) -> str:
+    return f"{HOST_PREFIX}{task}"
 
 
-def task_index(host: str) -> int:
-    return int(host[len(HOST_PREFIX):])
+def task_of(host: str) -> str:
+    return host[len(HOST_PREFIX):]
+
+
+def _order(task: str) -> tuple[int, int]:
+    slot, attempt = task.split("-")
+    return int(slot), int(attempt)
 
 
 class SparkTaskDiscovery:
@@ -56,7 +61,8 @@ class SparkTaskDiscovery:
     def __init__(self, stale_after: float = STALE_SECONDS):
         self.stale_after = stale_after
         self.server = None
-        self._seen: dict[int, tuple[bytes, float]] = {}    # task -> (beat, when it changed)
+        self.ended: set[int] = set()        # slots whose Spark job is over (failed, say)
+        self._seen: dict[str, tuple[bytes, float]] = {}    # task -> (beat, when it changed)
         self._lock = threading.Lock()
 
     def attach(self, server) -> None:
@@ -65,7 +71,15 @@ class SparkTaskDiscovery:
     def describe(self) -> str:
         return "the Spark tasks"
 
-    def alive(self, index: int) -> bool:
+    def slot_ended(self, slot: int) -> None:
+        """The Spark job of ``slot`` is over: its task answers no more, whatever its beat."""
+        self.ended.add(slot)
+
+    def alive(self, index: str) -> bool:
+        slot, attempt = _order(index)
+        if slot in self.ended or \
+                self.server.get(keys.HOST_KEY.format(task=f"{slot}-{attempt + 1}")) is not None:
+            return False        # its job is over, or Spark retries its task: it is gone
         beat = self.server.get(keys.ALIVE_KEY.format(task=index))
         if beat is None:
             return False
@@ -80,7 +94,8 @@ class SparkTaskDiscovery:
     def find(self) -> list[HostSpec]:
         if self.server is None:
             return []
-        tasks = sorted(int(k.rsplit("/", 1)[1]) for k in self.server.keys(keys.ALIVE_PREFIX))
+        tasks = sorted((k.rsplit("/", 1)[1] for k in self.server.keys(keys.ALIVE_PREFIX)),
+                       key=_order)
         return [HostSpec(task_host(i), 1) for i in tasks if self.alive(i)]
 
 
@@ -90,7 +105,7 @@ class _TaskProcess:
     stdin = stdout = stderr = None
     pid = None
 
-    def __init__(self, server, discovery: SparkTaskDiscovery, index: int, n: int):
+    def __init__(self, server, discovery: SparkTaskDiscovery, index: str, n: int):
         self.server, self.discovery, self.index, self.n = server, discovery, index, n
         self.returncode: int | None = None
         self.why: str | None = None
@@ -101,8 +116,8 @@ class _TaskProcess:
             if raw is not None:
                 self.returncode = int(raw.decode())
             elif not self.discovery.alive(self.index):
-                self.why = (f"its Spark task {self.index} stopped answering for "
-                            f"{self.discovery.stale_after:g} s")
+                self.why = (f"its Spark task {self.index} ended or stopped answering (for "
+                            f"{self.discovery.stale_after:g} s)")
                 self.returncode = -signal.SIGKILL
         return self.returncode
 
@@ -130,7 +145,7 @@ class SparkElasticJob(ElasticJob):
     def __init__(self, discovery: SparkTaskDiscovery, elastic: ElasticSettings, store_addr: str,
                  nics: Sequence[str] | None, settings: Settings):
         self.nics = list(nics) if nics else None
-        self._starts: dict[int, int] = {}       # task -> how many workers it was asked to start
+        self._starts: dict[str, int] = {}       # task -> how many workers it was asked to start
         super().__init__(["<fuse.spark task>"], discovery, elastic, env=None, settings=settings,
                          store_addr=store_addr)
         discovery.attach(self.server)
@@ -161,7 +176,7 @@ class SparkElasticJob(ElasticJob):
         return _TaskWorker(slot, remote=False)
 
     def _start(self, w: _Worker) -> Failure | None:
-        index = task_index(w.slot.hostname)
+        index = task_of(w.slot.hostname)
         n = self._starts[index] = self._starts.get(index, -1) + 1
         env = job_env(w.slot, self.addr, self.port, self.secret, self.nics)
         env.update({k: self.base_env[k] for k in ("FUSE_ELASTIC", "FUSE_ELASTIC_TIMEOUT")})
@@ -232,7 +247,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
         job.server.put(FUNC_KEY, sign(key, cloudpickle.dumps(
             (fn, tuple(args), dict(kwargs or {})))))
         plan = ElasticTaskPlan(job.addr, job.port, key, env, None, prefix_output_with_timestamp)
-        stage = _Stage(sc, plan, high)
+        stage = _Stage(sc, plan, high, discovery)
         try:
             job.wait_for_tasks(_start_timeout(start_timeout))
             result = job.run()
@@ -267,28 +282,37 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
 
 
 class _Stage:
-    """The stage of ``tasks`` tasks, run in a thread of its own for as long as the job runs."""
+    """The slots' Spark jobs, one task each, each run from a thread of its own for as long as
+    the elastic job runs."""
 
-    def __init__(self, sc, plan: ElasticTaskPlan, tasks: int):
-        self.sc = sc
+    def __init__(self, sc, plan: ElasticTaskPlan, tasks: int, discovery: SparkTaskDiscovery):
+        self.sc, self.discovery = sc, discovery
         self.group = f"fuse-spark-elastic-{uuid.uuid4().hex[:12]}"
-        self.error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, args=(plan, tasks), daemon=True,
-                                        name="fuse-spark-stage")
-        self._thread.start()
+        self.error: BaseException | None = None     # the first slot's job that failed
+        self._threads = [threading.Thread(target=self._run, args=(plan, slot, tasks),
+                                          daemon=True, name=f"fuse-spark-slot-{slot}")
+                         for slot in range(tasks)]
+        for thread in self._threads:
+            thread.start()
 
-    def _run(self, plan: ElasticTaskPlan, tasks: int) -> None:
+    def _run(self, plan: ElasticTaskPlan, slot: int, tasks: int) -> None:
         try:
-            self.sc.setJobGroup(self.group, f"fuse.spark.run_elastic: up to {tasks} ranks",
+            self.sc.setJobGroup(self.group, f"fuse.spark.run_elastic: slot {slot} of {tasks}",
                                 interruptOnCancel=True)
-            self.sc.parallelize(range(tasks), tasks).mapPartitionsWithIndex(plan).collect()
+            self.sc.parallelize([slot], 1).mapPartitions(plan).collect()
         except BaseException as err:        # reported by the caller's thread
-            self.error = err
+            if self.error is None:
+                self.error = err
+        finally:
+            self.discovery.slot_ended(slot)     # a failed task's rank is lost at once
 
     def finish(self, timeout: float = 30.0) -> None:
         """Wait for the tasks to return (they do once the job is over); cancel them after
         ``timeout`` seconds (a task still waiting for a free slot, say)."""
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        deadline = time.monotonic() + timeout
+        for thread in self._threads:
+            thread.join(max(0.0, deadline - time.monotonic()))
+        if any(t.is_alive() for t in self._threads):
             self.sc.cancelJobGroup(self.group)
-            self._thread.join(30.0)
+            for thread in self._threads:
+                thread.join(30.0)

@@ -1,6 +1,7 @@
 """The Spark side of :func:`fuse.spark.run_elastic`: what each task of the stage does.
 
-A task is one slot of the elastic job.  It says it is there (its host, then a heartbeat
+A task is one slot of the elastic job, and a Spark job of its own (so that its failure fails
+no other task).  It says it is there (its host, then a heartbeat
 every second) and waits for the driver: each time the driver starts a worker on it, the task
 runs ``python -m fuse.runner.run_task`` with the environment the driver gave (as
 :func:`fuse.spark.run`'s tasks do), stops it when told to, and records how it ended.  It
@@ -51,7 +52,13 @@ class ElasticTaskPlan:
         self.env = dict(env) if env is not None else None
         self.executable, self.prefix_timestamp = executable, prefix_timestamp
 
-    def __call__(self, index: int, partition):
+    def __call__(self, partition):
+        """The task of slot ``i`` (its partition holds ``i``); a retried task is a new task,
+        ``<i>-<attempt>``, which the driver sees as a new host."""
+        from pyspark import TaskContext
+
+        slot = next(iter(partition))
+        index = f"{slot}-{TaskContext.get().attemptNumber()}"
         store = HTTPStore(self.addr, self.port, secret=self.secret, timeout=30.0)
         store.set(HOST_KEY.format(task=index), socket.gethostname().encode())
         beat = _Heartbeat(store, index)
@@ -68,7 +75,7 @@ class ElasticTaskPlan:
             time.sleep(_POLL_SECONDS)
         yield index
 
-    def _run_worker(self, store: HTTPStore, beat: "_Heartbeat", index: int, n: int,
+    def _run_worker(self, store: HTTPStore, beat: "_Heartbeat", index: str, n: int,
                     given: Mapping[str, str]) -> None:
         base = dict(self.env if self.env is not None else os.environ)
         base.update(worker_env(given, base))
@@ -87,7 +94,7 @@ class ElasticTaskPlan:
 
 
 class _Heartbeat:
-    def __init__(self, store: HTTPStore, index: int):
+    def __init__(self, store: HTTPStore, index: str):
         self.store, self.key = store, ALIVE_KEY.format(task=index)
         self.count, self.last = 0, 0.0
 

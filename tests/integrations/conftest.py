@@ -32,33 +32,6 @@ def fuserun_training(tmp_path_factory):
 @pytest.fixture(scope="module")
 def spark():
     """A local Spark with 2 task slots for the whole module (the JVM starts slowly)."""
-    import shutil
-
-    import needs
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        needs.missing("spark", "no java on PATH and no JAVA_HOME")
-    from pyspark.sql import SparkSession
-    os.environ["PYSPARK_PYTHON"] = sys.executable      # the executors' Python: this one
-    session = (SparkSession.builder.master("local[2]").appName("fuse-spark-tests")
-               .config("spark.ui.enabled", "false").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    try:
+    from spark_session import local_spark
+    with local_spark("local[2]") as session:
         yield session
-    finally:
-        _stop_spark(session)
-
-
-def _stop_spark(session) -> None:
-    """Stop the session and its JVM: SparkSession.stop() keeps the JVM for the rest of the
-    process, which here is the rest of the test suite."""
-    from pyspark import SparkContext
-    gateway = SparkContext._gateway
-    session.stop()
-    if gateway is None:
-        return
-    gateway.shutdown()
-    proc = getattr(gateway, "proc", None)     # the JVM pyspark started (launch_gateway)
-    if proc is not None:
-        proc.kill()
-        proc.wait(timeout=30)
-    SparkContext._gateway = SparkContext._jvm = None

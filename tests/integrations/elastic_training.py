@@ -5,7 +5,8 @@ momentum, Sum over ranks) and an ElasticSampler, on small integers so that every
 Every committed step logs the sample indices the whole job processed in it (allgathered), so
 :func:`check` can rebuild the weights from the log and compare them, bit for bit, with every
 worker's.  A fault ``("kill", generation, rank, step)`` SIGKILLs that rank's process at that
-committed step; rank 0 appends ``generation size steps`` to ``progress.txt`` at each commit.
+committed step (``"killparent"``: the process that started it); rank 0 appends
+``generation size steps time`` to ``progress.txt`` at each commit.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def train(out_dir: str, epochs: int, faults=(), step_sleep: float = 0.02) -> dic
 
     def maybe_fail(step: int) -> None:
         for kind, g, r, at in faults:
-            if (g, r, at) == (basics._state.generation, hvd.rank(), step) and kind == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
+            if (g, r, at) == (basics._state.generation, hvd.rank(), step):
+                # "killparent": the process that started this one (a Spark task's worker)
+                os.kill(os.getppid() if kind == "killparent" else os.getpid(), signal.SIGKILL)
 
     @hvd.elastic.run
     def loop(state):
