@@ -106,3 +106,19 @@ def test_elastic_arguments_are_checked():
         ex.run(lambda: 1, callbacks=[print])
     with pytest.raises(RuntimeError, match="start"):
         ex.run(lambda: 1)
+
+
+def _raises():
+    raise ValueError("rank data is bad")
+
+
+def test_a_worker_that_raises_is_named_with_its_exception(cluster):
+    """The only worker raises: the job cannot go on, and the error says why, naming the
+    worker and its exception (chained as the cause)."""
+    executor = ElasticRayExecutor(ElasticRayExecutor.create_settings(min_np=1,
+                                                                     elastic_timeout=5))
+    executor.start()
+    with pytest.raises(RuntimeError, match="every worker failed") as info:
+        executor.run(_raises)
+    assert "raised ValueError: rank data is bad" in str(info.value), str(info.value)
+    assert isinstance(info.value.__cause__, ValueError), info.value.__cause__
