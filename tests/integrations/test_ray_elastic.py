@@ -1,5 +1,5 @@
 """Elastic fuse on a real local Ray cluster (ray.cluster_utils, nodes of 1 CPU on this
-machine): ElasticRayExecutor's workers survive one of them being SIGKILLed, and an elastic
+machine): ElasticRayExecutor's workers survive one of them (rank 0 or 1) being SIGKILLed, and an elastic
 RayExecutor (min_workers) grows when a node joins and shrinks when that node is removed.  The
 survivors must end with the weights rebuilt from their log of committed steps, bit for bit
 (elastic_training.check)."""
@@ -22,9 +22,9 @@ ray.cloudpickle.register_pickle_by_value(elastic_training)
 pytestmark = pytest.mark.timeout(240)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def cluster():
-    """A head node of 1 CPU (where this driver runs) and a second node of 1 CPU."""
+    """A head node of 1 CPU, where this driver runs, for the whole module."""
     from ray.cluster_utils import Cluster
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith(("FUSE_",
                                                                           "HOROVOD_"))}
@@ -38,16 +38,25 @@ def cluster():
         os.environ.update(saved)
 
 
-def test_a_killed_worker_leaves_the_others_training(cluster, tmp_path):
-    cluster.add_node(num_cpus=1)
+@pytest.fixture
+def second_node(cluster):
+    """A second node of 1 CPU for one test; removed after it, unless the test did."""
+    node = cluster.add_node(num_cpus=1)
     cluster.wait_for_nodes()
+    yield node
+    if node in cluster.worker_nodes:
+        cluster.remove_node(node)
+
+
+@pytest.mark.parametrize("victim", [1, 0])
+def test_a_killed_worker_leaves_the_others_training(second_node, tmp_path, victim):
     settings = ElasticRayExecutor.create_settings(min_np=1, max_np=2, elastic_timeout=60,
                                                   timeout_s=60)
     executor = ElasticRayExecutor(settings, cpus_per_slot=1)
     executor.start()
     out, epochs = str(tmp_path), 2
     results = executor.run(lambda: elastic_training.train(out, epochs,
-                                                          [("kill", 0, 1, 7)]))
+                                                          [("kill", 0, victim, 7)]))
     elastic_training.check(results, 1, epochs)
     assert results[0]["generation"] == 1
     sizes = [p[1] for p in elastic_training.progress(out)]
