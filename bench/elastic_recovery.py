@@ -59,12 +59,14 @@ train(state)
 '''
 
 
-def one_run(tmp: str) -> float:
+def one_run(tmp: str, workers: int = 4) -> float:
     script = os.path.join(tmp, "worker.py")
     with open(script, "w") as f:
         f.write(WORKER)
-    argv = [sys.executable, "-m", "fuse.runner.launch", "-np", "4", "--min-np", "2",
-            "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1,127.0.0.3:1", sys.executable, script, tmp]
+    hosts = ["localhost"] + [f"127.0.0.{i}" for i in range(1, workers)]
+    argv = [sys.executable, "-m", "fuse.runner.launch", "-np", str(workers), "--min-np",
+            str(max(1, workers // 2)), "-H", ",".join(f"{h}:1" for h in hosts),
+            sys.executable, script, tmp]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FUSE_", "HOROVOD_"))}
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
@@ -81,8 +83,9 @@ def one_run(tmp: str) -> float:
             after = [float(t) for t, g in (line.split() for line in f) if int(g) > 0]
         if after:
             firsts.append(min(after))
-    if len(firsts) != 3:
-        raise RuntimeError(f"expected 3 survivors committing after the kill, got {len(firsts)}")
+    if len(firsts) != workers - 1:
+        raise RuntimeError(f"expected {workers - 1} survivors committing after the kill, got "
+                           f"{len(firsts)}")
     return max(firsts) - killed
 
 
@@ -90,15 +93,18 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--runs", type=int, default=10)
     p.add_argument("--json", default=None)
+    p.add_argument("--workers", type=int, default=4,
+                   help="workers at the start (min-np is half of them); default 4")
     args = p.parse_args()
     samples, loads = [], []
     for i in range(args.runs):
         loads.append(os.getloadavg()[0])
         with tempfile.TemporaryDirectory() as tmp:
-            samples.append(one_run(tmp))
+            samples.append(one_run(tmp, args.workers))
         print(f"run {i + 1}: {samples[-1]:.3f} s (load {loads[-1]:.2f})", flush=True)
     q = statistics.quantiles(samples, n=10) if len(samples) >= 2 else samples
-    summary = {"runs": len(samples), "median_s": statistics.median(samples),
+    summary = {"workers": args.workers, "runs": len(samples),
+               "median_s": statistics.median(samples),
                "min_s": min(samples), "max_s": max(samples), "deciles_s": q,
                "samples_s": samples, "load_1min": loads,
                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}

@@ -6,21 +6,9 @@ try:
 except ImportError as err:
     raise ImportError(f"fuse.ray needs Ray: pip install 'fuse[ray]' ({err})") from err
 
+from .elastic import ElasticRayExecutor, ElasticRaySettings, RayHostDiscovery
 from .runner import RayExecutor, RaySettings
 from .worker import BaseHorovodWorker, FuseWorker
 
 __all__ = ["RayExecutor", "RaySettings", "BaseHorovodWorker", "FuseWorker",
-           "ElasticRayExecutor"]
-
-
-class ElasticRayExecutor:
-    """Horovod's elastic Ray executor: not supported yet (fuse has no elastic mode)."""
-
-    def __init__(self, *args, **kwargs):
-        raise NotImplementedError("fuse.ray.ElasticRayExecutor: elastic training is not "
-                                  "supported yet; use RayExecutor(num_workers=...)")
-
-    @staticmethod
-    def create_settings(*args, **kwargs):
-        raise NotImplementedError("fuse.ray.ElasticRayExecutor: elastic training is not "
-                                  "supported yet; use RayExecutor.create_settings")
+           "ElasticRayExecutor", "ElasticRaySettings", "RayHostDiscovery"]

@@ -53,8 +53,12 @@ class RayExecutor:
 
     A worker that raises, or whose actor dies, ends the call with an error naming its rank:
     its own exception (the Ray wrapper removed) chained from a :class:`WorkerError`, or a
-    :class:`WorkerError` for a dead actor.  The elastic arguments (``min_workers``,
-    ``max_workers``, ``reset_limit``, ``cooldown_range``) are not supported yet.
+    :class:`WorkerError` for a dead actor.
+
+    With ``min_workers`` (instead of ``num_workers``/``num_hosts``) the job is elastic, as
+    :class:`~fuse.ray.ElasticRayExecutor` runs it: between ``min_workers`` and ``max_workers``
+    workers of ``cpus_per_worker`` CPUs on the cluster's alive nodes, re-formed when one is
+    lost or a node joins; only :meth:`run` is available then (each call is one elastic job).
     """
 
     @staticmethod
@@ -74,14 +78,24 @@ class RayExecutor:
                  min_workers: int | None = None, max_workers: int | None = None,
                  reset_limit: int | None = None, cooldown_range: tuple[int, int] | None = None,
                  elastic_timeout: int = 600, override_discovery: bool = True):
-        elastic = [name for name, value in (("min_workers", min_workers),
-                                            ("max_workers", max_workers),
-                                            ("reset_limit", reset_limit),
-                                            ("cooldown_range", cooldown_range))
-                   if value is not None]
-        if elastic:
-            raise NotImplementedError(f"fuse.ray: elastic mode ({', '.join(elastic)}) is not "
-                                      "supported yet; give num_workers or num_hosts")
+        self._elastic = None
+        if min_workers is not None:
+            if num_workers is not None or num_hosts is not None:
+                raise ValueError("give num_workers/num_hosts (a fixed job) or min_workers (an "
+                                 "elastic one), not both")
+            self._elastic = _elastic_executor(settings, min_workers, max_workers, reset_limit,
+                                              cooldown_range, elastic_timeout, cpus_per_worker,
+                                              use_gpu, gpus_per_worker, override_discovery)
+            self.settings = self._elastic.settings
+            self.workers = []
+            return
+        extra = [name for name, value in (("max_workers", max_workers),
+                                          ("reset_limit", reset_limit),
+                                          ("cooldown_range", cooldown_range))
+                 if value is not None]
+        if extra:
+            raise ValueError(f"fuse.ray: {', '.join(extra)} only apply to an elastic job: "
+                             "give min_workers too")
         if num_workers is None and num_hosts is None:
             raise ValueError("give num_workers, or num_hosts and num_workers_per_host")
         if num_workers is not None and num_hosts is not None:
@@ -142,6 +156,13 @@ class RayExecutor:
               executable_kwargs: dict | None = None, extra_env_vars: dict | None = None) -> None:
         """Place the workers, give them their ranks and environment, and create
         ``executable_cls(*executable_args, **executable_kwargs)`` in each (for :meth:`execute`)."""
+        if self._elastic is not None:
+            if executable_cls is not None:
+                raise NotImplementedError("fuse.ray: an elastic RayExecutor (min_workers) runs "
+                                          "functions only: use run(fn), not executable_cls")
+            self._elastic.env_vars.update(extra_env_vars or {})
+            self._elastic.start()
+            return
         if self.workers:
             raise RuntimeError("fuse.ray: this RayExecutor is started already")
         pg, index, self._own_pg = self._placement_group()
@@ -194,6 +215,9 @@ class RayExecutor:
 
     # -- running ----------------------------------------------------------------------------
     def _require_started(self) -> None:
+        if self._elastic is not None:
+            raise NotImplementedError("fuse.ray: an elastic RayExecutor (min_workers) has no "
+                                      "workers between runs; use run(fn)")
         if not self.workers:
             raise RuntimeError("fuse.ray: call start() first")
 
@@ -209,6 +233,9 @@ class RayExecutor:
         if callbacks:
             raise NotImplementedError("fuse.ray: run(callbacks=...) is not supported; return "
                                       "what the driver needs from fn instead")
+        if self._elastic is not None:   # the workers of the last generation, in rank order
+            call_args, call_kwargs = tuple(args or ()), dict(kwargs or {})
+            return self._elastic.run(lambda: fn(*call_args, **call_kwargs))
         return self._get(self.run_remote(fn, args, kwargs), None, "run")
 
     def execute(self, fn: Callable[[Any], Any], callbacks: list | None = None) -> list:
@@ -294,6 +321,9 @@ class RayExecutor:
     # -- stopping ---------------------------------------------------------------------------
     def shutdown(self) -> None:
         """Kill the workers, release their placement group and stop the store."""
+        if self._elastic is not None:
+            self._elastic.shutdown()
+            return
         for w in self.workers:
             try:
                 ray.kill(w)
@@ -309,3 +339,19 @@ class RayExecutor:
         if self._store is not None:
             self._store.close()
             self._store = None
+
+
+def _elastic_executor(settings, min_workers, max_workers, reset_limit, cooldown_range,
+                      elastic_timeout, cpus_per_worker, use_gpu, gpus_per_worker,
+                      override_discovery):
+    """The ElasticRayExecutor that an elastic RayExecutor (``min_workers``) runs its jobs on;
+    ``settings`` (from RayExecutor.create_settings) gives its start timeout and interfaces."""
+    from .elastic import ElasticRayExecutor
+    base = settings or RayExecutor.create_settings()
+    elastic = ElasticRayExecutor.create_settings(
+        min_np=min_workers, max_np=max_workers, reset_limit=reset_limit,
+        elastic_timeout=elastic_timeout, timeout_s=base.timeout_s, nics=base.nics,
+        cooldown_range=cooldown_range)
+    return ElasticRayExecutor(elastic, use_gpu=use_gpu, cpus_per_slot=cpus_per_worker,
+                              gpus_per_slot=gpus_per_worker,
+                              override_discovery=override_discovery)

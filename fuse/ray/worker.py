@@ -60,6 +60,20 @@ class FuseWorker:
         """``func(*args, **kwargs)`` on this worker."""
         return _reporting(func, *(args or ()), **(kwargs or {}))
 
+    def run_elastic(self, job_env: Mapping[str, str], func: Callable[[], Any]) -> tuple:
+        """One worker of an elastic job (:mod:`fuse.ray.elastic`): take ``job_env``, run
+        ``func()``; returns ``("ok", rank at the end, result)``, or ``("removed", None, None)``
+        when the job went on without this worker (its node left)."""
+        from fuse.common.elastic_rendezvous import WorkerRemoved
+        self.set_job_env(job_env)
+        try:
+            value = _reporting(func)
+        except WorkerRemoved:       # a SystemExit: would end the actor, not just this call
+            return ("removed", None, None)
+        basics = sys.modules.get("fuse.common.basics")
+        config = getattr(getattr(basics, "_state", None), "config", None)
+        return ("ok", config.rank if config is not None else self.world_rank, value)
+
 
 def _reporting(func: Callable[..., Any], *args, **kwargs) -> Any:
     """Call ``func``; if it raises and started fuse, tell the other ranks (and the driver's

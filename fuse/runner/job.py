@@ -278,7 +278,7 @@ class Job:
 
     def __init__(self, command: Sequence[str], slots: Sequence[Slot],
                  env: Mapping[str, str] | None = None, settings: Settings | None = None,
-                 secret: bytes | None = None):
+                 secret: bytes | None = None, store_addr: str | None = None):
         if not command:
             raise ValueError("no command to run")
         if not slots:
@@ -289,14 +289,15 @@ class Job:
         self.base_env = worker_base_env(env)
         remote_hosts = []
         for s in self.slots:
-            if not is_local_host(s.hostname) and s.hostname not in remote_hosts:
+            if not self._is_local(s.hostname) and s.hostname not in remote_hosts:
                 remote_hosts.append(s.hostname)
         self.remote_hosts = remote_hosts
         # Every host name that resolves to this machine shares its cores.
         self.local_workers = sum(s.hostname not in remote_hosts for s in self.slots)
         self.cores = thread_budget.usable_cores()
         nics = list(self.settings.network_interfaces or [])
-        self.addr = store_address(remote_hosts, nics)
+        # ``store_addr``: a launcher that places workers itself (Ray) knows where they reach it
+        self.addr = store_addr or store_address(remote_hosts, nics)
         # The store listens only where the workers reach it (loopback for a local job), and
         # serves only requests made with the job's secret.
         self.secret = secret if secret is not None else make_secret()
@@ -318,6 +319,10 @@ class Job:
         self.server.stop()
 
     # -- environment -----------------------------------------------------------------------
+    def _is_local(self, host: str) -> bool:
+        """Whether a worker on ``host`` starts here (else over ssh)."""
+        return is_local_host(host)
+
     def worker_env(self, slot: Slot) -> dict[str, str]:
         env = dict(self.base_env)
         nics = list(self.settings.network_interfaces or [])

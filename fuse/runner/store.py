@@ -255,8 +255,9 @@ class KVStoreServer:
         with self._changed:
             self._data[key] = value
             self._changed.notify_all()
-        if self.on_change is not None:
-            self.on_change()
+        callback = self.on_change   # read once: the driver clears it from its own thread
+        if callback is not None:
+            callback()
 
     def get(self, key: str) -> bytes | None:
         with self._lock:

@@ -6,12 +6,7 @@ try:
 except ImportError as err:
     raise ImportError(f"fuse.spark needs PySpark: pip install 'fuse[spark]' ({err})") from err
 
+from .elastic import run_elastic
 from .runner import run
 
 __all__ = ["run", "run_elastic"]
-
-
-def run_elastic(*args, **kwargs):
-    """Horovod's elastic Spark run: not supported yet (fuse has no elastic mode)."""
-    raise NotImplementedError("fuse.spark.run_elastic: elastic training is not supported yet; "
-                              "use fuse.spark.run")

@@ -72,19 +72,39 @@ def run_rank(plan: TaskPlan, slot, store: HTTPStore) -> int:
     exit code."""
     base = dict(plan.env if plan.env is not None else os.environ)
     base.update(worker_env(job_env(slot, plan.addr, plan.port, plan.secret, plan.nics), base))
-    command = [plan.executable or sys.executable, "-m", "fuse.runner.run_task"]
-    proc = subprocess.Popen(command, env=base, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, preexec_fn=_die_with_parent)
+    proc, pumps, tail = start_rank_process(plan, base, slot.rank)
     store.set(STARTED_KEY.format(rank=slot.rank), b"1")
+    rc = wait_rank_process(proc, pumps)
+    store.set(EXIT_KEY.format(rank=slot.rank), f"{rc} {time.time()!r} {slot.hostname}".encode())
+    if rc != 0 and tail:
+        store.set(TAIL_KEY.format(rank=slot.rank), "\n".join(tail).encode())
+    return rc
+
+
+def start_rank_process(plan: TaskPlan, env: Mapping[str, str], rank: int
+                       ) -> tuple[subprocess.Popen, list[threading.Thread], list[str]]:
+    """``python -m fuse.runner.run_task`` with ``env``, its output forwarded with a
+    ``[rank]<stream>:`` prefix; returns the process, the forwarding threads and the list that
+    keeps the last lines of its stderr."""
+    command = [plan.executable or sys.executable, "-m", "fuse.runner.run_task"]
+    proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            preexec_fn=_die_with_parent)
     tail: list[str] = []
-    pumps = [threading.Thread(target=_forward, args=(proc.stdout, sys.stdout, slot.rank,
+    pumps = [threading.Thread(target=_forward, args=(proc.stdout, sys.stdout, rank,
                                                      "stdout", plan.prefix_timestamp, None),
                               daemon=True),
-             threading.Thread(target=_forward, args=(proc.stderr, sys.stderr, slot.rank,
+             threading.Thread(target=_forward, args=(proc.stderr, sys.stderr, rank,
                                                      "stderr", plan.prefix_timestamp, tail),
                               daemon=True)]
     for pump in pumps:
         pump.start()
+    return proc, pumps, tail
+
+
+def wait_rank_process(proc: subprocess.Popen, pumps: list[threading.Thread]) -> int:
+    """Wait for the rank's process (killed if this task is being stopped meanwhile) and
+    for its output; returns its exit code."""
     try:
         rc = proc.wait()
     finally:
@@ -93,9 +113,6 @@ def run_rank(plan: TaskPlan, slot, store: HTTPStore) -> int:
             proc.wait()
     for pump in pumps:
         pump.join(timeout=5.0)
-    store.set(EXIT_KEY.format(rank=slot.rank), f"{rc} {time.time()!r} {slot.hostname}".encode())
-    if rc != 0 and tail:
-        store.set(TAIL_KEY.format(rank=slot.rank), "\n".join(tail).encode())
     return rc
 
 

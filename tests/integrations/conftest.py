@@ -27,3 +27,11 @@ def fuserun_training(tmp_path_factory):
         with open(f"{out}.{rank}") as f:
             results.append(json.load(f))
     return results
+
+
+@pytest.fixture(scope="module")
+def spark():
+    """A local Spark with 2 task slots for the whole module (the JVM starts slowly)."""
+    from spark_session import local_spark
+    with local_spark("local[2]") as session:
+        yield session

@@ -150,11 +150,3 @@ def test_horovod_style_script(cluster):
                           text=True, timeout=240, env=env)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "ranks [0, 1] agree" in proc.stdout, proc.stdout[-2000:]
-
-
-def test_elastic_mode_says_it_is_not_there():
-    from fuse.ray import ElasticRayExecutor
-    with pytest.raises(NotImplementedError, match="elastic"):
-        ElasticRayExecutor.create_settings(min_num_proc=1)
-    with pytest.raises(NotImplementedError, match="min_workers"):
-        RayExecutor(RayExecutor.create_settings(), min_workers=1, max_workers=2)

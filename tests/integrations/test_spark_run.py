@@ -21,39 +21,6 @@ pytestmark = pytest.mark.timeout(300)
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-@pytest.fixture(scope="module")
-def spark():
-    """A local Spark with 2 task slots for the whole module (the JVM starts slowly)."""
-    import shutil
-    if shutil.which("java") is None and not os.environ.get("JAVA_HOME"):
-        needs.missing("spark", "no java on PATH and no JAVA_HOME")
-    from pyspark.sql import SparkSession
-    os.environ["PYSPARK_PYTHON"] = sys.executable      # the executors' Python: this one
-    session = (SparkSession.builder.master("local[2]").appName("fuse-spark-tests")
-               .config("spark.ui.enabled", "false").getOrCreate())
-    session.sparkContext.setLogLevel("ERROR")
-    try:
-        yield session
-    finally:
-        _stop_spark(session)
-
-
-def _stop_spark(session) -> None:
-    """Stop the session and its JVM: SparkSession.stop() keeps the JVM for the rest of the
-    process, which here is the rest of the test suite."""
-    from pyspark import SparkContext
-    gateway = SparkContext._gateway
-    session.stop()
-    if gateway is None:
-        return
-    gateway.shutdown()
-    proc = getattr(gateway, "proc", None)     # the JVM pyspark started (launch_gateway)
-    if proc is not None:
-        proc.kill()
-        proc.wait(timeout=30)
-    SparkContext._gateway = SparkContext._jvm = None
-
-
 def test_training_matches_fuserun(spark, fuserun_training):
     results = fuse.spark.run(integration_training.train, num_proc=2)
     assert [r["rank"] for r in results] == [0, 1]
@@ -99,9 +66,7 @@ def _fails_on_rank_1(how):
     return "rank 0 was never stopped"
 
 
-def test_elastic_and_mpi_say_they_are_not_there():
-    with pytest.raises(NotImplementedError, match="elastic"):
-        fuse.spark.run_elastic(lambda: 1, num_proc=2)
+def test_mpi_says_it_is_not_there():
     with pytest.raises(NotImplementedError, match="Gloo only"):
         fuse.spark.run(lambda: 1, num_proc=2, use_mpi=True)
 

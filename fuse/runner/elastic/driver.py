@@ -29,7 +29,7 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from ..hosts import HostSpec, Slot, is_local_host
+from ..hosts import HostSpec, Slot
 from ..job import Failure, Job, JobResult, Settings, _Worker
 from . import protocol
 from .blacklist import Blacklist
@@ -85,14 +85,14 @@ class ElasticJob(Job):
 
     def __init__(self, command: Sequence[str], discovery, elastic: ElasticSettings,
                  env: Mapping[str, str] | None = None, settings: Settings | None = None,
-                 secret: bytes | None = None):
+                 secret: bytes | None = None, store_addr: str | None = None):
         self.discovery = discovery
         self.elastic = elastic
         settings = settings or Settings()
         hosts = self._first_hosts()
         start = [Slot(h.hostname, 0, 1, 0, 1, 0, 1) for h in hosts] or \
             [Slot("localhost", 0, 1, 0, 1, 0, 1)]
-        super().__init__(command, start, env, settings, secret)
+        super().__init__(command, start, env, settings, secret, store_addr)
         self.base_env["FUSE_ELASTIC"] = "1"
         self.base_env["FUSE_ELASTIC_TIMEOUT"] = _num(elastic.elastic_timeout)
         self.blacklist = Blacklist(elastic.cooldown_range)
@@ -215,7 +215,7 @@ class ElasticJob(Job):
         for wid, slot in sorted(plan.items(), key=lambda kv: kv[1].rank):
             if wid in self.live:
                 continue
-            w = _Worker(slot, slot.hostname in self.remote_hosts)
+            w = self._new_worker(slot)
             w.wid = wid
             self._workers.append(w)
             self.live[wid] = w
@@ -225,12 +225,14 @@ class ElasticJob(Job):
                 self._record(w, failure.what())
         return None
 
+    def _new_worker(self, slot: Slot) -> _Worker:
+        """The handle of a worker to start on ``slot`` (a launcher that starts its workers
+        another way, as Ray actors say, returns its own kind, with :meth:`_start`)."""
+        return _Worker(slot, slot.hostname in self.remote_hosts)
+
     def _record(self, w: _Worker, what: str) -> None:
-        tail = []
-        for s in w.streams:
-            if s.tail is not None:
-                tail = list(s.tail)
-        self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what, tail))
+        self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what,
+                                           self._tail(w)))
         seconds = self.blacklist.add(w.slot.hostname)
         self._say(f"worker {w.wid} {what}; host {w.slot.hostname} is blacklisted"
                   + ("" if seconds == float("inf") else f" for {seconds:.0f} s"))
@@ -257,7 +259,7 @@ class ElasticJob(Job):
         self._debug("discovery: " + ", ".join(f"{h.hostname}:{h.slots}" for h in found))
         self.hosts = found
         for h in found:
-            if not is_local_host(h.hostname) and h.hostname not in self.remote_hosts:
+            if not self._is_local(h.hostname) and h.hostname not in self.remote_hosts:
                 self.remote_hosts.append(h.hostname)
         if self.succeeded:
             return
@@ -273,7 +275,7 @@ class ElasticJob(Job):
             return hosts
         out = []
         for h in hosts:
-            if is_local_host(h.hostname):
+            if self._is_local(h.hostname):
                 out.append(h)
             elif h.hostname not in self._unreachable_said:
                 self._unreachable_said.add(h.hostname)
@@ -414,8 +416,8 @@ class ElasticJob(Job):
     def _finished(self) -> bool:
         return bool(self.succeeded) and not self.live
 
-    @staticmethod
-    def _tail(w: _Worker) -> list[str]:
+    def _tail(self, w: _Worker) -> list[str]:
+        """The last lines ``w`` wrote to stderr (what its failure is reported with)."""
         for s in w.streams:
             if s.tail is not None:
                 return list(s.tail)
