@@ -8,10 +8,12 @@ import fuse.tensorflow as hvd
 
 
 def submodules():
-    """mpi_ops (basics and collectives) and compression, the same objects as fuse.tensorflow."""
+    """mpi_ops (basics and collectives) and compression, the same objects as fuse.tensorflow;
+    util's _executing_eagerly, also as hvd._executing_eagerly (Horovod's suite imports it)."""
     from fuse.common.exceptions import HorovodInternalError
     from fuse.tensorflow import mpi_ops
     from fuse.tensorflow.compression import Compression, Compressor, FP16Compressor
+    from fuse.tensorflow.util import _executing_eagerly
     mpi_ops.init()
     total = mpi_ops.allreduce(tf.ones([2]), op=mpi_ops.Sum).numpy().tolist()
     wire, ctx = Compression.fp16.compress(tf.ones([2]))
@@ -24,4 +26,6 @@ def submodules():
                         and wire.dtype == tf.float16
                         and Compression.fp16.decompress(wire, ctx).dtype == tf.float32),
         "exceptions": HorovodInternalError is hvd.HorovodInternalError,
+        "util": (hvd.util._executing_eagerly() and hvd._executing_eagerly()
+                 and not tf.function(lambda: tf.constant(_executing_eagerly()))().numpy()),
     }
