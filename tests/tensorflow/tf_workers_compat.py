@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import tensorflow as tf
 
 import fuse.tensorflow as hvd
@@ -28,4 +29,25 @@ def submodules():
         "exceptions": HorovodInternalError is hvd.HorovodInternalError,
         "util": (hvd.util._executing_eagerly() and hvd._executing_eagerly()
                  and not tf.function(lambda: tf.constant(_executing_eagerly()))().numpy()),
+    }
+
+
+def elastic_state_restore_after_sync():
+    """TensorFlowState: after sync(), restore() goes back to the synced (rank 0's) values and
+    attributes, not to this worker's values from before the sync (Horovod's
+    test_elastic_state)."""
+    hvd.init()
+    v = 1.0 if hvd.rank() == 0 else 2.0
+    variables = [tf.Variable(np.full([2, 2], v)), tf.Variable(np.full([2], v))]
+    state = hvd.elastic.TensorFlowState(variables, batch=20 + hvd.rank())
+    state.sync()
+    synced = [var.numpy().tolist() for var in variables]
+    for var in variables:
+        var.assign(tf.zeros_like(var))
+    state.batch = 21
+    state.restore()
+    return {
+        "synced": synced == [[[1.0, 1.0], [1.0, 1.0]], [1.0, 1.0]],
+        "restored": [var.numpy().tolist() for var in variables] == synced,
+        "batch": state.batch == 20,
     }
