@@ -9,4 +9,10 @@ from fuse.frameworks import export_api as _export_api
 
 __all__ = _export_api("tensorflow", globals())
 
+# Horovod's package exposes its util module and this private helper; its suite calls both
+from fuse.tensorflow import util  # noqa: E402,F401
+_executing_eagerly = util._executing_eagerly
+
+__all__ += ["util"]
+
 del _export_api

@@ -36,3 +36,13 @@ def test_names_stay_in_step_after_a_one_rank_error():
 def test_variable_broadcasts_in_a_graph():
     import workers_graph_mode as w
     _assert_clean(run_job(w.variables_in_graph), 7)
+
+
+def test_a_run_fetching_many_collectives_on_one_session_thread_completes():
+    """Before the collectives left the session's threads, this run waited forever (each
+    rank's only thread held by a collective the other rank had not started); the stall
+    shutdown turns such a wait into an error here."""
+    import workers_graph_mode as w
+    _assert_clean(run_job(w.many_collectives_few_threads,
+                          env={"FUSE_STALL_SHUTDOWN_TIME_SECONDS": "20",
+                               "FUSE_STALL_CHECK_TIME_SECONDS": "10"}), 36 * 3)

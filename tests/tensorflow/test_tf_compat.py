@@ -14,3 +14,9 @@ def test_horovod_submodules():
     import tf_workers_compat as w
     for checks in run_job(w.submodules):
         assert all(checks.values()), checks
+
+
+def test_elastic_state_restores_the_synced_values():
+    import tf_workers_compat as w
+    for checks in run_job(w.elastic_state_restore_after_sync):
+        assert all(checks.values()), checks

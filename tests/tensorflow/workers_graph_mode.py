@@ -185,3 +185,28 @@ def variables_in_graph():
     v = tf.Variable([float(r), 1.0 + r])
     c.close("broadcast_ eager", hvd.broadcast_(v, 1), [1.0, 2.0])
     return c.result()
+
+
+def many_collectives_few_threads():
+    """One session run fetching far more independent collectives than the session has
+    inter-op threads (one): each rank's single thread starts them in its own order, so a
+    collective that held the thread while waiting for its peer would never let the peer's
+    turn come (Horovod's fused tests fetch 15-30 at once)."""
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    c = Checks()
+    with tf.Graph().as_default():
+        fetches, expected = [], []
+        for i in range(12):
+            fetches.append(hvd.allreduce(tf.fill([3 + i], float(r + i)), op=hvd.Sum))
+            expected.append(np.full([3 + i], float(sum(k + i for k in range(n)))))
+            fetches.append(hvd.allgather(tf.fill([r + 1], float(i))))
+            expected.append(np.full([n * (n + 1) // 2], float(i)))
+            fetches.append(hvd.broadcast(tf.fill([2], float(r * 10 + i)), i % n))
+            expected.append(np.full([2], float((i % n) * 10 + i)))
+        config = tf.compat.v1.ConfigProto(inter_op_parallelism_threads=1)
+        with tf.compat.v1.Session(config=config) as sess:
+            for attempt in range(3):
+                for k, (got, want) in enumerate(zip(sess.run(fetches), expected)):
+                    c.close(f"collective {k} run {attempt}", got, want)
+    return c.result()

@@ -6,9 +6,11 @@
 * while a ``tf.function`` is traced, it becomes a ``tf.py_function``.  py_function ops are
   stateful, so TensorFlow's automatic control dependencies run them in program order: every
   rank issues its collectives in the order the Python code wrote them.
-* in a TensorFlow 1 graph (run by a session) it is a ``tf.py_function`` too, but a session
-  runs independent ops in any order, so unnamed collectives are named when the graph is built
-  (:func:`build_time_name`) and the engine pairs them by name.
+* in a TensorFlow 1 graph (run by a session) the py_function runs inside a one-element
+  ``tf.data`` pipeline, whose asynchronous kernels wait on threads of their own instead of the
+  session's (:func:`_call_host_off_session_threads`); a session runs independent ops in any
+  order, so unnamed collectives are named when the graph is built (:func:`build_time_name`)
+  and the engine pairs them by name.
 
 Errors take TensorFlow's types, as Horovod's ops raise them: ranks that disagree (shape, dtype,
 root) give ``tf.errors.FailedPreconditionError``, bad arguments found when the collective runs
@@ -129,17 +131,74 @@ def in_tf1_graph() -> bool:
 
 
 def _call_host(host, inputs: list, dtypes: list, name: str) -> list:
-    """The py_function op calling ``host``, as a list of its outputs.
+    """The op calling ``host`` (which waits for the peers), as a list of its outputs.
 
-    A py_function holds a session thread while its collective waits for the peers.  In a
-    TensorFlow 1 graph the session starts independent ops in whatever order its inter-op
-    threads reach them, differently on each rank, so a run that fetches at least twice as
-    many independent collectives as the session has threads can leave every thread of each
-    rank waiting on collectives the other rank has not started (Horovod's asynchronous
-    kernels hold no thread).  The stall inspector reports it.  tf.function runs stateful ops
-    in program order, so it is not affected."""
+    Eagerly and in ``tf.function`` (which runs stateful ops in program order) that op is a
+    py_function.  In a TensorFlow 1 graph it is not: a py_function would hold one of the
+    session's inter-op threads while its collective waits, and a session starts independent
+    ops in whatever order its threads reach them, differently on each rank, so a run fetching
+    more independent collectives than the session has threads could leave every thread of
+    each rank waiting on collectives the other rank had not started.  See
+    :func:`_call_host_off_session_threads`."""
+    if in_tf1_graph():
+        return _call_host_off_session_threads(host, inputs, dtypes, name)
     outs = tf.py_function(host, inputs, dtypes, name=name)
     return list(outs) if isinstance(outs, (list, tuple)) else [outs]
+
+
+# Datasets whose map functions hold the graph's host functions: TensorFlow keeps a
+# py_function's Python callable only while the graph that made it lives, so each graph keeps
+# its datasets (and their function graphs) for as long as it lives itself.
+_graph_datasets: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
+def _plain_pipeline_options() -> tf.data.Options:
+    # Every run makes a new iterator, which by default rewrites and tunes the pipeline first
+    # (about 3 ms a collective here); a one-element pipeline has nothing to gain from that.
+    options = tf.data.Options()
+    options.experimental_optimization.apply_default_optimizations = False
+    options.experimental_optimization.inject_prefetch = False
+    options.experimental_optimization.map_parallelization = False
+    options.autotune.enabled = False
+    return options
+
+
+_PLAIN_PIPELINE = _plain_pipeline_options()
+
+
+def _call_host_off_session_threads(host, inputs: list, dtypes: list, name: str) -> list:
+    """``host`` run where waiting holds none of the session's threads (TensorFlow 1 graphs).
+
+    The py_function becomes the map function of a one-element ``tf.data`` pipeline over the
+    inputs, read through an iterator made afresh at every run.  ``MakeIterator`` and
+    ``IteratorGetNext`` are asynchronous kernels: each runs on a background thread of its own
+    (one per op in the graph, idle between runs) and releases the inter-op thread that started
+    it.  ``use_inter_op_parallelism=False`` runs the map function on that background thread
+    too, instead of handing the py_function back to the session's pool.  So every fetched
+    collective gets submitted whatever the number of session threads, and the engine pairs
+    them by their build-time names (Horovod's asynchronous kernels hold no thread either)."""
+    from tensorflow.python.data.ops import map_op   # the only way to set the parallelism flag
+
+    # from_tensors needs an element: a collective without inputs (join) gets a dummy one
+    args = tuple(inputs) if inputs else (tf.constant(0),)
+
+    def call(*tensors):
+        outs = tf.py_function(host, list(tensors) if inputs else [], dtypes, name=name)
+        return tuple(outs) if isinstance(outs, (list, tuple)) else (outs,)
+
+    shapes = [tf.TensorShape(None)] * len(dtypes)
+    with tf.name_scope(name):
+        dataset = map_op._MapDataset(tf.data.Dataset.from_tensors(args), call,
+                                     use_inter_op_parallelism=False)
+        dataset = dataset.with_options(_PLAIN_PIPELINE)
+        iterator = tf.raw_ops.AnonymousIteratorV3(output_types=dtypes, output_shapes=shapes)
+        made = tf.raw_ops.MakeIterator(dataset=dataset._variant_tensor, iterator=iterator)
+        with tf.control_dependencies([made]):
+            outs = tf.raw_ops.IteratorGetNext(iterator=iterator, output_types=dtypes,
+                                              output_shapes=shapes)
+    graph = _outermost_graph(tf_ops.get_default_graph())
+    _graph_datasets.setdefault(graph, []).append(dataset)
+    return list(outs)
 
 
 def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,

@@ -86,6 +86,9 @@ class _VariablesState(_elastic.ObjectState):
 
     def sync(self):
         broadcast_variables(self._variables(), root_rank=0)
+        # as Horovod: what a later restore() goes back to is the synced values, not this
+        # worker's values from before the sync
+        self._saved_values = [v.numpy() for v in self._variables()]
         super().sync()
 
 
