@@ -202,6 +202,8 @@ def submodules():
     from fuse.common.util import get_average_backwards_compatibility_fun, split_list
     from fuse.torch import mpi_ops
     from fuse.torch.compression import Compression, Compressor, FP16Compressor, NoneCompressor
+    from fuse.torch.elastic.sampler import ElasticSampler
+    from fuse.torch.elastic.state import TorchState, get_handler_registry
     mpi_ops.init()
     out = mpi_ops.allreduce(torch.ones(2), op=mpi_ops.Sum).tolist()
     h = mpi_ops.allreduce_async(torch.ones(1), name="sub", op=mpi_ops.Sum)
@@ -220,6 +222,9 @@ def submodules():
         "exceptions": (issubclass(HorovodInternalError, RuntimeError)
                        and issubclass(HostsUpdatedInterrupt, RuntimeError)
                        and HorovodInternalError is hvd.HorovodInternalError),
+        "elastic": (ElasticSampler is hvd.elastic.ElasticSampler
+                    and TorchState is hvd.elastic.TorchState
+                    and get_handler_registry is hvd.elastic.get_handler_registry),
         "util": (split_list([1, 2, 3, 4, 5], 2) == [[1, 2, 3], [4, 5]]
                  and get_average_backwards_compatibility_fun({"Average": hvd.Average,
                                                              "Sum": hvd.Sum})(None, True)
