@@ -27,7 +27,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fuse.runner.elastic.driver import ElasticJob, ElasticJobError, ElasticSettings
-from fuse.runner.hosts import HostSpec, Slot, interface_addresses
+from fuse.runner.hosts import HostSpec, Slot, first_interface_address
 from fuse.runner.job import Failure, Settings, _Worker
 from fuse.runner.worker_env import job_env
 
@@ -239,12 +239,7 @@ def store_address(nics: Sequence[str] | None) -> str:
     """Where the actors reach the driver's store: the first of ``nics`` that has an address
     here, else the driver's node address (a node added later may be on another machine)."""
     if nics:
-        addrs = interface_addresses()
-        for nic in nics:
-            if nic in addrs:
-                return addrs[nic]
-        raise ValueError(f"fuse.ray: none of the network interfaces {', '.join(nics)} has "
-                         f"an IPv4 address on the driver (it has: {addrs})")
+        return first_interface_address(nics, "fuse.ray")
     return ray.util.get_node_ip_address()
 
 

@@ -19,7 +19,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fuse.runner.api import WorkerError
-from fuse.runner.hosts import Slot, interface_addresses
+from fuse.runner.hosts import Slot, first_interface_address
 from fuse.runner.worker_env import DriverStore, root_cause, slots_for_hosts
 
 from .worker import FuseWorker
@@ -203,12 +203,7 @@ class RayExecutor:
     def _store_address(self, driver_node_only: bool) -> str:
         nics = self.settings.nics
         if nics:
-            addrs = interface_addresses()
-            for nic in nics:
-                if nic in addrs:
-                    return addrs[nic]
-            raise ValueError(f"fuse.ray: none of the network interfaces {', '.join(nics)} has "
-                             f"an IPv4 address on the driver (it has: {addrs})")
+            return first_interface_address(nics, "fuse.ray")
         if driver_node_only:
             return "127.0.0.1"
         return ray.util.get_node_ip_address()

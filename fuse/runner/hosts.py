@@ -11,10 +11,12 @@ import fcntl
 import functools
 import socket
 import struct
+from typing import Sequence
 
 __all__ = [
     "HostSpec", "Slot", "parse_hosts", "parse_hostfile", "assign_slots", "is_local_host",
-    "interface_addresses", "local_addresses", "store_address", "loopback_interface",
+    "interface_addresses", "first_interface_address", "local_addresses", "store_address",
+    "loopback_interface",
 ]
 
 
@@ -241,6 +243,19 @@ def route_source_address(host: str, port: int = 9, family: int = socket.AF_INET)
     raise error
 
 
+def first_interface_address(network_interfaces: Sequence[str], who: str = "") -> str:
+    """The IPv4 address of the first of ``network_interfaces`` that has one here; a
+    ValueError naming them and this machine's interfaces when none has (``who`` prefixes the
+    message: the launcher or integration that was asked)."""
+    addrs = interface_addresses()
+    for nic in network_interfaces:
+        if nic in addrs:
+            return addrs[nic]
+    raise ValueError(f"{who + ': ' if who else ''}none of the network interfaces "
+                     f"{', '.join(network_interfaces)} has an IPv4 address here (this machine "
+                     f"has: {', '.join(f'{k}={v}' for k, v in addrs.items()) or 'none'})")
+
+
 def store_address(remote_hosts: list[str], network_interfaces: list[str] | None = None) -> str:
     """The address workers use to reach the launcher's store.
 
@@ -250,13 +265,7 @@ def store_address(remote_hosts: list[str], network_interfaces: list[str] | None 
     if not remote_hosts:
         return "127.0.0.1"
     if network_interfaces:
-        addrs = interface_addresses()
-        for nic in network_interfaces:
-            if nic in addrs:
-                return addrs[nic]
-        raise ValueError(f"none of the network interfaces {', '.join(network_interfaces)} has an "
-                         f"IPv4 address here (this machine has: "
-                         f"{', '.join(f'{k}={v}' for k, v in addrs.items()) or 'none'})")
+        return first_interface_address(network_interfaces)
     errors = []
     for host in remote_hosts:
         try:

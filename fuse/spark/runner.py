@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fuse.runner._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, verify
 from fuse.runner.api import WorkerError, raise_reported_error
-from fuse.runner.hosts import interface_addresses
+from fuse.runner.hosts import first_interface_address
 from fuse.runner.job import Failure
 from fuse.runner.worker_env import DriverStore, root_cause
 
@@ -96,12 +96,7 @@ def _store_address(sc, nics: Sequence[str] | None) -> str:
     """Where the executors reach the driver: loopback for a local master, else the address
     of the first of ``nics``, else spark.driver.host's."""
     if nics:
-        addrs = interface_addresses()
-        for nic in nics:
-            if nic in addrs:
-                return addrs[nic]
-        raise ValueError(f"fuse.spark.run: none of the network interfaces {', '.join(nics)} "
-                         f"has an IPv4 address on the driver (it has: {addrs})")
+        return first_interface_address(nics, "fuse.spark.run")
     if sc.master.startswith("local"):
         return "127.0.0.1"
     host = sc.getConf().get("spark.driver.host") or socket.gethostname()

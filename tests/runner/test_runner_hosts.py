@@ -94,6 +94,14 @@ def test_is_local_host():
     assert not H.is_local_host("198.51.100.7")  # TEST-NET-2, never ours
 
 
+def test_first_interface_address_names_who_asked_and_what_exists():
+    lo = H.loopback_interface()
+    assert H.first_interface_address(["no-such-nic", lo]) == H.interface_addresses()[lo]
+    with pytest.raises(ValueError, match=r"^fuse\.ray: none of the network interfaces "
+                                         r"no-such-nic, eth-gone has .*" + lo):
+        H.first_interface_address(["no-such-nic", "eth-gone"], "fuse.ray")
+
+
 def test_store_address():
     assert H.store_address([]) == "127.0.0.1"
     lo = H.loopback_interface()
