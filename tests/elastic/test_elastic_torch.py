@@ -62,7 +62,8 @@ def check(out_dir, expect_workers, epochs=EPOCHS):
     return res
 
 
-@pytest.mark.parametrize("fault", ["kill:0:1:7", "kill:0:0:7", "raise:0:2:7"])
+@pytest.mark.parametrize("fault", ["kill:0:1:7", "kill:0:0:7", "raise:0:2:7",
+                                   "raisefirst:0:2:7"])
 def test_torch_state_survives_a_lost_worker(tmp_path, fault):
     argv = fuserun("-np", "3", "--min-np", "2", "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1",
                    sys.executable, WORKER, str(tmp_path), str(EPOCHS), fault)

@@ -3,7 +3,8 @@ Sum over ranks) and an ElasticSampler, trained on exact arithmetic (elastic_util
 
     worker_torch.py OUT_DIR EPOCHS [FAULT ...]
 
-A FAULT is ``kind:generation:rank:step`` (``kill`` or ``raise``; see worker_numpy.py), where
+A FAULT is ``kind:generation:rank:step`` (``kill`` or ``raise``, see worker_numpy.py, or
+``raisefirst``, see fail_before_backward), where
 step counts the job's committed steps.  Every committed step logs the sample indices the whole
 job processed in it (allgathered), so the test can rebuild the weights from the log.
 """
@@ -42,8 +43,21 @@ sampler = hvd.elastic.ElasticSampler(list(range(SAMPLES)), shuffle=True, seed=3)
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, log=[])
 
 
+def fail_before_backward(step: int) -> None:
+    """``raisefirst``: rank r raises before its backward pass; the others wait before theirs
+    until the engine has seen it go, so that the failure reaches them inside backward(), from
+    the DistributedOptimizer's gradient hook (the restored loop must start clean)."""
+    for kind, g, r, at in faults:
+        if kind == "raisefirst" and int(g) == basics._state.generation and int(at) == step:
+            if int(r) == hvd.rank():
+                raise RuntimeError(f"injected failure before backward at step {step}")
+            time.sleep(3.0)
+
+
 def maybe_fail(step: int) -> None:
     for kind, g, r, at in faults:
+        if kind == "raisefirst":
+            continue
         if int(g) == basics._state.generation and int(at) == step and int(r) == hvd.rank():
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -57,6 +71,7 @@ def train(state):
         for b in range(math.ceil(len(mine) / BATCH)):
             idx = state.sampler.get_indices(b, BATCH)
             optimizer.zero_grad()
+            fail_before_backward(len(state.log))
             model(data[idx]).sum().backward()
             maybe_fail(len(state.log))
             optimizer.step()

@@ -353,6 +353,10 @@ class DistributedOptimizer:
         return self._opt.step(closure) if closure is not None else self._opt.step()
 
     def zero_grad(self, set_to_none: bool = True):
+        # After an elastic re-form, what the old engine left in flight is gone with it: a
+        # failure noticed inside backward() leaves hooks' records and handles behind, and the
+        # restored loop's first call is this one.
+        self._follow_engine()
         if self._handles or self._counter.any_pending():
             raise AssertionError(ZERO_GRAD_ERROR)
         return self._opt.zero_grad(set_to_none=set_to_none)
