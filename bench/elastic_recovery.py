@@ -24,39 +24,76 @@ import sys
 import tempfile
 import time
 
-WORKER = r'''
-import os, signal, sys, time
-import torch
-import fuse.torch as hvd
-from fuse.common import basics
-out = sys.argv[1]
-hvd.init()
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
-opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                               named_parameters=model.named_parameters())
-state = hvd.elastic.TorchState(model, opt, step=0)
-me = f"{os.environ['FUSE_HOSTNAME']}"
-x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
-@hvd.elastic.run
-def train(state):
-    while state.step < 60:
-        opt.zero_grad()
-        torch.nn.functional.cross_entropy(model(x), y).backward()
-        if state.step == 30 and hvd.rank() == 1 and basics._state.generation == 0:
-            with open(os.path.join(out, "killed"), "w") as f:
-                f.write(repr(time.time()))
-            os.kill(os.getpid(), signal.SIGKILL)
-        opt.step()
-        state.step += 1
-        time.sleep(0.02)
-        state.commit()
-        with open(os.path.join(out, f"commits.{me}"), "a") as f:
-            f.write(f"{time.time()!r} {basics._state.generation}\n")
+# The worker script fuserun starts: the training below, imported from this file.
+WORKER = f"""
+import os, sys
+sys.path.insert(0, {BENCH_DIR!r})
+from elastic_recovery import train_until_killed
+train_until_killed(sys.argv[1], os.environ["FUSE_HOSTNAME"])
+"""
 
-train(state)
-'''
+
+def train_until_killed(out: str, me: str) -> int:
+    """The elastic training every recovery bench times (fuserun's here, Ray's and Spark's in
+    bench/integrations_recovery.py): 60 committed steps of a small model; the worker of rank 1
+    notes the time in ``out``/killed and SIGKILLs itself in the middle of step 30 of the first
+    generation; every worker appends each commit's time and generation to ``out``/commits.<me>."""
+    import signal
+
+    import torch
+
+    import fuse.torch as hvd
+    from fuse.common import basics
+
+    hvd.init()
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
+                                torch.nn.Linear(64, 10))
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
+                                   named_parameters=model.named_parameters())
+    state = hvd.elastic.TorchState(model, opt, step=0)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+
+    @hvd.elastic.run
+    def train(state):
+        while state.step < 60:
+            opt.zero_grad()
+            torch.nn.functional.cross_entropy(model(x), y).backward()
+            if state.step == 30 and hvd.rank() == 1 and basics._state.generation == 0:
+                with open(os.path.join(out, "killed"), "w") as f:
+                    f.write(repr(time.time()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            opt.step()
+            state.step += 1
+            time.sleep(0.02)
+            state.commit()
+            with open(os.path.join(out, f"commits.{me}"), "a") as f:
+                f.write(f"{time.time()!r} {basics._state.generation}\n")
+
+    train(state)
+    return hvd.rank()
+
+
+def recovery_after_kill(out: str, survivors: int) -> float:
+    """From the kill to the moment every survivor has made its first commit in the re-formed
+    job (a survivor may still commit the step the victim had sent its gradients for; the
+    recovery ends with the first commit of a later generation)."""
+    with open(os.path.join(out, "killed")) as f:
+        killed = float(f.read())
+    firsts = []
+    for name in os.listdir(out):
+        if not name.startswith("commits."):
+            continue
+        with open(os.path.join(out, name)) as f:
+            after = [float(t) for t, g in (line.split() for line in f) if int(g) > 0]
+        if after:
+            firsts.append(min(after))
+    if len(firsts) != survivors:
+        raise RuntimeError(f"expected {survivors} survivors committing after the kill, got "
+                           f"{len(firsts)}")
+    return max(firsts) - killed
 
 
 def one_run(tmp: str, workers: int = 4) -> float:
@@ -71,22 +108,7 @@ def one_run(tmp: str, workers: int = 4) -> float:
     proc = subprocess.run(argv, capture_output=True, text=True, env=env, timeout=300)
     if proc.returncode != 0:
         raise RuntimeError(f"the job failed:\n{proc.stderr[-3000:]}")
-    with open(os.path.join(tmp, "killed")) as f:
-        killed = float(f.read())
-    firsts = []
-    for name in os.listdir(tmp):
-        if not name.startswith("commits."):
-            continue
-        with open(os.path.join(tmp, name)) as f:
-            # a survivor may still commit the step the victim had sent its gradients for;
-            # the recovery ends with the first commit of the re-formed job
-            after = [float(t) for t, g in (line.split() for line in f) if int(g) > 0]
-        if after:
-            firsts.append(min(after))
-    if len(firsts) != workers - 1:
-        raise RuntimeError(f"expected {workers - 1} survivors committing after the kill, got "
-                           f"{len(firsts)}")
-    return max(firsts) - killed
+    return recovery_after_kill(tmp, workers - 1)
 
 
 def main() -> None:

@@ -26,58 +26,21 @@ import tempfile
 import time
 
 
+BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+
+
 def train(out: str) -> int:
-    import signal
-
-    import torch
-
-    import fuse.torch as hvd
-    from fuse.common import basics
-
-    hvd.init()
-    torch.manual_seed(0)
-    model = torch.nn.Sequential(torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                                torch.nn.Linear(64, 10))
-    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.01),
-                                   named_parameters=model.named_parameters())
-    state = hvd.elastic.TorchState(model, opt, step=0)
-    me = os.getpid()
-    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
-
-    @hvd.elastic.run
-    def loop(state):
-        while state.step < 60:
-            opt.zero_grad()
-            torch.nn.functional.cross_entropy(model(x), y).backward()
-            if state.step == 30 and hvd.rank() == 1 and basics._state.generation == 0:
-                with open(os.path.join(out, "killed"), "w") as f:
-                    f.write(repr(time.time()))
-                os.kill(os.getpid(), signal.SIGKILL)
-            opt.step()
-            state.step += 1
-            time.sleep(0.02)
-            state.commit()
-            with open(os.path.join(out, f"commits.{me}"), "a") as f:
-                f.write(f"{time.time()!r} {basics._state.generation}\n")
-
-    loop(state)
-    return hvd.rank()
+    """bench/elastic_recovery.py's training, run by a Ray actor or a Spark task (this function
+    travels to them by value; the training is imported from the bench folder there)."""
+    sys.path.insert(0, BENCH_DIR)
+    from elastic_recovery import train_until_killed
+    return train_until_killed(out, str(os.getpid()))
 
 
 def recovery(out: str) -> float:
     """From the kill to the survivor's first commit in a later generation."""
-    with open(os.path.join(out, "killed")) as f:
-        killed = float(f.read())
-    firsts = []
-    for name in os.listdir(out):
-        if name.startswith("commits."):
-            with open(os.path.join(out, name)) as f:
-                after = [float(t) for t, g in (line.split() for line in f) if int(g) > 0]
-            if after:
-                firsts.append(min(after))
-    if len(firsts) != 1:
-        raise RuntimeError(f"expected 1 survivor committing after the kill, got {len(firsts)}")
-    return firsts[0] - killed
+    from elastic_recovery import recovery_after_kill
+    return recovery_after_kill(out, 1)
 
 
 def ray_side(runs: int) -> tuple[list[float], list[float]]:
