@@ -73,6 +73,23 @@ class Group(abc.ABC):
         """Release the group's resources."""
 
 
+def exchange_bytes(group: Group, size: int, data: bytes) -> list[bytes]:
+    """Allgather one bytes object per member over ``group`` (``size`` members) with two
+    ``allgatherv`` calls, the lengths first: what a backend whose library has no object
+    allgather can return from :meth:`Backend.exchange`."""
+    data = bytes(data)
+    lengths = np.zeros(size, dtype=np.int64)
+    mine = np.array([len(data)], dtype=np.int64)
+    group.allgatherv(mine.view(np.uint8), lengths.view(np.uint8), [8] * size)
+    recv = np.empty(int(lengths.sum()), dtype=np.uint8)
+    group.allgatherv(np.frombuffer(data, dtype=np.uint8), recv, [int(n) for n in lengths])
+    out, start = [], 0
+    for n in lengths:
+        out.append(recv[start:start + int(n)].tobytes())
+        start += int(n)
+    return out
+
+
 class Backend(abc.ABC):
     """One per process.  Constructed by the engine as ``cls(config)`` during ``fuse.init``."""
 

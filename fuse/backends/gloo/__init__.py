@@ -16,7 +16,7 @@ import itertools
 import socket
 from typing import Sequence
 
-from fuse.backends.base import Backend, Group
+from fuse.backends.base import Backend, Group, exchange_bytes
 from fuse.backends.gloo.errors import GlooError
 from fuse.backends.gloo.peer_proof import prove_peers
 from fuse.runner.store import secret_from_env
@@ -127,22 +127,7 @@ class GlooBackend(Backend):
         return context
 
     def exchange(self, data: bytes) -> list[bytes]:
-        """Allgather one small bytes object per rank over the world."""
-        import numpy as np
-
-        data = bytes(data)
-        lengths = np.zeros(self.size, dtype=np.int64)
-        mine = np.array([len(data)], dtype=np.int64)
-        self.world.allgatherv(mine.view(np.uint8), lengths.view(np.uint8),
-                              [8] * self.size)
-        recv = np.empty(int(lengths.sum()), dtype=np.uint8)
-        self.world.allgatherv(np.frombuffer(data, dtype=np.uint8), recv,
-                              [int(n) for n in lengths])
-        out, start = [], 0
-        for n in lengths:
-            out.append(recv[start:start + int(n)].tobytes())
-            start += int(n)
-        return out
+        return exchange_bytes(self.world, self.size, data)
 
     def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
         if group_id == 0 and sorted(ranks) == list(range(self.size)):

@@ -13,9 +13,7 @@ import itertools
 import socket
 from typing import Sequence
 
-import numpy as np
-
-from fuse.backends.base import Backend
+from fuse.backends.base import Backend, exchange_bytes
 from fuse.backends.peer_proof import prove_peers
 from fuse.runner.hosts import route_source_address
 from fuse.runner.store import secret_from_env, store_from_config
@@ -123,19 +121,7 @@ class PyglooBackend(Backend):
         return group
 
     def exchange(self, data: bytes) -> list[bytes]:
-        """Allgather one small bytes object per rank over the world."""
-        data = bytes(data)
-        lengths = np.zeros(self.size, dtype=np.int64)
-        mine = np.array([len(data)], dtype=np.int64)
-        self.world.allgatherv(mine.view(np.uint8), lengths.view(np.uint8), [8] * self.size)
-        recv = np.empty(int(lengths.sum()), dtype=np.uint8)
-        self.world.allgatherv(np.frombuffer(data, dtype=np.uint8), recv,
-                              [int(n) for n in lengths])
-        out, start = [], 0
-        for n in lengths:
-            out.append(recv[start:start + int(n)].tobytes())
-            start += int(n)
-        return out
+        return exchange_bytes(self.world, self.size, data)
 
     def create_group(self, ranks: Sequence[int], group_id: int) -> PyglooGroup:
         if group_id == 0 and sorted(ranks) == list(range(self.size)):
