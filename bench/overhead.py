@@ -30,7 +30,7 @@ import machine  # noqa: E402
 from models import ShapedModel, SmallCNN, synthetic_images  # noqa: E402
 
 import fuse  # noqa: E402
-from fuse.common import basics  # noqa: E402
+from fuse.worker import lifecycle  # noqa: E402
 
 TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -44,7 +44,7 @@ def cpu_seconds(stat_path: str) -> float:
 
 def idle_cpu(seconds: float) -> dict:
     """Fractions of one core used by the engine thread and by the whole process while idle."""
-    engine_stat = f"/proc/self/task/{basics.engine().thread_native_id}/stat"
+    engine_stat = f"/proc/self/task/{lifecycle.engine().thread_native_id}/stat"
     fuse.barrier()
     e0, p0 = cpu_seconds(engine_stat), cpu_seconds("/proc/self/stat")
     time.sleep(seconds)

@@ -33,7 +33,7 @@ import machine  # noqa: E402
 from models import ShapedModel  # noqa: E402
 
 import fuse.torch as hvd  # noqa: E402
-from fuse.common import basics  # noqa: E402
+from fuse.worker import lifecycle  # noqa: E402
 
 
 def init_torch_distributed():
@@ -141,7 +141,7 @@ def main():
     diff = max((a - b).abs().max().item()
                for a, b in zip(fuse_model.parameters(), ddp_model.module.parameters()))
     fusion = os.environ.get("FUSE_FUSION_THRESHOLD", "default")
-    backend = basics.backend_name()
+    backend = lifecycle.backend_name()
     label = f"fusion {'off' if fusion == '0' else 'on'}, compression {args.compression}"
     if backend != "gloo":
         label = f"fuse on {backend.upper()}, {label}"

@@ -8,7 +8,7 @@ This module is the NumPy API; ``fuse.torch``, ``fuse.tensorflow``, ``fuse.keras`
 __version__ = "0.1.0"
 
 from fuse.common.surface import *  # noqa: F401,F403
-from fuse.common.basics import autotune_state  # noqa: F401
+from fuse.worker.lifecycle import autotune_state  # noqa: F401
 from fuse.exceptions import BackendUnavailable  # noqa: F401
 from fuse._api import (allgather, allgather_async, allgather_object, allreduce,  # noqa: F401
                        allreduce_, allreduce_async, allreduce_async_, alltoall, alltoall_async,

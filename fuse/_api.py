@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuse.common import collectives as _c
-from fuse.common.collectives import (NumpyOps, allgather_object, barrier,  # noqa: F401
+from fuse.collectives import calls as _c
+from fuse.collectives.calls import (NumpyOps, allgather_object, barrier,  # noqa: F401
                                      broadcast_object, join, poll, synchronize)
-from fuse.common.ops import Average
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.ops import Average
+from fuse.worker.process_sets import global_process_set
 
 _ops = NumpyOps()
 

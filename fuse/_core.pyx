@@ -42,24 +42,24 @@ from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse._csupport cimport *
-from fuse._protocol cimport *
-from fuse._executor cimport Executor, SharedSegments, EX_BACKEND, EX_STALL
-from fuse._coordinator cimport Coordinator, CoordinatorLink
-from fuse._request cimport RequestSpec
-from fuse._channel cimport ControlChannel, PEER_LEAVING
-from fuse._psets cimport ProcessSets
-from fuse._submitter cimport Submitter
-from fuse._handles cimport HandleTable
-from fuse._results cimport ResponseRunner
-from fuse._liveness cimport CoordinatorWatch, WATCH_WARN, WATCH_FAIL
+from fuse.engine.csupport cimport *
+from fuse.engine.protocol cimport *
+from fuse.engine.executor cimport Executor, SharedSegments, EX_BACKEND, EX_STALL
+from fuse.engine.coordinator cimport Coordinator, CoordinatorLink
+from fuse.engine.request cimport RequestSpec
+from fuse.engine.channel cimport ControlChannel, PEER_LEAVING
+from fuse.engine.psets cimport ProcessSets
+from fuse.engine.submitter cimport Submitter
+from fuse.engine.handles cimport HandleTable
+from fuse.engine.results cimport ResponseRunner
+from fuse.engine.liveness cimport CoordinatorWatch, WATCH_WARN, WATCH_FAIL
 
 import threading
 
-from fuse._protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
+from fuse.engine.protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
                             JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
                             KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
-from fuse._executor import FusionBufferManager, reduce_arrays, scale_array
+from fuse.engine.executor import FusionBufferManager, reduce_arrays, scale_array
 
 # what one pass of the loop did (Engine._iterate)
 cdef enum:
@@ -78,9 +78,9 @@ cdef inline void _acquire(Lock* lock) noexcept:
 
 
 cdef class Engine(CoordinatorLink):
-    """The per-process engine.  Built by :func:`fuse.common.basics.init`; not for direct use.
+    """The per-process engine.  Built by :func:`fuse.worker.lifecycle.init`; not for direct use.
 
-    It implements :class:`fuse._coordinator.CoordinatorLink` for its coordinator: a job-wide
+    It implements :class:`fuse.engine.coordinator.CoordinatorLink` for its coordinator: a job-wide
     failure ends here."""
 
     # Ownership: a field marked "lock" is guarded by ``lock`` (the handle table's), one marked
@@ -193,7 +193,7 @@ cdef class Engine(CoordinatorLink):
 
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
-        fuse.common.shm.share_regions), between two passes of the loop."""
+        fuse.engine.shm.share_regions), between two passes of the loop."""
         segments = self.shared_memory
         if segments is None:
             raise RuntimeError("shared memory is not in use in this job")
@@ -218,7 +218,7 @@ cdef class Engine(CoordinatorLink):
     def enqueue(self, list specs):
         """Queue requests atomically; returns their handles.
 
-        ``specs``: :class:`fuse._request.RequestSpec` objects, one per tensor.  Each becomes
+        ``specs``: :class:`fuse.engine.request.RequestSpec` objects, one per tensor.  Each becomes
         its handle's record, holding the views of its buffers until :meth:`wait` returns."""
         cdef vector[Request] reqs
         cdef Request r
@@ -418,7 +418,7 @@ cdef class Engine(CoordinatorLink):
         return self.coord.tuning()
 
     def timeline_start(self, bint mark_cycles, str backend):
-        """Start recording timeline events (call on rank 0 only; see fuse.common.timeline)."""
+        """Start recording timeline events (call on rank 0 only; see fuse.engine.timeline)."""
         cdef string b = backend.upper().encode()
         with nogil:
             tl_start(self.tl, mark_cycles, b)

@@ -3,7 +3,7 @@
 Three are read elsewhere, where they are needed before a Config exists or by code that runs
 without one: FUSE_START_TIMEOUT by the launcher (fuse.runner.launch.start_timeout),
 FUSE_MPI_THREADS_DISABLE by the MPI backend before MPI starts, and FUSE_CONTROLLER_ADDR when
-rank 0 opens the control channel (fuse.common.basics); the launcher's own options live in
+rank 0 opens the control channel (fuse.worker.lifecycle); the launcher's own options live in
 fuse.runner.
 
 Each knob is read as ``FUSE_<NAME>``; where Horovod has the same knob, ``HOROVOD_<NAME>`` is

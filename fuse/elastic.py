@@ -7,13 +7,13 @@
         ...
         state.commit()
 
-See :mod:`fuse.common.elastic` for the loop and the README's elastic section for the launcher.
+See :mod:`fuse.worker.elastic` for the loop and the README's elastic section for the launcher.
 """
 
 from __future__ import annotations
 
-from fuse.common import elastic as _elastic
-from fuse.common.elastic import State, run, run_fn  # noqa: F401
+from fuse.worker import elastic as _elastic
+from fuse.worker.elastic import State, run, run_fn  # noqa: F401
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 
 __all__ = ["State", "ObjectState", "run", "run_fn", "HorovodInternalError",
@@ -21,13 +21,13 @@ __all__ = ["State", "ObjectState", "run", "run_fn", "HorovodInternalError",
 
 
 def _bcast_object(obj):
-    from fuse.common import collectives
+    from fuse.collectives import calls as collectives
     return collectives.broadcast_object(obj, 0, name="fuse.elastic.object_state")
 
 
 def _get_rank():
-    from fuse.common import basics
-    return basics.rank()
+    from fuse.worker import lifecycle
+    return lifecycle.rank()
 
 
 class ObjectState(_elastic.ObjectState):

@@ -1,5 +1,5 @@
 # Declarations of the backend contract (fuse_backend.h) and of the dtype helpers every side of
-# it shares (fuse_dtypes.h): cimported by the engine (fuse/_csupport.pxd) and by native backends.
+# it shares (fuse_dtypes.h): cimported by the engine (fuse/engine/csupport.pxd) and by native backends.
 cdef extern from "fuse_backend.h" nogil:
     enum:
         FUSE_BACKEND_API_VERSION

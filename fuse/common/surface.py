@@ -8,14 +8,14 @@ own names.
 
 from __future__ import annotations
 
-from fuse.common.basics import (add_process_set, ccl_built, cross_rank, cross_size,
+from fuse.worker.lifecycle import (add_process_set, ccl_built, cross_rank, cross_size,
                                 cuda_built, ddl_built, gloo_built, gloo_enabled, init,
                                 is_homogeneous, is_initialized, local_rank, local_size,
                                 mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                 remove_process_set, rocm_built, shutdown, size, start_timeline,
                                 stop_timeline)
-from fuse.common.ops import Adasum, Average, Max, Min, Product, Sum
-from fuse.common.process_sets import ProcessSet, global_process_set
+from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum
+from fuse.worker.process_sets import ProcessSet, global_process_set
 from fuse.exceptions import (FuseError, FuseInternalError, HorovodInternalError,
                              HorovodVersionMismatchError, HostsUpdatedInterrupt, MismatchError,
                              ShutdownError, StallError)

@@ -12,9 +12,9 @@ import os
 import re
 from typing import Iterator
 
-from fuse.common.basics import (ccl_built, cuda_built, ddl_built, gloo_built,  # noqa: F401
+from fuse.worker.lifecycle import (ccl_built, cuda_built, ddl_built, gloo_built,  # noqa: F401
                                 mpi_built, nccl_built, rocm_built)
-from fuse.common.ops import resolve_op
+from fuse.collectives.ops import resolve_op
 
 
 def get_average_backwards_compatibility_fun(reduce_ops: dict):
@@ -70,7 +70,7 @@ def check_extension(ext_name: str, ext_env_var: str, pkg_path: str, *args) -> No
 
 def gpu_available(ext_base_name: str, verbose: bool = False) -> bool:
     """Whether the framework sees a GPU (fuse reduces torch CUDA tensors on the device when
-    the GPU backend runs, see fuse.common.device_path; other device tensors go through host
+    the GPU backend runs, see fuse.worker.device_path; other device tensors go through host
     memory)."""
     name = ext_base_name.split(".")[-1]
     if name == "torch" and extension_available(name):

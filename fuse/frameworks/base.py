@@ -5,7 +5,7 @@ framework's tensors into the flat host buffers the engine moves.  The contract h
 this class, the versioned surface the registry checks without importing the framework (name,
 module, availability, version), and what it hands out once the framework is imported: its
 public API (``api()``) and its tensor verbs (``ops()``, a
-:class:`fuse.common.array_ops.ArrayOps`: buffers, new tensors, dtype casts), the only thing
+:class:`fuse.collectives.array_ops.ArrayOps`: buffers, new tensors, dtype casts), the only thing
 the shared code (collectives, compression, gradient bookkeeping) calls on its tensors.
 """
 

@@ -9,7 +9,7 @@ objects are the very ones ``fuse.<framework>`` exports.
 
 from __future__ import annotations
 
-from fuse.common import compression as _compression
+from fuse.collectives import compression as _compression
 from fuse.common import surface as _surface
 
 

@@ -27,7 +27,7 @@ import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fuse.runner.elastic.driver import ElasticJob, ElasticJobError, ElasticSettings
-from fuse.runner.hosts import HostSpec, Slot, first_interface_address
+from fuse.cluster.hosts import HostSpec, Slot, first_interface_address
 from fuse.runner.job import Failure, Settings, _Worker
 from fuse.runner.worker_env import job_env
 

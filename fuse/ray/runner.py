@@ -19,7 +19,7 @@ from ray.util.placement_group import placement_group, remove_placement_group
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from fuse.runner.api import WorkerError
-from fuse.runner.hosts import Slot, first_interface_address
+from fuse.cluster.hosts import Slot, first_interface_address
 from fuse.runner.worker_env import DriverStore, root_cause, slots_for_hosts
 
 from .worker import FuseWorker

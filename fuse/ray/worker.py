@@ -64,13 +64,13 @@ class FuseWorker:
         """One worker of an elastic job (:mod:`fuse.ray.elastic`): take ``job_env``, run
         ``func()``; returns ``("ok", rank at the end, result)``, or ``("removed", None, None)``
         when the job went on without this worker (its node left)."""
-        from fuse.common.elastic_rendezvous import WorkerRemoved
+        from fuse.worker.elastic_rendezvous import WorkerRemoved
         self.set_job_env(job_env)
         try:
             value = _reporting(func)
         except WorkerRemoved:       # a SystemExit: would end the actor, not just this call
             return ("removed", None, None)
-        basics = sys.modules.get("fuse.common.basics")
+        basics = sys.modules.get("fuse.worker.lifecycle")
         config = getattr(getattr(basics, "_state", None), "config", None)
         return ("ok", config.rank if config is not None else self.world_rank, value)
 
@@ -81,7 +81,7 @@ def _reporting(func: Callable[..., Any], *args, **kwargs) -> Any:
     try:
         return func(*args, **kwargs)
     except Exception as exc:
-        basics = sys.modules.get("fuse.common.basics")
+        basics = sys.modules.get("fuse.worker.lifecycle")
         if basics is not None:
             basics.report_failure(exc)
         raise

@@ -8,10 +8,10 @@ import signal
 import sys
 from typing import Any, Callable, Mapping, Sequence
 
-from . import hosts as _hosts
+from fuse.cluster import hosts as _hosts
 from .job import Job, Settings
 from ._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, type_name, verify
-from .store import SECRET_ENV, make_secret
+from fuse.cluster.store import SECRET_ENV, make_secret
 
 __all__ = ["run", "WorkerError"]
 

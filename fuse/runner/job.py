@@ -1,7 +1,7 @@
 """Starting, watching and stopping the workers of one job.
 
 This is the single code path behind ``fuserun`` and :func:`fuse.run`: a :class:`Job` owns the
-rendezvous :class:`~fuse.runner.store.KVStoreServer`, starts one process per slot (directly on
+rendezvous :class:`~fuse.cluster.store.KVStoreServer`, starts one process per slot (directly on
 this machine, over ``ssh`` elsewhere), forwards every output line with a ``[rank]<stream>:``
 prefix, and takes the whole job down when one worker fails or the launcher is interrupted.
 
@@ -27,10 +27,10 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from fuse.common import thread_budget
+from fuse.cluster import thread_budget
 
-from .hosts import Slot, is_local_host, loopback_interface, store_address
-from .store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
+from fuse.cluster.hosts import Slot, is_local_host, loopback_interface, store_address
+from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
 # Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then):
 # util-linux's setpriv asks the kernel to send SIGTERM when the parent goes away.  Where it is

@@ -15,7 +15,7 @@ import os
 import sys
 from typing import Any, Sequence
 
-from . import hosts as _hosts
+from fuse.cluster import hosts as _hosts
 from .job import Job, Settings, worker_base_env
 
 PROG = "fuserun"

@@ -22,9 +22,9 @@ import sys
 import time
 from typing import Mapping, Sequence
 
-from fuse.common import thread_budget
+from fuse.cluster import thread_budget
 
-from .hosts import HostSpec, is_local_host
+from fuse.cluster.hosts import HostSpec, is_local_host
 
 # How many ranks mpirun put on the host a rank runs on (Hydra, then Open MPI).
 _LOCAL_SIZE_SH = "${MPI_LOCALNRANKS:-${OMPI_COMM_WORLD_LOCAL_SIZE:-1}}"
@@ -112,7 +112,7 @@ def apply_thread_budget(command: Sequence[str], env: dict[str, str], np: int,
                         hosts: Sequence[HostSpec] | None) -> tuple[list[str], str | None]:
     """Give mpirun's ranks their thread budget: in ``env`` when every host is this machine,
     else through an ``sh`` wrapper that computes it on each host.  Returns the command to
-    run and the notice to print (see :mod:`fuse.common.thread_budget`)."""
+    run and the notice to print (see :mod:`fuse.cluster.thread_budget`)."""
     if all(is_local_host(h.hostname) for h in hosts or ()):
         cores = thread_budget.usable_cores()
         notice = thread_budget.launcher_notice(env, np, cores)
@@ -226,9 +226,9 @@ def run_function(np: int, hosts: Sequence[HostSpec] | None, env: Mapping[str, st
     Returns ``(raw results by rank, Failure or None, signal that interrupted us or None)``.
     """
 
-    from .hosts import is_local_host, store_address
+    from fuse.cluster.hosts import is_local_host, store_address
     from .job import Failure
-    from .store import KVStoreServer, secret_from_env
+    from fuse.cluster.store import KVStoreServer, secret_from_env
 
     mpirun = find_mpirun()
     remote = [h.hostname for h in hosts or () if not is_local_host(h.hostname)]

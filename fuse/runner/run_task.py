@@ -17,7 +17,7 @@ from ._payload import (FUNC_KEY, PATH_KEY, RESULT_KEY, dumps_payload, env_rank,
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    from .store import HTTPStore
+    from fuse.cluster.store import HTTPStore
     if len(argv) >= 2:
         addr, port = argv[0], int(argv[1])
     else:
@@ -55,14 +55,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _final_rank(launched_as: int) -> int:
     """The rank the function ended with: an elastic job's may differ from the launcher's."""
-    basics = sys.modules.get("fuse.common.basics")
+    basics = sys.modules.get("fuse.worker.lifecycle")
     config = getattr(getattr(basics, "_state", None), "config", None)
     return config.rank if config is not None and config.elastic else launched_as
 
 
 def _tell_peers(exc: BaseException) -> None:
     """If the function started fuse, let the other ranks fail with this rank's message."""
-    basics = sys.modules.get("fuse.common.basics")
+    basics = sys.modules.get("fuse.worker.lifecycle")
     if basics is not None:
         basics.report_failure(exc)
 

@@ -20,10 +20,10 @@ import dataclasses
 import os
 from typing import Mapping, Sequence
 
-from fuse.common import thread_budget
+from fuse.cluster import thread_budget
 
-from .hosts import HostSpec, Slot, assign_slots, loopback_interface
-from .store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
+from fuse.cluster.hosts import HostSpec, Slot, assign_slots, loopback_interface
+from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
 __all__ = ["slots_for_hosts", "DriverStore", "job_env", "worker_env", "root_cause"]
 
@@ -100,7 +100,7 @@ def worker_env(given: Mapping[str, str], environ: Mapping[str, str] | None = Non
 def root_cause(failed: Sequence[int], server: KVStoreServer) -> int:
     """Of the ranks that failed, in the order their failures were seen, the one to blame: the
     first that did not fail only because another rank did (its stored error says so, see
-    ``fuse.common.basics.report_failure``), else the first."""
+    ``fuse.worker.lifecycle.report_failure``), else the first."""
     for rank in failed:
         if server.get(f"errors/{rank}/consequence") is None:
             return rank

@@ -29,7 +29,7 @@ from fuse.runner._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, verify
 from fuse.runner.api import WorkerError, raise_reported_error
 from fuse.runner.elastic.driver import ElasticJob, ElasticSettings
 from fuse.runner.elastic.launch import elastic_timeout as _elastic_timeout
-from fuse.runner.hosts import HostSpec, Slot
+from fuse.cluster.hosts import HostSpec, Slot
 from fuse.runner.job import Failure, Settings, _Worker
 from fuse.runner.worker_env import job_env
 

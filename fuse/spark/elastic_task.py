@@ -23,7 +23,7 @@ import socket
 import time
 from typing import Mapping
 
-from fuse.runner.store import HTTPStore
+from fuse.cluster.store import HTTPStore
 from fuse.runner.worker_env import worker_env
 
 from .task import start_rank_process, wait_rank_process

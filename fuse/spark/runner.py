@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fuse.runner._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, verify
 from fuse.runner.api import WorkerError, raise_reported_error
-from fuse.runner.hosts import first_interface_address
+from fuse.cluster.hosts import first_interface_address
 from fuse.runner.job import Failure
 from fuse.runner.worker_env import DriverStore, root_cause
 

@@ -20,7 +20,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from fuse.runner.store import HTTPStore
+from fuse.cluster.store import HTTPStore
 from fuse.runner.worker_env import job_env, slots_for_hosts, worker_env
 
 __all__ = ["TaskPlan", "run_rank"]

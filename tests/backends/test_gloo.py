@@ -24,7 +24,7 @@ import pytest
 from fuse.backends.base import Group
 from fuse.backends.gloo import GlooBackend, GlooError, _gloo, choose_address
 from fuse.config import Config
-from fuse.runner.store import SECRET_ENV, FileStore, KVStoreServer
+from fuse.cluster.store import SECRET_ENV, FileStore, KVStoreServer
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -15,8 +15,8 @@ def group_collectives():
     fake_cupy.install()
     import fuse
     from fuse.backends.nccl import NCCLBackend
-    from fuse.common import device_path, state
-    from fuse.common.process_sets import global_process_set as ps
+    from fuse.worker import device_path, state
+    from fuse.worker.process_sets import global_process_set as ps
 
     fuse.init()
     cp = sys.modules["cupy"]

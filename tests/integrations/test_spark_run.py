@@ -48,7 +48,7 @@ def test_ranks_args_and_environment(spark):
     assert {i["cross_size"] for i in ids} == {1}
     assert {i["sum"] for i in ids} == {7.0}
     assert {i["secret"] for i in ids} == {True} and {i["mark"] for i in ids} == {"from env"}
-    from fuse.common import thread_budget
+    from fuse.cluster import thread_budget
     assert {i["threads"] for i in ids} == {str(thread_budget.threads_per_worker(2))}  # fuserun's
 
 

@@ -38,7 +38,7 @@ def _env(extra=None) -> dict:
     ({"HOROVOD_CPU_OPERATIONS": "gloo", "PMI_SIZE": "2"}, "gloo"),
 ])
 def test_backend_choice(environ, expected):
-    from fuse.common.basics import _choose_backend
+    from fuse.worker.lifecycle import _choose_backend
     from fuse.config import Config
 
     assert _choose_backend(Config.from_env(environ), environ) == expected
@@ -154,8 +154,8 @@ import fuse
 fuse.init()
 r, n = fuse.rank(), fuse.size()
 mode = sys.argv[1]
-from fuse.common import basics
-print(f"identity {r} {n} {fuse.local_rank()} {fuse.local_size()} {basics.backend_name()}",
+from fuse.worker import lifecycle
+print(f"identity {r} {n} {fuse.local_rank()} {fuse.local_size()} {lifecycle.backend_name()}",
       flush=True)
 x = fuse.allreduce(np.ones(100000, np.float32), name="warm", op=fuse.Sum)
 assert x[0] == n

@@ -89,8 +89,8 @@ def _backend_report():
     import fuse
     fuse.init()
     try:
-        from fuse.common import basics
-        return (basics.backend_name(), fuse.mpi_enabled(), fuse.rank(), fuse.size())
+        from fuse.worker import lifecycle
+        return (lifecycle.backend_name(), fuse.mpi_enabled(), fuse.rank(), fuse.size())
     finally:
         fuse.shutdown()
 

@@ -256,7 +256,7 @@ def split_halves() -> dict:
     """A 4 MiB+ allreduce runs as two halves at once (FUSE_SPLIT_THRESHOLD, default 4 MiB),
     odd element count so the halves differ; the result is the same either way."""
     import fuse
-    from fuse.common import basics
+    from fuse.worker import lifecycle
     fuse.init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
@@ -268,7 +268,7 @@ def split_halves() -> dict:
             fuse.allreduce_(x, name=f"split.{dt}.{op}", op=op_value(op))
             c.array(x, reduce_ref(ins, op), f"split allreduce {dt} {op}")
     c.finish()
-    return basics.engine().stats()["split"]
+    return lifecycle.engine().stats()["split"]
 
 
 @pytest.mark.parametrize("threshold,expect_split", [(None, True), (0, False)])
@@ -286,7 +286,7 @@ def shared_memory_average(count: int) -> dict:
     reduction, an int64 Sum, and a burst of back-to-back calls of changing sizes (a rank that
     starts the next call must not overwrite what a slower peer still reads from the last)."""
     import fuse
-    from fuse.common import basics
+    from fuse.worker import lifecycle
 
     fuse.init()
     try:
@@ -302,7 +302,7 @@ def shared_memory_average(count: int) -> dict:
             burst &= bool((got == n * i + n * (n - 1) // 2).all())
         return {"average": bool(np.allclose(out, base * (n + 1) / 2, rtol=1e-6)),
                 "sum": bool(np.array_equal(ints, np.arange(count) * (n * (n + 1) // 2))),
-                "burst": burst, "shm": basics.engine().stats()["shm"]}
+                "burst": burst, "shm": lifecycle.engine().stats()["shm"]}
     finally:
         fuse.shutdown()
 
@@ -321,12 +321,13 @@ def shared_region_allreduces(count: int) -> dict:
     ``count`` elements make each buffer larger than FUSE_ZERO_COPY_THRESHOLD, so the engine
     reduces it where it lies instead of in its fusion buffer."""
     import fuse
-    from fuse.common import basics, shm
+    from fuse.worker import lifecycle
+    from fuse.engine import shm
 
     fuse.init()
     try:
         r, n = fuse.rank(), fuse.size()
-        engine = basics.engine()
+        engine = lifecycle.engine()
         spare = 4096
         regions = shm.share_regions(engine, [(count + spare) * 4, (count + spare) * 8],
                                     lambda obj: fuse.allgather_object(obj, name="regions"))
@@ -379,7 +380,7 @@ def lone_synchronous_calls() -> dict:
     where they may be driven too.  Then a call rank 0 waits for longer than its spin (rank 1 arrives
     0.2 s late), which must fall back to sleeping and still complete."""
     import fuse
-    from fuse.common import basics
+    from fuse.worker import lifecycle
 
     fuse.init()
     try:
@@ -387,11 +388,11 @@ def lone_synchronous_calls() -> dict:
         total = n * (n + 1) // 2
         small = all(float(fuse.allreduce(np.full(3, r + 1.0), name=f"small{i}",
                                          op=fuse.Sum)[1]) == total for i in range(30))
-        before = basics.engine().stats()["driven"]
+        before = lifecycle.engine().stats()["driven"]
         backend = fuse.allreduce(np.full(20000, r + 1, np.int64), name="backend", op=fuse.Sum)
         gathered = fuse.allgather(np.full((r + 1, 2), r, np.int32), name="gather")
-        backend_driven = basics.engine().stats()["driven"] - before
-        if type(basics._state.backend).collectives_in_caller_thread:
+        backend_driven = lifecycle.engine().stats()["driven"] - before
+        if type(lifecycle._state.backend).collectives_in_caller_thread:
             backend_driven = 0          # allowed, not required: a late peer ends the spin
         expect_gather = np.concatenate([np.full((k + 1, 2), k, np.int32) for k in range(n)])
         root = fuse.broadcast(np.arange(5.0) * (r + 1), root_rank=n - 1, name="bcast")
@@ -402,7 +403,7 @@ def lone_synchronous_calls() -> dict:
                 "gather": bool(np.array_equal(gathered, expect_gather)),
                 "bcast": bool(np.array_equal(root, np.arange(5.0) * n)),
                 "late": late.tolist() == [total, total],
-                "driven": basics.engine().stats()["driven"] > 0,
+                "driven": lifecycle.engine().stats()["driven"] > 0,
                 "backend driven": backend_driven}
     finally:
         fuse.shutdown()

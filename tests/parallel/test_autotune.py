@@ -31,7 +31,7 @@ def _workload(compare_rounds=0):
 
     fuse.init()
     rank, size = fuse.rank(), fuse.size()
-    engine = fuse.common.basics._state.engine
+    engine = fuse.worker.lifecycle._state.engine
     initial = engine.tuning() if rank == 0 else None
     check = Checker(rank)
     inputs = [np.full(n, float(rank + 1 + i), np.float32) for i, n in enumerate(SIZES)]

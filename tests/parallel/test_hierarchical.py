@@ -1,4 +1,4 @@
-"""Hierarchical allreduce (fuse/common/hierarchy.py) on real workers that the launcher places on
+"""Hierarchical allreduce (fuse/engine/hierarchy.py) on real workers that the launcher places on
 two "hosts": ``localhost`` and ``127.0.0.1`` are both this machine, but the workers get the host
 names, local ranks and cross ranks of a 2 x 2 job, so the world has two hosts with two ranks
 each (shared memory inside each, Gloo between them over this machine's own address).
@@ -42,8 +42,8 @@ def _init(hosts: tuple[int, ...] = (2, 2), **kwargs) -> None:
 
 
 def _hier_count() -> int:
-    from fuse.common import basics
-    return basics.engine().stats()["hierarchical"]
+    from fuse.worker import lifecycle
+    return lifecycle.engine().stats()["hierarchical"]
 
 
 def _scaled(dt: str):
@@ -54,7 +54,7 @@ def _matrix() -> int:
     """Every dtype x op x size, with pre/postscale, against numpy, and allgathers; and that
     they went hierarchically."""
     import fuse
-    from fuse.common import basics
+    from fuse.worker import lifecycle
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
     c.equal((fuse.local_size(), fuse.cross_size()), (2, 2), "the launcher's 2 x 2 layout")
@@ -91,7 +91,7 @@ def _matrix() -> int:
     for h, x, t in zip(handles, ins, tags):
         c.array(fuse.synchronize(h), reduce_ref(x, "sum"), t + " (fused)")
     # allgather: rows differ per rank (one rank has none), one- and several-step exchanges
-    before = basics.engine().stats()["hierarchical_allgathers"]
+    before = lifecycle.engine().stats()["hierarchical_allgathers"]
     gathers = 0
     for dt in ("float32", "int8", "float64", "bool"):
         for label, rows in (("small", lambda k: k + 1),
@@ -101,7 +101,7 @@ def _matrix() -> int:
             ins = [rank_array(dt, (rows(k), 3), k, tag) for k in range(n)]
             c.array(fuse.allgather(ins[r], name=tag), np.concatenate(ins), tag)
             gathers += 1
-    c.equal(basics.engine().stats()["hierarchical_allgathers"] - before, gathers,
+    c.equal(lifecycle.engine().stats()["hierarchical_allgathers"] - before, gathers,
             "every allgather went hierarchically")
     # another process set keeps the flat allreduce, and is right
     pair = fuse.add_process_set([0, 2])
@@ -134,7 +134,7 @@ def test_every_dtype_and_op_on_two_hosts_of_two():
 def _job_auto() -> dict:
     """What goes hierarchically by default: the large allreduce and allgather, not the small."""
     import fuse
-    from fuse.common import basics
+    from fuse.worker import lifecycle
     _init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
@@ -144,9 +144,9 @@ def _job_auto() -> dict:
         before = _hier_count()
         c.array(fuse.allreduce(ins[r], name=label, op=fuse.Sum), reduce_ref(ins, "sum"), label)
         counts[label] = _hier_count() - before
-        before = basics.engine().stats()["hierarchical_allgathers"]
+        before = lifecycle.engine().stats()["hierarchical_allgathers"]
         c.array(fuse.allgather(ins[r], name=label + ".g"), np.concatenate(ins), label + " gather")
-        counts[label + " gather"] = basics.engine().stats()["hierarchical_allgathers"] - before
+        counts[label + " gather"] = lifecycle.engine().stats()["hierarchical_allgathers"] - before
     c.finish()
     fuse.shutdown()
     return counts

@@ -39,8 +39,8 @@ def threaded_collectives(threads: int, steps: int) -> list[float]:
             errors.append(err)
 
     def poller() -> None:
-        from fuse.common import basics
-        engine = basics.engine()
+        from fuse.worker import lifecycle
+        engine = lifecycle.engine()
         while not done.is_set():
             engine.failed, engine.stats(), engine.process_set_ids()
 

@@ -69,8 +69,8 @@ def _env_timeline_job(path: str):
         c.true(any(e.get("args", {}).get("name") == "fa.0" for e in events),
                "mid-run file names fa.0", str(events[:5]))
     fuse.barrier()
-    from fuse.common import basics
-    backend = basics.backend_name()
+    from fuse.worker import lifecycle
+    backend = lifecycle.backend_name()
     fuse.shutdown()
     return {"checks": c.finish(), "backend": backend}
 

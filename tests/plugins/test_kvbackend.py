@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from fuse.config import Config
-from fuse.runner.store import FileStore
+from fuse.cluster.store import FileStore
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "fuse_kvbackend"))
 import fuse_kvbackend as kv  # noqa: E402
@@ -188,7 +188,7 @@ def test_failed_peer_error_is_reported(tmp_path, monkeypatch):
 
 def test_old_keys_are_deleted(monkeypatch):
     """With a store that can delete, a member removes its keys of the previous collective."""
-    from fuse.runner.store import HTTPStore, KVStoreServer
+    from fuse.cluster.store import HTTPStore, KVStoreServer
 
     server = KVStoreServer("127.0.0.1", 0).start()
     try:

@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from fuse.common import thread_budget as tb
+from fuse.cluster import thread_budget as tb
 from runner_util import fuserun_argv, lines_of, run_fuserun
 
 pytestmark = pytest.mark.timeout(120)
@@ -93,7 +93,7 @@ def test_the_users_values_pass_through_unchanged(script):
 
 def _env_of_worker():
     import os
-    from fuse.common.thread_budget import BUDGET_VARIABLES
+    from fuse.cluster.thread_budget import BUDGET_VARIABLES
     return {k: os.environ.get(k) for k in BUDGET_VARIABLES}
 
 

@@ -17,9 +17,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuse.runner.hosts import assign_slots, HostSpec
+from fuse.cluster.hosts import assign_slots, HostSpec
 from fuse.runner.job import Job, Settings
-from fuse.runner.store import SECRET_ENV, HTTPStore, KVStoreServer, make_secret
+from fuse.cluster.store import SECRET_ENV, HTTPStore, KVStoreServer, make_secret
 from runner_util import run_fuserun
 
 pytestmark = pytest.mark.timeout(120)
@@ -228,7 +228,7 @@ c.request("PUT", "/errors/1", body=b"forged"); print("PUT", c.getresponse().stat
 
 VICTIM = r"""
 import os, sys, time
-from fuse.runner.store import HTTPStore
+from fuse.cluster.store import HTTPStore
 store = HTTPStore(os.environ["FUSE_GLOO_RENDEZVOUS_ADDR"],
                   int(os.environ["FUSE_GLOO_RENDEZVOUS_PORT"]))
 if os.environ["FUSE_RANK"] == "0":

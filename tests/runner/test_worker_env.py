@@ -1,6 +1,6 @@
 """fuse.runner.worker_env: identities from the hosts Ray or Spark placed workers on."""
 
-from fuse.runner.store import SECRET_ENV, KVStoreServer
+from fuse.cluster.store import SECRET_ENV, KVStoreServer
 from fuse.runner.worker_env import DriverStore, root_cause, slots_for_hosts, worker_env
 
 

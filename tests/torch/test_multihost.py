@@ -26,7 +26,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 import fuse.torch as hvd
-from fuse.common import basics
+from fuse.worker import lifecycle
 
 hvd.init()
 torch.set_num_threads(1)
@@ -48,7 +48,7 @@ for step in range(8):
     opt.step()
     print("step", step, flush=True)
 print("layout", hvd.local_size(), hvd.cross_size(), "hierarchical",
-      basics.engine().stats()["hierarchical"], flush=True)
+      lifecycle.engine().stats()["hierarchical"], flush=True)
 if hvd.rank() == 0:
     np.save(sys.argv[1], torch.cat([p.detach().reshape(-1) for p in model.parameters()]).numpy())
 """

@@ -109,12 +109,12 @@ def gradient_layout():
     new gradient into its slot) and set_to_none=False (autograd accumulates into the slot).
     Per-parameter hooks fuse whatever is ready together (timing decides); ``groups=1``
     submits everything as one group, which always fuses the two weights."""
-    from fuse.common import basics
+    from fuse.worker import lifecycle
     hvd.init()
     r, n = hvd.rank(), hvd.size()
     B = 4
     loss_fn = torch.nn.functional.cross_entropy
-    engine = basics.engine()
+    engine = lifecycle.engine()
     out = {}
     for label, groups in (("hooks", None), ("one group", 1)):
         torch.manual_seed(0)

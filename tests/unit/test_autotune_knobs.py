@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from fuse.common import autotune
+from fuse.engine import autotune
 from fuse.config import Config
 
 

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from fuse.common import control_handshake as hs
+from fuse.worker import control_handshake as hs
 
 pytestmark = pytest.mark.timeout(60)
 

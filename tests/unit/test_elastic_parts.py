@@ -12,7 +12,7 @@ from fuse.runner.elastic.discovery import (DiscoveryError, DiscoveryScript,
                                            parse_discovery_output)
 from fuse.runner.elastic.launch import elastic_settings
 from fuse.runner.elastic.plan import make_plan
-from fuse.runner.hosts import HostSpec
+from fuse.cluster.hosts import HostSpec
 
 
 def _ranks(plan):

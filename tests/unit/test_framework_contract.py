@@ -13,7 +13,7 @@ import pathlib
 import pytest
 
 import fuse
-from fuse.common.array_ops import ArrayOps
+from fuse.collectives.array_ops import ArrayOps
 from fuse.frameworks import describe_frameworks, load_framework
 
 COMMON = pathlib.Path(fuse.__file__).parent / "common"

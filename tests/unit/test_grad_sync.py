@@ -2,11 +2,11 @@
 
 import pytest
 
-from fuse.common import compression
-from fuse.common.array_ops import ArrayOps
-from fuse.common.grad_sync import (PassCounter, assign_groups, check_names, scaling,
+from fuse.collectives import compression
+from fuse.collectives.array_ops import ArrayOps
+from fuse.collectives.grad_sync import (PassCounter, assign_groups, check_names, scaling,
                                    split_groups, wire_names)
-from fuse.common.ops import Average, Sum
+from fuse.collectives.ops import Average, Sum
 
 
 def test_split_groups():

@@ -1,11 +1,11 @@
-"""Which layouts the hierarchical allreduce takes (fuse.common.hierarchy.plan_layout), from the
+"""Which layouts the hierarchical allreduce takes (fuse.engine.hierarchy.plan_layout), from the
 identities every rank reports at start-up."""
 
 from __future__ import annotations
 
 import pytest
 
-from fuse.common.hierarchy import plan_layout
+from fuse.engine.hierarchy import plan_layout
 
 
 def _peers(hosts: list[tuple[str, int]], mode: str = "auto", kernel=lambda host: "k") -> list[dict]:

@@ -1,4 +1,4 @@
-"""The same-host shared-memory allreduce (fuse/common/shm.py, fuse/csrc/shm_allreduce.h) on
+"""The same-host shared-memory allreduce (fuse/engine/shm.py, fuse/engine/csrc/shm_allreduce.h) on
 segments made by hand, in one process: what needs no job.  The path itself runs in real jobs
 in tests/parallel/test_allreduce.py (Gloo) and tests/mpi (MPI)."""
 
@@ -15,8 +15,8 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fuse._executor import SharedSegments
-from fuse.common import shm
+from fuse.engine.executor import SharedSegments
+from fuse.engine import shm
 
 
 def _segments(tmp_path, pids):

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from fuse.common import thread_budget as tb
+from fuse.cluster import thread_budget as tb
 
 AFFINITY = len(os.sched_getaffinity(0))
 

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from fuse._channel import split_frames
-from fuse._protocol import decode_requests, decode_response, encode_request
+from fuse.engine.channel import split_frames
+from fuse.engine.protocol import decode_requests, decode_response, encode_request
 
 FUZZ = settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 LIMIT = 1 << 30

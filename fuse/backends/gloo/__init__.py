@@ -3,7 +3,7 @@
 Every collective runs with the GIL released, and each group hands the engine a native
 ``fuse.group_ops.v1`` table so that its background thread never needs the GIL.
 
-Rendezvous uses the store the launcher gives every worker (:func:`fuse.runner.store.store_from_config`):
+Rendezvous uses the store the launcher gives every worker (:func:`fuse.cluster.store.store_from_config`):
 each group publishes its TCP addresses under ``gloo/<epoch>/g<group_id>/<rank>``.  The network
 address is ``FUSE_GLOO_IFACE`` when set; otherwise the local address that routes to the
 rendezvous server (127.0.0.1 when the whole job runs on this host).
@@ -19,7 +19,7 @@ from typing import Sequence
 from fuse.backends.base import Backend, Group, exchange_bytes
 from fuse.backends.gloo.errors import GlooError
 from fuse.backends.gloo.peer_proof import prove_peers
-from fuse.runner.store import secret_from_env
+from fuse.cluster.store import secret_from_env
 
 __all__ = ["GlooBackend", "GlooError", "choose_address"]
 
@@ -35,7 +35,7 @@ def _import_native():
 
 def _route_to(host: str, port: int) -> str | None:
     """The local address the kernel would use to reach host:port (no packet is sent)."""
-    from fuse.runner.hosts import route_source_address
+    from fuse.cluster.hosts import route_source_address
 
     try:
         return route_source_address(host, port, socket.AF_UNSPEC)
@@ -90,7 +90,7 @@ class GlooBackend(Backend):
         return True, ""
 
     def __init__(self, config, store=None) -> None:
-        from fuse.runner.store import store_from_config
+        from fuse.cluster.store import store_from_config
 
         self._native = _import_native()
         self.rank, self.size = config.rank, config.size

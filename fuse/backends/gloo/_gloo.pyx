@@ -5,7 +5,7 @@
 mesh of connections) per process set.  Each context offers the :class:`fuse.backends.base.Group`
 methods, which release the GIL around every collective, and ``native_ops()``, a
 ``"fuse.group_ops.v1"`` capsule the engine calls from its background thread without the GIL.
-Rendezvous goes through a Python :class:`fuse.runner.store.Store`; the C++ layer calls it back
+Rendezvous goes through a Python :class:`fuse.cluster.store.Store`; the C++ layer calls it back
 (taking the GIL) only while a context connects.
 """
 

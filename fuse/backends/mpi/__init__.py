@@ -3,9 +3,9 @@
 What runs over MPI: the start-up exchange (``exchange``, an ``MPI_Allgather`` of pickles) and
 every data-plane collective (``MPI_Allreduce``, ``MPI_Allgatherv``, ``MPI_Bcast``,
 ``MPI_Alltoallv``, ``MPI_Reduce_scatter``, ``MPI_Barrier``).  Negotiation stays on the engine's
-own TCP control star (see ``fuse/common/basics.py``); small allreduces travel with it and never
+own TCP control star (see ``fuse/worker/lifecycle.py``); small allreduces travel with it and never
 reach MPI, and when every rank is on one host the engine reduces large ones through shared
-memory itself (``fuse/common/shm.py``, faster than MPI_Allreduce there).
+memory itself (``fuse/engine/shm.py``, faster than MPI_Allreduce there).
 
 Communicators.  The world is a duplicate (``MPI_Comm_dup``) of ``MPI_COMM_WORLD``, of the
 communicator passed to ``fuse.init(comm=...)``, or of the group of the ranks listed there, so

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import mxnet as mx
 
-from fuse.common import collectives as _c
-from fuse.common.process_sets import global_process_set
+from fuse.collectives import calls as _c
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.mxnet import mpi_ops
 
 

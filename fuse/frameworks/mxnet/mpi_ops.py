@@ -1,6 +1,6 @@
 """The collectives on MXNet NDArrays, with ``horovod.mxnet``'s signatures.
 
-The work is done by :mod:`fuse.common.collectives`; this module adds the NDArray intake: each
+The work is done by :mod:`fuse.collectives.calls`; this module adds the NDArray intake: each
 call waits for MXNet's asynchronous engine to finish with the NDArrays it touches (inputs ready
 to read, outputs free to write), hands their own memory to fuse's engine, and returns when the
 result is in place.  So, unlike Horovod's, these calls block until the collective is done; the
@@ -15,9 +15,9 @@ from __future__ import annotations
 import numpy as np
 from mxnet.base import MXNetError
 
-from fuse.common import collectives as _c
-from fuse.common.ops import Average, resolve_op
-from fuse.common.process_sets import global_process_set
+from fuse.collectives import calls as _c
+from fuse.collectives.ops import Average, resolve_op
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.mxnet.tensors import (MxnetOps, check_ndarray, ready_for_read,
                                            ready_for_write)
 

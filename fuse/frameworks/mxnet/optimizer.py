@@ -2,7 +2,7 @@
 ``Trainer``): both average gradients over the process set before the update.
 
 The bookkeeping (groups, names on the wire, predivide scaling) is
-:mod:`fuse.common.grad_sync`'s and the casts :mod:`fuse.common.compression`'s; this module only
+:mod:`fuse.collectives.grad_sync`'s and the casts :mod:`fuse.collectives.compression`'s; this module only
 finds the gradients.  Every gradient of one step is submitted before any is waited for, so the
 engine fuses them into few messages.
 
@@ -17,9 +17,9 @@ import warnings
 
 import mxnet as mx
 
-from fuse.common.grad_sync import assign_groups, scaling, wire_names
-from fuse.common.ops import Average
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.grad_sync import assign_groups, scaling, wire_names
+from fuse.collectives.ops import Average
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.mxnet import mpi_ops
 from fuse.frameworks.mxnet.tensors import Compression
 

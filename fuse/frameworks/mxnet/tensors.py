@@ -20,8 +20,8 @@ import numpy as np
 from mxnet.base import _LIB, check_call
 
 from fuse import _core
-from fuse.common import compression as _compression
-from fuse.common.array_ops import ArrayOps
+from fuse.collectives import compression as _compression
+from fuse.collectives.array_ops import ArrayOps
 
 # The dtypes MXNet's classic NDArray has on CPU and the engine moves (MXNet has no int16,
 # uint16; its bfloat16 has no numpy type to view it through).

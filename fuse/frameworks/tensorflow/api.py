@@ -26,7 +26,7 @@ import os as _os  # noqa: E402
 
 import tensorflow as _tf  # noqa: E402
 
-from fuse.common import thread_budget as _thread_budget  # noqa: E402
+from fuse.cluster import thread_budget as _thread_budget  # noqa: E402
 
 
 def _intra_op_threads() -> int:

@@ -3,7 +3,7 @@
 
 The states keep their variables' values in host memory at ``commit()`` (``save``), put them back
 at ``restore()`` and broadcast rank 0's at ``sync()``.  ``run`` is the common elastic loop
-(:mod:`fuse.common.elastic`), which also recognises a collective's failure that TensorFlow
+(:mod:`fuse.worker.elastic`), which also recognises a collective's failure that TensorFlow
 wrapped in one of its own errors (a collective inside ``tf.function`` or ``model.fit`` raises
 through TensorFlow's runtime).
 """
@@ -14,9 +14,9 @@ import functools
 
 import tensorflow as tf
 
-from fuse.common import basics
-from fuse.common import elastic as _elastic
-from fuse.common.elastic import State  # noqa: F401
+from fuse.worker import lifecycle
+from fuse.worker import elastic as _elastic
+from fuse.worker.elastic import State  # noqa: F401
 from fuse.exceptions import (FuseInternalError, HorovodInternalError,  # noqa: F401
                              HostsUpdatedInterrupt)
 from fuse.frameworks.tensorflow.functions import broadcast_object, broadcast_variables
@@ -50,13 +50,13 @@ def run_fn(func, reset=None):
 
 
 def run(func):
-    """Decorator: ``@hvd.elastic.run def train(state, ...)``; see :mod:`fuse.common.elastic`."""
+    """Decorator: ``@hvd.elastic.run def train(state, ...)``; see :mod:`fuse.worker.elastic`."""
     return run_fn(func)
 
 
 class ObjectState(_elastic.ObjectState):
     def __init__(self, **kwargs):
-        super().__init__(bcast_object=_bcast_object, get_rank=basics.rank, **kwargs)
+        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **kwargs)
 
 
 def _optimizer_variables(optimizer, model_variables):
@@ -104,7 +104,7 @@ class TensorFlowKerasState(_VariablesState):
         self.optimizer = optimizer if optimizer is not None else getattr(model, "optimizer",
                                                                          None)
         self.backend = backend
-        super().__init__(bcast_object=_bcast_object, get_rank=basics.rank, **kwargs)
+        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **kwargs)
         self._saved_values = [v.numpy() for v in self._variables()]
 
     def _variables(self):
@@ -123,7 +123,7 @@ class TensorFlowState(_VariablesState):
             raise ValueError("TensorFlowState: give the variables (TensorFlow 2 has no global "
                              "variable collection)")
         self.variables = list(variables)
-        super().__init__(bcast_object=_bcast_object, get_rank=basics.rank, **kwargs)
+        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **kwargs)
         self._saved_values = [v.numpy() for v in self.variables]
 
     def _variables(self):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from fuse.common import collectives as _c
-from fuse.common.process_sets import global_process_set
+from fuse.collectives import calls as _c
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 from fuse.frameworks.tensorflow.bridge import in_tf1_graph
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from fuse.common.ops import Average
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.ops import Average
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow.gradients import GradientReducer
 from fuse.frameworks.tensorflow.tensors import Compression
 

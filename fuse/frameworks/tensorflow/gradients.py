@@ -1,7 +1,7 @@
 """Averaging a list of gradients, shared by ``DistributedGradientTape`` and the Keras
 ``DistributedOptimizer``.
 
-The bookkeeping (groups, op and predivide scaling) comes from :mod:`fuse.common.grad_sync`.
+The bookkeeping (groups, op and predivide scaling) comes from :mod:`fuse.collectives.grad_sync`.
 All dense gradients of one call go to the engine from one host function: each ungrouped
 gradient as its own allreduce and each group as one grouped allreduce, all submitted before
 any is waited for, so the engine fuses them as Horovod's would.  Inside ``tf.function`` that
@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from fuse.common import collectives as _c
-from fuse.common.grad_sync import assign_groups, scaling
-from fuse.common.ops import Average
-from fuse.common.process_sets import global_process_set
+from fuse.collectives import calls as _c
+from fuse.collectives.grad_sync import assign_groups, scaling
+from fuse.collectives.ops import Average
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 from fuse.frameworks.tensorflow.bridge import run_host
 from fuse.frameworks.tensorflow.tensors import Compression

@@ -1,6 +1,6 @@
 """The collectives on TensorFlow tensors, with Horovod's signatures and gradients.
 
-The work is done by :mod:`fuse.common.collectives`; this module turns each call into a host
+The work is done by :mod:`fuse.collectives.calls`; this module turns each call into a host
 function run through :mod:`fuse.frameworks.tensorflow.bridge` (eagerly, or as an ordered
 ``tf.py_function`` inside ``tf.function``) and attaches Horovod's gradient with
 ``tf.custom_gradient``:
@@ -29,10 +29,10 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from fuse.common import basics
-from fuse.common import collectives as _c
-from fuse.common.ops import Average, Sum, resolve_op
-from fuse.common.process_sets import global_process_set
+from fuse.worker import lifecycle
+from fuse.collectives import calls as _c
+from fuse.collectives.ops import Average, Sum, resolve_op
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow.bridge import (build_time_name, in_tf1_graph, run_host,
                                                run_value)
 from fuse.frameworks.tensorflow.tensors import Compression, TensorflowOps, check_dtype
@@ -58,7 +58,7 @@ def _zeros_for_missing(grads, outputs):
 # ------------------------------------------------------------------ allreduce
 
 def _named(kind, name, process_set):
-    return build_time_name(kind, name, basics.process_set_id(process_set))
+    return build_time_name(kind, name, lifecycle.process_set_id(process_set))
 
 
 def _allreduce_raw(tensor, name, op, prescale, postscale, process_set):
@@ -242,7 +242,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
     def bcast(x):
         def grad(dy):
             reduced = _allreduce_raw(dy, None, Average, 1.0, 1.0, process_set)
-            if basics.rank() != root_rank:
+            if lifecycle.rank() != root_rank:
                 reduced = reduced * 0
             return reduced
         return _broadcast_raw(x, root_rank, name, process_set), grad
@@ -406,15 +406,15 @@ def size_op(process_set_id=0, name=None):
 
 
 def local_size_op(name=None):
-    return run_value(basics.local_size, "local_size_op")
+    return run_value(lifecycle.local_size, "local_size_op")
 
 
 def rank_op(name=None):
-    return run_value(basics.rank, "rank_op")
+    return run_value(lifecycle.rank, "rank_op")
 
 
 def local_rank_op(name=None):
-    return run_value(basics.local_rank, "local_rank_op")
+    return run_value(lifecycle.local_rank, "local_rank_op")
 
 
 def process_set_included_op(process_set_id=0, name=None):
@@ -424,4 +424,4 @@ def process_set_included_op(process_set_id=0, name=None):
 
 
 def _process_set(process_set_id):
-    return basics.process_set_by_id(process_set_id)
+    return lifecycle.process_set_by_id(process_set_id)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import keras
 
-from fuse.common.ops import Average
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.ops import Average
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow.keras import optimizer as _keras_optimizer
 from fuse.frameworks.tensorflow.tensors import Compression
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fuse.common.ops import Sum
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.ops import Sum
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 
 

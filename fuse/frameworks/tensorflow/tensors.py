@@ -13,8 +13,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from fuse.common import compression as _compression
-from fuse.common.array_ops import NumpyOps, dtype_code
+from fuse.collectives import compression as _compression
+from fuse.collectives.array_ops import NumpyOps, dtype_code
 
 # TensorFlow dtypes fuse can reduce (as numpy sees them; bfloat16 is ml_dtypes' type)
 SUPPORTED = (tf.uint8, tf.int8, tf.uint16, tf.int16, tf.int32, tf.int64, tf.float16,

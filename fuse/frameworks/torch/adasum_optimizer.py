@@ -2,7 +2,7 @@
 
 Adasum combines what each worker's optimizer would do, not raw gradients: ``step()`` lets the
 wrapped optimizer take its local step from the current parameters, then replaces each
-parameter by start + Adasum of the workers' updates (``fuse.common.adasum``), as Horovod's
+parameter by start + Adasum of the workers' updates (``fuse.collectives.adasum``), as Horovod's
 ``_DistributedAdasumOptimizer`` does.  The updates are combined after backward (no overlap
 with it); like Horovod's, it has no ``skip_synchronize``.
 """
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import torch
 
-from fuse.common.ops import Adasum
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.ops import Adasum
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.optimizer import check_optimizer, unique_params
 

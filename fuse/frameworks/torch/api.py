@@ -22,7 +22,7 @@ from fuse.frameworks.torch.tensors import Compression  # noqa: F401
 
 import torch as _torch  # noqa: E402
 
-from fuse.common.thread_budget import register_thread_probe as _register_thread_probe  # noqa: E402
+from fuse.cluster.thread_budget import register_thread_probe as _register_thread_probe  # noqa: E402
 
 _register_thread_probe("torch.get_num_threads()", _torch.get_num_threads)
 

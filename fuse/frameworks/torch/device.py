@@ -1,4 +1,4 @@
-"""torch CUDA tensors on fuse's device path (:mod:`fuse.common.device_path`), without host copies.
+"""torch CUDA tensors on fuse's device path (:mod:`fuse.worker.device_path`), without host copies.
 
 A CUDA tensor reaches the GPU backend as a flat device array over its own memory (DLPack:
 ``backend.from_dlpack``); outputs are allocated by torch on the tensor's device.  Ordering uses
@@ -18,10 +18,10 @@ import warnings
 
 import torch
 
-from fuse.common import collectives as _c
-from fuse.common import device_path as _dp
-from fuse.common.ops import Adasum, Average, Max, Min, Product, Sum
-from fuse.common.process_sets import process_set_id
+from fuse.collectives import calls as _c
+from fuse.worker import device_path as _dp
+from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum
+from fuse.worker.process_sets import process_set_id
 from fuse.frameworks.torch.tensors import dtype_name
 
 _OPS = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "product"}

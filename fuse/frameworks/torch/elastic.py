@@ -14,10 +14,10 @@ import random
 
 import torch
 
-from fuse.common import basics
-from fuse.common import collectives as _c
-from fuse.common import elastic as _elastic
-from fuse.common.elastic import State, run, run_fn  # noqa: F401
+from fuse.worker import lifecycle
+from fuse.collectives import calls as _c
+from fuse.worker import elastic as _elastic
+from fuse.worker.elastic import State, run, run_fn  # noqa: F401
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from fuse.frameworks.torch.functions import broadcast_optimizer_state, broadcast_parameters
 
@@ -34,7 +34,7 @@ class ObjectState(_elastic.ObjectState):
     """Picklable attributes given as keyword arguments (see :class:`fuse.elastic.ObjectState`)."""
 
     def __init__(self, **kwargs):
-        super().__init__(bcast_object=_bcast_object, get_rank=basics.rank, **kwargs)
+        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **kwargs)
 
 
 class ElasticSampler(torch.utils.data.Sampler):
@@ -89,8 +89,8 @@ class ElasticSampler(torch.utils.data.Sampler):
 
     def reset(self):
         """Split the samples this epoch has not processed over the current workers."""
-        self.num_replicas = basics.size() if basics.is_initialized() else 1
-        self.rank = basics.rank() if basics.is_initialized() else 0
+        self.num_replicas = lifecycle.size() if lifecycle.is_initialized() else 1
+        self.rank = lifecycle.rank() if lifecycle.is_initialized() else 0
         remaining = [i for i in range(len(self.dataset)) if i not in self.processed_indices]
         if self.shuffle:
             random.Random(self.seed + self.epoch).shuffle(remaining)
@@ -239,7 +239,7 @@ class TorchState(_elastic.ObjectState):
         self.__dict__["_handlers"] = handlers
         for name, handler in handlers.items():
             self.__dict__[name] = handler.value
-        super().__init__(bcast_object=_bcast_object, get_rank=basics.rank, **plain)
+        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **plain)
 
     def __setattr__(self, name, value):
         handlers = self.__dict__.get("_handlers", {})

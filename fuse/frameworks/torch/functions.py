@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import torch
 
-from fuse.common import basics
-from fuse.common import collectives as _c
-from fuse.common.process_sets import global_process_set
+from fuse.worker import lifecycle
+from fuse.collectives import calls as _c
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
 
 
@@ -101,7 +101,7 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
     parameter that requires grad has a ``.grad`` tensor afterwards: a missing one is set to
     zeros.  No step is taken, so no update (weight decay, Adam's step count) happens here."""
     _fill_missing_grads(optimizer)
-    me = basics.rank()
+    me = lifecycle.rank()
     tensors: list = []
     skeleton = _strip(optimizer.state_dict(), tensors) if me == root_rank else None
     skeleton = _c.broadcast_object(skeleton, root_rank, name="broadcast_optimizer_state.skel",

@@ -20,14 +20,14 @@ accumulates into it directly and nothing is copied.  A backward pass in another 
 costs the copies again (the engine falls back to its fusion buffer); results never depend on it.
 
 When every rank is on one host, ``build`` takes ``share``: the flat buffers are then allocated in
-memory that every rank maps (:func:`fuse.common.shm.share_regions`), so the engine reduces a
+memory that every rank maps (:func:`fuse.engine.shm.share_regions`), so the engine reduces a
 fused span straight from the ranks' buffers into them instead of staging it through its own
 segments.  ``share`` is collective; ``build`` calls it exactly once on every rank.
 
 CUDA gradients get slots too when the GPU backend serves them (``on_device``): flat buffers on
 their device, one per device and dtype, for gradients the device path would fuse
 (``device_fuses``).  The device path reduces a fused run of adjacent in-place tensors where it
-lies (:mod:`fuse.common.device_path`), so they skip its device fusion buffer the same way.
+lies (:mod:`fuse.worker.device_path`), so they skip its device fusion buffer the same way.
 """
 
 from __future__ import annotations

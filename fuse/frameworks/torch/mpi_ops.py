@@ -1,6 +1,6 @@
 """The collectives on torch tensors, with Horovod's signatures and autograd rules.
 
-The work is done by :mod:`fuse.common.collectives`; this module adds the torch intake (CPU
+The work is done by :mod:`fuse.collectives.calls`; this module adds the torch intake (CPU
 tensors as zero-copy views; CUDA tensors to the GPU backend through :mod:`.device`, or staged
 through host memory when no GPU backend serves them), compression, and
 ``torch.autograd.Function``s for the out-of-place calls:
@@ -24,10 +24,10 @@ from __future__ import annotations
 
 import torch
 
-from fuse.common import basics
-from fuse.common import collectives as _c
-from fuse.common.ops import Adasum, Average, Sum, resolve_op
-from fuse.common.process_sets import global_process_set
+from fuse.worker import lifecycle
+from fuse.collectives import calls as _c
+from fuse.collectives.ops import Adasum, Average, Sum, resolve_op
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.torch import device as _dev
 from fuse.frameworks.torch.tensors import Compression, TorchOps
 
@@ -388,7 +388,7 @@ class _Broadcast(torch.autograd.Function):
     @staticmethod
     def backward(ctx, grad):
         reduced = synchronize(allreduce_async(grad, op=Average, process_set=ctx.process_set))
-        if basics.rank() != ctx.root_rank:
+        if lifecycle.rank() != ctx.root_rank:
             reduced = reduced * 0
         return reduced, None, None, None
 

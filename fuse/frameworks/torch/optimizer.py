@@ -28,10 +28,10 @@ import warnings
 
 import torch
 
-from fuse.common import basics
-from fuse.common.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
-from fuse.common.ops import Adasum, Average
-from fuse.common.process_sets import global_process_set
+from fuse.worker import lifecycle
+from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
+from fuse.collectives.ops import Adasum, Average
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
@@ -66,7 +66,8 @@ def _shared_allocator(engine):
     (Decided alike on every rank: shared memory is agreed on at init.)"""
     if engine.shared_memory is None:
         return None
-    from fuse.common import collectives, shm
+    from fuse.collectives import calls as collectives
+    from fuse.engine import shm
 
     def share(sizes):
         return shm.share_regions(engine, sizes, lambda obj: collectives.allgather_object(
@@ -144,8 +145,8 @@ class DistributedOptimizer:
         d["_hook_handles"] = []
         # an elastic job may grow from one worker: hooks then, as in Horovod
         d["_active"] = process_set.included() and (len(process_set.ranks) > 1
-                                                   or basics._state.config.elastic)
-        d["_engine"] = basics._state.engine     # see _follow_engine
+                                                   or lifecycle._state.config.elastic)
+        d["_engine"] = lifecycle._state.engine     # see _follow_engine
         # compressed gradients travel as new tensors, so only uncompressed ones get slots
         d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
                         else None)
@@ -214,7 +215,7 @@ class DistributedOptimizer:
         the handles in flight nor the shared gradient buffers.  Drop what was in flight and
         learn the gradient layout again, which every rank of the new job then builds
         together (new workers build theirs for the first time)."""
-        engine = basics._state.engine
+        engine = lifecycle._state.engine
         if engine is self._engine:
             return
         d = self.__dict__
@@ -228,7 +229,7 @@ class DistributedOptimizer:
             d["_layout"] = GradientLayout()
 
     def _hook(self, p):
-        if basics._state.engine is not self._engine:
+        if lifecycle._state.engine is not self._engine:
             self._follow_engine()
         i = self._index[id(p)]
         if self._counter.record(i):
@@ -316,8 +317,8 @@ class DistributedOptimizer:
         self._handles.clear()
         self._densified.clear()
         if self._layout is not None and not self._layout.built:
-            engine, pset = basics.engine(), self._process_set.process_set_id
-            threshold = basics._state.config.fusion_threshold
+            engine, pset = lifecycle.engine(), self._process_set.process_set_id
+            threshold = lifecycle._state.config.fusion_threshold
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
                                _shared_allocator(engine) if pset == 0 else None,

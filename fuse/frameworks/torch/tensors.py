@@ -6,8 +6,8 @@ import numpy as np
 import torch
 
 from fuse import _core
-from fuse.common import compression as _compression
-from fuse.common.array_ops import ArrayOps
+from fuse.collectives import compression as _compression
+from fuse.collectives.array_ops import ArrayOps
 
 # torch dtype -> (fuse dtype name, torch dtype of the view numpy can export)
 _DTYPES = {

@@ -6,7 +6,7 @@ write to the store poke).  What makes it elastic:
 
 * a worker of the current generation that fails (non-zero exit, signal) blacklists its host
   and makes a new generation on the hosts left; the survivors see the failure in their next
-  collective, roll back to their last commit and join it (:mod:`fuse.common.elastic`);
+  collective, roll back to their last commit and join it (:mod:`fuse.worker.elastic`);
 * a discovery script whose hosts change makes a new generation; the workers join it at their
   next ``commit()``/``check_host_updates()``;
 * workers that ask for a new generation without anyone having exited (a collective failed for

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import sys
 
-from .. import hosts as _hosts
+from fuse.cluster import hosts as _hosts
 from .driver import ElasticJob, ElasticJobError, ElasticSettings, discovery_from
 
 

@@ -4,7 +4,7 @@ The driver numbers each arrangement of the job (a *generation*) and publishes it
 
 * ``elastic/plan/<g>``: JSON ``{"workers": {worker id: identity}, "added": bool}``; a worker
   id is ``<host>:<slot index on that host>`` (Horovod's ``host:local_rank``), the identity is
-  what :meth:`fuse.runner.hosts.Slot.env` holds (rank, size, local and cross ranks, host).
+  what :meth:`fuse.cluster.hosts.Slot.env` holds (rank, size, local and cross ranks, host).
   ``added`` says whether the generation has workers the previous one had not (then the state
   must be broadcast to them; otherwise a host change needs no sync);
 * ``elastic/generation``: the newest ``g``, written after its plan.

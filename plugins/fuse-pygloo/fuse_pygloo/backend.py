@@ -2,7 +2,7 @@
 
 Everything here uses what fuse hands any backend: the :class:`fuse.config.Config` given to
 the constructor (ranks, rendezvous address, timeout, interface) and the launcher's store
-(:func:`fuse.runner.store.store_from_config`).  Each group is one
+(:func:`fuse.cluster.store.store_from_config`).  Each group is one
 ``pygloo.rendezvous.Context`` connected through that store (:mod:`fuse_pygloo.store`), its
 keys under ``pygloo/<epoch>/g<group_id>/``.
 """
@@ -15,8 +15,8 @@ from typing import Sequence
 
 from fuse.backends.base import Backend, exchange_bytes
 from fuse.backends.peer_proof import prove_peers
-from fuse.runner.hosts import route_source_address
-from fuse.runner.store import secret_from_env, store_from_config
+from fuse.cluster.hosts import route_source_address
+from fuse.cluster.store import secret_from_env, store_from_config
 from fuse_pygloo.dtypes import BACKEND
 from fuse_pygloo.group import PyglooError, PyglooGroup
 from fuse_pygloo.store import StoreBridge

@@ -3,7 +3,7 @@
 ``pygloo.rendezvous.CustomStore(obj)`` wraps any Python object with ``set(key, value)``,
 ``get(key) -> bytes`` and ``wait(keys)``; Gloo's ``connectFullMesh`` publishes each rank's TCP
 address through it.  This adapter sends those calls to the store the launcher gives every
-worker (``fuse.runner.store``: HTTP with the job's secret, or a shared directory), under a
+worker (``fuse.cluster.store``: HTTP with the job's secret, or a shared directory), under a
 prefix of its own per connection so that groups and re-initialisations never read each
 other's addresses.  Gloo's keys are bare ("0", "rank_1"), hence the prefix.
 """

@@ -30,7 +30,7 @@ def test_registered_and_loadable():
 
 def _rank(rank, path, secret, results):
     from fuse.config import Config
-    from fuse.runner.store import SECRET_ENV
+    from fuse.cluster.store import SECRET_ENV
 
     from fuse_pygloo import PyglooBackend
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import keras
 import numpy as np
 
-from fuse.common import basics
-from fuse.common import collectives as _c
-from fuse.common.ops import Average
-from fuse.common.array_ops import NumpyOps
+from fuse.worker import lifecycle
+from fuse.collectives import calls as _c
+from fuse.collectives.ops import Average
+from fuse.collectives.array_ops import NumpyOps
 from fuse.frameworks.tensorflow.functions import broadcast_variables
 
 _numpy = NumpyOps()
@@ -66,7 +66,7 @@ class MetricAverageCallback(keras.callbacks.Callback):
         super().__init__()
 
     def on_epoch_end(self, epoch, logs=None):
-        if logs is None or basics.size() == 1:
+        if logs is None or lifecycle.size() == 1:
             return
         keys = sorted(k for k, v in logs.items() if np.ndim(v) == 0 and not isinstance(v, str))
         local = np.array([float(logs[k]) for k in keys], np.float64)
@@ -148,7 +148,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
             # the rate set before a batch is the one reached after it, so the last warm-up
             # batch already runs at initial_lr
             epoch += 1.0 / self.steps_per_epoch
-            size = basics.size()
+            size = lifecycle.size()
             return 1.0 / size * (epoch * (size - 1) / warmup_epochs + 1)
         super().__init__(initial_lr, multiplier, start_epoch=0, end_epoch=warmup_epochs,
                          staircase=False, momentum_correction=momentum_correction,
@@ -161,7 +161,7 @@ class LearningRateWarmupCallback(LearningRateScheduleCallback):
         if epoch == self.warmup_epochs - 1:
             # land exactly on initial_lr at the end of the warm-up
             self.model.optimizer.learning_rate = self.initial_lr
-            if self.verbose > 0 and basics.rank() == 0:
+            if self.verbose > 0 and lifecycle.rank() == 0:
                 print(f"\nEpoch {epoch + 1}: finished gradual learning rate warmup to "
                       f"{self.initial_lr:g}.")
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import keras
 import tensorflow as tf
 
-from fuse.common.ops import Average, Sum, resolve_op
-from fuse.common.process_sets import global_process_set
+from fuse.collectives.ops import Average, Sum, resolve_op
+from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.tensorflow.gradients import GradientReducer
 from fuse.frameworks.tensorflow.tensors import Compression
 

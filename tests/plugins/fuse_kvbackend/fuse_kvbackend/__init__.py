@@ -8,7 +8,7 @@ entry point in this package's ``pyproject.toml``::
 
 After ``pip install``, ``FUSE_BACKEND=kv fuserun -np 2 python train.py`` uses it.
 
-Data moves through the launcher's rendezvous store (``fuse.runner.store``): in every collective
+Data moves through the launcher's rendezvous store (``fuse.cluster.store``): in every collective
 each member writes its part under ``fuse_kv/<group>/<seq>/<rank>`` (``<seq>`` counts the group's
 collectives) and polls for the other members' keys.  It is slow (every byte crosses HTTP) but
 real, and it needs nothing beyond numpy.  Every member writes at least one key in every
@@ -26,7 +26,7 @@ from typing import Sequence
 import numpy as np
 
 from fuse.backends.base import Backend, Group, dtype_name_to_numpy
-from fuse.runner.store import store_from_config
+from fuse.cluster.store import store_from_config
 
 __version__ = "0.1.0"
 

@@ -1,0 +1,414 @@
+"""The collectives, written once for every framework.
+
+A framework plugs in an :class:`~fuse.collectives.array_ops.ArrayOps` (how to see a tensor's memory
+without copying and how to make new tensors; ``NumpyOps`` is NumPy's); everything else (naming,
+op rules, validation, handles, grouped calls, object collectives) lives here.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+import numpy as np
+
+from fuse import _core
+from fuse.engine.request import RequestSpec
+from fuse.collectives import adasum
+from fuse.worker import state
+from fuse.collectives.array_ops import ArrayOps, NumpyOps, dtype_code  # noqa: F401 (re-exported)
+from fuse.collectives.ops import Adasum, Average, Sum, resolve_op
+from fuse.worker.process_sets import global_process_set, process_set_id
+
+
+# handle -> function(value, aux, record) that builds what synchronize() returns
+_finishers: dict[int, Callable] = {}
+_name_lock = threading.Lock()
+_name_counters: dict[tuple[str, int], int] = {}
+
+
+def _auto_name(kind: str, pset: int) -> str:
+    # Counted per (kind, process set): every member makes the same calls in the same order,
+    # so every member derives the same name, even when other sets see other traffic.
+    with _name_lock:
+        n = _name_counters.get((kind, pset), 0)
+        _name_counters[(kind, pset)] = n + 1
+        return f"{kind}.noname.{pset}.{n}"
+
+
+def _return_name(kind: str, pset: int, name: str) -> None:
+    # Undo _auto_name for a call that was never queued (unless another thread drew since).
+    with _name_lock:
+        n = _name_counters.get((kind, pset), 0)
+        if name == f"{kind}.noname.{pset}.{n - 1}":
+            _name_counters[(kind, pset)] = n - 1
+
+
+def _enqueue_named(name, kind: str, pset: int, make_specs: Callable[[str], list],
+                   finisher: Callable) -> list[int]:
+    """Queue ``make_specs(name)``, drawing an automatic name when ``name`` is None.
+
+    The name is drawn after the caller's own checks and given back if queueing fails, so a
+    call that fails on one rank only (bad splits, a closed engine) and is caught there does not
+    shift the automatic names of every later call on that rank."""
+    drawn = name is None
+    if drawn:
+        name = _auto_name(kind, pset)
+    try:
+        return _enqueue(make_specs(name), finisher)
+    except BaseException:
+        if drawn:
+            _return_name(kind, pset, name)
+        raise
+
+
+def reset_auto_names() -> None:
+    """Start the automatic names over: a re-formed elastic job is a new job, whose workers
+    that just joined count from zero."""
+    with _name_lock:
+        _name_counters.clear()
+
+
+def _pset(process_set) -> int:
+    return process_set_id(process_set)
+
+
+def _check_scale(op: int, prescale: float, postscale: float) -> None:
+    if op in (_core.MIN, _core.MAX, _core.PRODUCT) and (prescale != 1.0 or postscale != 1.0):
+        raise ValueError("prescale_factor/postscale_factor only apply to Sum and Average")
+
+
+def _enqueue(specs: list[RequestSpec], finisher: Callable) -> list[int]:
+    """Queue ``specs``; ``finisher(value, aux, spec)`` makes each one's result."""
+    engine = state.engine()
+    handles = engine.enqueue(specs)
+    for h in handles:
+        _finishers[h] = finisher
+    return handles
+
+
+def poll(handle: int) -> bool:
+    """True once the collective behind ``handle`` has finished."""
+    if isinstance(handle, _Group):
+        return all(state.engine().poll(h) for h in handle.handles)
+    return state.engine().poll(handle)
+
+
+def synchronize(handle):
+    """Wait for ``handle`` and return its output (a tuple for grouped and alltoall calls)."""
+    if isinstance(handle, _Group):
+        return handle.finish()
+    finisher = _finishers.pop(handle, None)
+    if finisher is None:
+        return None
+    value, aux, record = state.engine().wait(handle)
+    return finisher(value, aux, record)
+
+
+class _Group:
+    """The handle of a grouped call: one handle for many tensors."""
+
+    def __init__(self, handles: list[int], build: Callable[[list], Any]):
+        self.handles = handles
+        self.build = build
+
+    def finish(self):
+        results, first_error = [], None
+        for h in self.handles:
+            try:
+                results.append(synchronize(h))
+            except Exception as err:  # wait for every member before raising
+                first_error = first_error or err
+        if first_error is not None:
+            raise first_error
+        return self.build(results)
+
+
+# ---------------------------------------------------------------- allreduce
+
+def _allreduce_buffers(ops: ArrayOps, tensor, output):
+    """``(input buffer, dtype code, shape, output buffer)``; raises for a bad tensor."""
+    buf, dtype, shape = ops.describe(tensor)
+    return buf, dtype, shape, (buf if output is tensor else ops.describe(output)[0])
+
+
+def _allreduce_spec(buffers, name, op, prescale, postscale, pset, group_key=None):
+    buf, dtype, shape, out_buf = buffers
+    return RequestSpec(_core.ALLREDUCE, name, dtype, shape, pset, input=buf,
+                       output=out_buf, op=op, prescale=prescale, postscale=postscale,
+                       group_key=group_key)
+
+
+def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, average=None,
+                    prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
+    """Start an allreduce; ``output`` defaults to a new tensor (pass ``tensor`` for in place)."""
+    op = resolve_op(op, average)
+    _check_scale(op, prescale_factor, postscale_factor)
+    pset = _pset(process_set)
+    out = ops.empty_like(tensor) if output is None else output
+    if op == Adasum:
+        return _adasum_group(ops, [tensor], [out], name, "allreduce", prescale_factor,
+                             postscale_factor, process_set, lambda outs: outs[0])
+    buffers = _allreduce_buffers(ops, tensor, out)
+    return _enqueue_named(name, "allreduce", pset, lambda n: [_allreduce_spec(
+        buffers, n, op, prescale_factor, postscale_factor, pset)], lambda v, a, r: out)[0]
+
+
+def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, name=None,
+                            op=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
+                            process_set=global_process_set):
+    op = resolve_op(op, average)
+    _check_scale(op, prescale_factor, postscale_factor)
+    if not tensors:
+        raise ValueError("grouped_allreduce needs at least one tensor")
+    pset = _pset(process_set)
+    outs = list(tensors) if inplace else [ops.empty_like(t) for t in tensors]
+    if op == Adasum:
+        return _adasum_group(ops, tensors, outs, name, "grouped_allreduce", prescale_factor,
+                             postscale_factor, process_set, list)
+    buffers = [_allreduce_buffers(ops, t, o) for t, o in zip(tensors, outs)]
+
+    def specs(base):
+        return [_allreduce_spec(b, f"{base}.{i}", op, prescale_factor, postscale_factor, pset,
+                                group_key=base)
+                for i, b in enumerate(buffers)]
+    handles = _enqueue_named(name, "grouped_allreduce", pset, specs, lambda v, a, r: None)
+    return _Group(handles, lambda _results: list(outs))
+
+
+def _numpy_view(buf, code: int) -> np.ndarray:
+    """A flat numpy view of a buffer the adapter described (writable if the buffer is)."""
+    name = _core.DTYPE_NAMES[code]
+    if name == "bfloat16":
+        import ml_dtypes
+        dtype = np.dtype(ml_dtypes.bfloat16)
+    else:
+        dtype = np.dtype(name)
+    return np.asarray(memoryview(buf).cast("B")).view(dtype)
+
+
+def _adasum_group(ops: ArrayOps, tensors, outs, name, kind: str, prescale: float,
+                  postscale: float, process_set, build) -> "_Group":
+    """Adasum of each tensor into its output (see :mod:`fuse.collectives.adasum`); the collectives
+    run now, so the returned handle is already complete."""
+    described = [ops.describe(t) for t in tensors]
+    for t, (_, code, _) in zip(tensors, described):
+        if _core.DTYPE_NAMES[code] not in adasum.FLOAT_DTYPES:
+            raise ValueError(f"Adasum needs floating-point tensors, got "
+                             f"{_core.DTYPE_NAMES[code]}")
+    adasum.check_set_size(len(process_set.ranks))
+    out_bufs = [b if o is t else ops.describe(o)[0]
+                for (b, _, _), t, o in zip(described, tensors, outs)]
+    base = name or _auto_name(kind, _pset(process_set))
+    for i, ((buf, code, _), out_buf) in enumerate(zip(described, out_bufs)):
+        vector = _numpy_view(buf, code).astype(np.float64)
+        if prescale != 1.0:
+            vector *= prescale
+        label = base if len(tensors) == 1 and kind == "allreduce" else f"{base}.{i}"
+        result = adasum.allreduce(vector, label, _AdasumExchange(process_set), process_set)
+        if postscale != 1.0:
+            result *= postscale
+        target = _numpy_view(out_buf, code)
+        target[:] = result.astype(target.dtype)
+    return _Group([], lambda _results: build(list(outs)))
+
+
+class _AdasumExchange:
+    """The blocking NumPy collectives over one process set that Adasum's steps run."""
+
+    def __init__(self, process_set):
+        self.ops, self.process_set = _numpy_ops, process_set
+
+    def alltoall(self, array, splits, name):
+        received, _ = synchronize(alltoall_async(self.ops, array, splits, name=name,
+                                                 process_set=self.process_set))
+        return received
+
+    def allreduce_sum(self, array, name):
+        return synchronize(allreduce_async(self.ops, array, name=name, op=Sum,
+                                           process_set=self.process_set))
+
+    def allgather(self, array, name):
+        return synchronize(allgather_async(self.ops, array, name=name,
+                                           process_set=self.process_set))
+
+
+# ---------------------------------------------------------------- allgather / reducescatter
+
+def _new_output(ops, tensor):
+    return ops.allocator(tensor)
+
+
+def allgather_async(ops: ArrayOps, tensor, *, name=None, process_set=global_process_set):
+    buf, dtype, shape = ops.describe(tensor)
+    if len(shape) == 0:
+        raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
+    pset = _pset(process_set)
+    return _enqueue_named(name, "allgather", pset, lambda n: [RequestSpec(
+        _core.ALLGATHER, n, dtype, shape, pset, input=buf,
+        allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
+
+
+def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
+                            process_set=global_process_set):
+    pset = _pset(process_set)
+    described = []
+    for t in tensors:
+        buf, dtype, shape = ops.describe(t)
+        if len(shape) == 0:
+            raise ValueError("allgather needs tensors with at least one dimension")
+        described.append((t, buf, dtype, shape))
+
+    def specs(base):
+        return [RequestSpec(_core.ALLGATHER, f"{base}.{i}", dtype, shape, pset, input=buf,
+                            allocator=_new_output(ops, t), group_key=base)
+                for i, (t, buf, dtype, shape) in enumerate(described)]
+    handles = _enqueue_named(name, "grouped_allgather", pset, specs, lambda v, a, r: r.result)
+    return _Group(handles, list)
+
+
+def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
+                        process_set=global_process_set, prescale_factor=1.0,
+                        postscale_factor=1.0):
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports only Average and Sum")
+    buf, dtype, shape = ops.describe(tensor)
+    pset = _pset(process_set)
+    return _enqueue_named(name, "reducescatter", pset, lambda n: [RequestSpec(
+        _core.REDUCESCATTER, n, dtype, shape, pset, input=buf, op=op,
+        prescale=prescale_factor, postscale=postscale_factor,
+        allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
+
+
+def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, op=Average,
+                                process_set=global_process_set, prescale_factor=1.0,
+                                postscale_factor=1.0):
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise ValueError("reducescatter supports only Average and Sum")
+    pset = _pset(process_set)
+    described = [(t, *ops.describe(t)) for t in tensors]
+
+    def specs(base):
+        return [RequestSpec(_core.REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,
+                            input=buf, op=op, prescale=prescale_factor,
+                            postscale=postscale_factor, allocator=_new_output(ops, t),
+                            group_key=base)
+                for i, (t, buf, dtype, shape) in enumerate(described)]
+    handles = _enqueue_named(name, "grouped_reducescatter", pset, specs,
+                             lambda v, a, r: r.result)
+    return _Group(handles, list)
+
+
+# ---------------------------------------------------------------- broadcast / alltoall
+
+def broadcast_async(ops: ArrayOps, tensor, root_rank: int, *, output=None, name=None,
+                    process_set=global_process_set):
+    """``root_rank`` is a global rank, as in Horovod, even inside a process set."""
+    buf, dtype, shape = ops.describe(tensor)
+    pset = _pset(process_set)
+    members = process_set.ranks if process_set is not None else global_process_set.ranks
+    if root_rank not in members:
+        raise ValueError(f"broadcast root_rank {root_rank} is not a member of {process_set}")
+    out = ops.empty_like(tensor) if output is None else output
+    out_buf = buf if out is tensor else ops.describe(out)[0]
+    return _enqueue_named(name, "broadcast", pset, lambda n: [RequestSpec(
+        _core.BROADCAST, n, dtype, shape, pset, input=buf, output=out_buf,
+        root=int(root_rank))], lambda v, a, r: out)[0]
+
+
+def alltoall_async(ops: ArrayOps, tensor, splits=None, *, name=None,
+                   process_set=global_process_set):
+    """Handle whose result is ``(output, received_splits)``."""
+    buf, dtype, shape = ops.describe(tensor)
+    if len(shape) == 0:
+        raise ValueError("alltoall needs a tensor with at least one dimension, got a scalar")
+    pset = _pset(process_set)
+    nranks = len(process_set.ranks)
+    split_list = None
+    if splits is not None:
+        split_list = [int(s) for s in np.asarray(splits).reshape(-1)]
+        if len(split_list) != nranks:
+            raise ValueError(f"alltoall splits has {len(split_list)} entries; the process set "
+                             f"has {nranks} ranks")
+        if any(s < 0 for s in split_list) or sum(split_list) != shape[0]:
+            raise ValueError(f"alltoall splits {split_list} must be non-negative and sum to "
+                             f"the first dimension ({shape[0]})")
+    elif shape[0] % nranks:
+        raise ValueError(f"alltoall without splits needs the first dimension ({shape[0]}) to "
+                         f"be divisible by the number of ranks ({nranks})")
+    return _enqueue_named(name, "alltoall", pset, lambda n: [RequestSpec(
+        _core.ALLTOALL, n, dtype, shape, pset, input=buf, splits=split_list,
+        allocator=_new_output(ops, tensor))],
+        lambda v, a, r: (r.result, ops.from_numpy(np.asarray(a, np.int32))))[0]
+
+
+# ---------------------------------------------------------------- control
+
+_NO_DATA = _core.DTYPE_CODES["uint8"]   # the dtype of collectives that carry no tensor
+
+def barrier(process_set=global_process_set) -> None:
+    """Return once every member of the set has called barrier."""
+    pset = _pset(process_set)
+    spec = RequestSpec(_core.BARRIER, "barrier", _NO_DATA, (0,), pset)
+    synchronize(_enqueue([spec], lambda v, a, r: None)[0])
+
+
+def join(process_set=global_process_set) -> int:
+    """This rank is out of data: keep serving the others' allreduces (with zeros) until every
+    rank has joined.  Returns the last rank to join."""
+    pset = _pset(process_set)
+    spec = RequestSpec(_core.JOIN, "join", _NO_DATA, (0,), pset)
+    return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
+
+
+def submit_control(kind: str, ranks: Sequence[int]) -> int:
+    """``add_process_set`` with the new set's ``ranks`` (returns its id), or
+    ``remove_process_set`` with ``ranks=[id]``."""
+    name = f"process_set.{kind}"
+    if kind == "add_process_set":
+        spec = RequestSpec(_core.PSET_ADD, name, _NO_DATA, (0,), 0, ranks=list(ranks))
+    elif kind == "remove_process_set":
+        (removed,) = ranks
+        spec = RequestSpec(_core.PSET_REMOVE, name, _NO_DATA, (0,), 0, removed_set=removed)
+    else:
+        raise KeyError(kind)
+    return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
+
+
+# ---------------------------------------------------------------- Python objects
+
+_numpy_ops = NumpyOps()
+
+
+def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global_process_set):
+    """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
+    ops = _numpy_ops
+    name = name or _auto_name("broadcast_object", _pset(process_set))
+    me = state.rank()
+    payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8) if me == root_rank else None
+    length = np.array([len(payload) if payload is not None else 0], np.int64)
+    length = synchronize(broadcast_async(ops, length, root_rank, name=name + ".size",
+                                         process_set=process_set))
+    data = payload.copy() if payload is not None else np.empty(int(length[0]), np.uint8)
+    data = synchronize(broadcast_async(ops, data, root_rank, name=name + ".data",
+                                       process_set=process_set))
+    return obj if me == root_rank else cloudpickle.loads(data.tobytes())
+
+
+def allgather_object(obj, name=None, process_set=global_process_set) -> list:
+    """A list with every member's ``obj``, in rank order."""
+    ops = _numpy_ops
+    name = name or _auto_name("allgather_object", _pset(process_set))
+    data = np.frombuffer(cloudpickle.dumps(obj), np.uint8).copy()
+    sizes = synchronize(allgather_async(ops, np.array([len(data)], np.int64),
+                                        name=name + ".sizes", process_set=process_set))
+    gathered = synchronize(allgather_async(ops, data, name=name + ".data",
+                                           process_set=process_set))
+    out, offset = [], 0
+    for n in sizes:
+        out.append(cloudpickle.loads(gathered[offset:offset + int(n)].tobytes()))
+        offset += int(n)
+    return out

@@ -1,0 +1,196 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The control channel's transport: the sockets between rank 0 and every worker.
+
+Rank 0 holds a socket per worker; a worker holds one, to rank 0.  Frames are length-prefixed
+(csrc/core_support.h): requests, goodbyes and failure notices go up, the coordinator's
+response stream and its notices come down.  This module moves frames and knows which peers are
+still there; what a frame means is the engine's business (fuse._core).
+
+It also holds what the idle engine thread sleeps on: an epoll set of the sockets plus an
+eventfd that any thread signals when there is work (csrc/idle_wait.h).
+"""
+
+from posix.unistd cimport close as c_close
+
+from libc.stdint cimport uint32_t
+
+from fuse.engine.protocol cimport _int_str
+from fuse.engine.csupport cimport (send_frame, recv_some, pop_frame, frame_length, kMaxFrameBytes,
+                             wake_fd_new, wake_fd_signal)
+
+cdef extern from "idle_wait.h" namespace "fuse" nogil:
+    IdleWait* idle_new(int wake_fd)
+    void idle_free(IdleWait*)
+    bint idle_add_socket(IdleWait*, int fd)
+    void idle_wait(IdleWait*, int timeout_ms)
+    void idle_mute_sockets(IdleWait*, bint mute)
+
+cdef extern from "<poll.h>" nogil:
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    int c_poll "poll"(pollfd*, unsigned long, int)
+    enum: POLLIN
+
+
+cdef class ControlChannel:
+    """The sockets of one rank's end of the control channel.
+
+    Args:
+        rank: this rank.
+        coordinator_fd: a worker's connected socket to rank 0; -1 on rank 0.
+        worker_fds: rank 0 only: a socket per rank (index 0 unused: -1).
+    """
+
+    def __cinit__(self):
+        self.wake_fd = -1
+        self.idle = NULL
+
+    def __init__(self, int rank, int coordinator_fd, worker_fds):
+        cdef int fd
+        cdef int live
+        self.rank = rank
+        for fd in ([coordinator_fd] if rank != 0 else list(worker_fds)):
+            # (a typed local: Cython passes a conditional expression to push_back by a
+            # reference to a temporary that is already gone)
+            live = PEER_LIVE if fd >= 0 else PEER_GONE
+            self.fds.push_back(fd)
+            self.inbox.push_back(string(b""))
+            self.state.push_back(live)
+        self.wake_fd = wake_fd_new()
+        self.idle = idle_new(self.wake_fd)
+        if self.idle == NULL:
+            raise OSError("fuse: cannot create the engine's epoll descriptors")
+        for fd in self.fds:
+            if fd >= 0 and not idle_add_socket(self.idle, fd):
+                raise OSError(f"fuse: cannot watch control socket {fd}")
+
+    def __dealloc__(self):
+        cdef size_t i
+        idle_free(self.idle)
+        if self.wake_fd >= 0:
+            c_close(self.wake_fd)
+        for i in range(self.fds.size()):
+            if self.fds[i] >= 0:
+                c_close(self.fds[i])
+
+    # ---- reading (whoever holds the loop)
+
+    cdef bint readable(self, int peer) noexcept nogil:
+        """Whether ``peer``'s connection is open (it may have nothing to read)."""
+        return self.fds[peer] >= 0 and self.state[peer] != PEER_GONE
+
+    cdef bint receive(self, int peer) noexcept nogil:
+        """Read what ``peer`` sent, without blocking, into its inbox (see next_frame).  False
+        when its connection closed or failed: call close() once its frames are handled."""
+        cdef ssize_t n = recv_some(self.fds[peer], self.inbox[peer])
+        return not (n == 0 or n == -1)
+
+    cdef int next_frame(self, int peer, string& frame) noexcept nogil:
+        """Take the next whole frame ``peer`` sent: 1, or 0 when there is none, or -1 when
+        what it sent is not fuse's framing (a frame longer than the limit; see bad_framing)."""
+        return pop_frame(self.inbox[peer], frame)
+
+    cdef string bad_framing(self, int peer) noexcept nogil:
+        """Why ``peer``'s bytes are refused, after next_frame returned -1."""
+        return (string(b"sent a control frame announcing ") + _int_str(frame_length(self.inbox[peer])) +
+                string(b" bytes, more than the limit of ") + _int_str(kMaxFrameBytes) +
+                string(b": its bytes are not fuse's framing (a bug, or not a fuse process)"))
+
+    cdef int close(self, int peer) noexcept nogil:
+        """Close ``peer``'s connection; returns the PeerState it had."""
+        cdef int was = self.state[peer]
+        if self.fds[peer] >= 0:
+            c_close(self.fds[peer])
+        self.fds[peer] = -1
+        self.state[peer] = PEER_GONE
+        return was
+
+    cdef void mark_leaving(self, int peer) noexcept nogil:
+        self.state[peer] = PEER_LEAVING
+
+    cdef bint rank_gone(self, int rank) noexcept nogil:
+        """Whether worker ``rank`` said goodbye, exited or died (rank 0)."""
+        return self.state[rank] != PEER_LIVE
+
+    cdef bint next_local(self, string& frame) noexcept nogil:
+        """Rank 0: take the next frame its coordinator sent to rank 0 itself."""
+        if self.local_frames.size() == 0:
+            return False
+        frame = self.local_frames.front()
+        self.local_frames.pop_front()
+        return True
+
+    cdef bint poll_open(self, int timeout_ms) noexcept nogil:
+        """Wait up to ``timeout_ms`` for any open connection to be readable (or to close).
+        False at once when no connection is open."""
+        cdef vector[pollfd] fds
+        cdef pollfd p
+        cdef size_t i
+        p.events = POLLIN
+        p.revents = 0
+        for i in range(self.fds.size()):
+            if self.readable(<int>i):
+                p.fd = self.fds[i]
+                fds.push_back(p)
+        if fds.size() == 0:
+            return False
+        c_poll(fds.data(), fds.size(), timeout_ms)
+        return True
+
+    # ---- sending (a failed send shows up as EOF on the next read)
+
+    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
+        """Rank 0: a frame to ``rank`` if it is still there (to rank 0 itself: next_local)."""
+        if rank == 0:
+            self.local_frames.push_back(frame)
+        elif self.fds[rank] >= 0 and self.state[rank] == PEER_LIVE:
+            send_frame(self.fds[rank], frame)
+
+    cdef void send_all(self, const string& frame, int skip) noexcept nogil:
+        """Rank 0: a frame to every worker still there but ``skip`` (-1: none)."""
+        cdef size_t i
+        for i in range(1, self.fds.size()):
+            if self.fds[i] >= 0 and self.state[i] == PEER_LIVE and <int>i != skip:
+                send_frame(self.fds[i], frame)
+
+    cdef int send_up(self, const string& frame) noexcept nogil:
+        """A worker: a frame to rank 0.  Non-zero when it could not be sent."""
+        if self.rank == 0 or self.fds[0] < 0:
+            return -1
+        return send_frame(self.fds[0], frame)
+
+    # ---- sleeping and waking
+
+    cdef void sleep(self, int timeout_ms) noexcept nogil:
+        """Sleep until a socket is readable, wake() is called or ``timeout_ms`` passes (-1:
+        no limit).  Muted sockets do not wake it."""
+        idle_wait(self.idle, timeout_ms)
+
+    cdef void mute(self, bint mute) noexcept nogil:
+        """Whether readable sockets wake the sleeper: muted while another thread drives the
+        loop (see csrc/idle_wait.h)."""
+        idle_mute_sockets(self.idle, mute)
+
+    cdef void wake(self) noexcept nogil:
+        """Wake the sleeper (any thread)."""
+        wake_fd_signal(self.wake_fd)
+
+
+def split_frames(bytes data):
+    """The frames in ``data`` as the control channel reads them: (frames, the unfinished rest).
+    Raises ValueError for bytes that are not fuse's framing.  For tests of the decoder."""
+    cdef string inbox = data
+    cdef string frame
+    cdef int got
+    frames = []
+    while True:
+        got = pop_frame(inbox, frame)
+        if got == 0:
+            return frames, bytes(inbox)
+        if got < 0:
+            raise ValueError(f"a frame announcing {frame_length(inbox)} bytes "
+                             f"(limit {kMaxFrameBytes})")
+        frames.append(bytes(frame))

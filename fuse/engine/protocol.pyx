@@ -1,0 +1,228 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The engine's wire format: what ranks tell each other over the control channel.
+
+A worker sends its requests (a full description the first time a name is seen, a cache slot
+afterwards) to the coordinator; the coordinator sends back one ordered stream of responses.
+This module serializes both, and names kinds, ops and shapes for error messages.  It holds no
+state; the structs and constants are declared in _protocol.pxd so the engine (_core), the
+coordinator (_coordinator) and the executor (_executor) share one definition of each.
+"""
+
+from libc.stdint cimport int64_t, uint8_t, uint32_t
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from fuse.engine.csupport cimport *
+
+cdef const char* _kind_name(int kind) noexcept nogil:
+    if kind == K_ALLREDUCE: return "allreduce"
+    if kind == K_ALLGATHER: return "allgather"
+    if kind == K_BROADCAST: return "broadcast"
+    if kind == K_ALLTOALL: return "alltoall"
+    if kind == K_REDUCESCATTER: return "reducescatter"
+    if kind == K_BARRIER: return "barrier"
+    if kind == K_JOIN: return "join"
+    if kind == K_PSET_ADD: return "add_process_set"
+    return "remove_process_set"
+
+cdef const char* _op_name(int op) noexcept nogil:
+    if op == OP_AVERAGE: return "Average"
+    if op == OP_SUM: return "Sum"
+    if op == OP_ADASUM: return "Adasum"
+    if op == OP_MIN: return "Min"
+    if op == OP_MAX: return "Max"
+    return "Product"
+
+# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
+ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
+AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
+KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
+OP_NAMES = tuple(_op_name(op).decode() for op in range(OP_PRODUCT + 1))
+DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
+DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
+_BACKEND_OPS = ("sum", "min", "max", "product")
+
+
+cdef void _write_request(string& out, const Request& r) noexcept nogil:
+    put[uint8_t](out, <uint8_t>r.kind)
+    put[uint8_t](out, <uint8_t>r.dtype)
+    put[uint8_t](out, <uint8_t>r.op)
+    put[int](out, r.pset)
+    put[int](out, r.root)
+    put[double](out, r.prescale)
+    put[double](out, r.postscale)
+    put[uint32_t](out, <uint32_t>r.shape.size())
+    cdef size_t i
+    for i in range(r.shape.size()):
+        put[int64_t](out, r.shape[i])
+    put[uint32_t](out, <uint32_t>r.args.size())
+    for i in range(r.args.size()):
+        put[int64_t](out, r.args[i])
+    put_str(out, r.name)
+    put_str(out, r.group_key)
+    put[int](out, r.group_size)
+    put_str(out, r.data)
+
+
+cdef Request _read_request(Reader& rd) noexcept nogil:
+    cdef Request r
+    r.kind = get[uint8_t](rd)
+    r.dtype = get[uint8_t](rd)
+    r.op = get[uint8_t](rd)
+    r.pset = get[int](rd)
+    r.root = get[int](rd)
+    r.prescale = get[double](rd)
+    r.postscale = get[double](rd)
+    cdef uint32_t n = get[uint32_t](rd)
+    cdef uint32_t i
+    for i in range(n):
+        if rd.bad:
+            break
+        r.shape.push_back(get[int64_t](rd))
+    n = get[uint32_t](rd)
+    for i in range(n):
+        if rd.bad:
+            break
+        r.args.push_back(get[int64_t](rd))
+    r.name = get_str(rd)
+    r.group_key = get_str(rd)
+    r.group_size = get[int](rd)
+    r.data = get_str(rd)
+    r.inp = NULL
+    r.out = NULL
+    r.handle = -1
+    return r
+
+
+cdef void _write_response(string& out, const Response& r) noexcept nogil:
+    put[uint8_t](out, <uint8_t>r.kind)
+    put[uint8_t](out, <uint8_t>r.dtype)
+    put[uint8_t](out, <uint8_t>r.op)
+    put[int](out, r.pset)
+    put[int](out, r.root)
+    put[double](out, r.prescale)
+    put[double](out, r.postscale)
+    put[uint32_t](out, <uint32_t>r.names.size())
+    cdef size_t i, j
+    for i in range(r.names.size()):
+        put_str(out, r.names[i])
+        put[uint32_t](out, r.slots[i])
+        put[uint32_t](out, r.gens[i])
+        put[uint32_t](out, <uint32_t>r.shapes[i].size())
+        for j in range(r.shapes[i].size()):
+            put[int64_t](out, r.shapes[i][j])
+    put[uint32_t](out, <uint32_t>r.args.size())
+    for i in range(r.args.size()):
+        put[int64_t](out, r.args[i])
+    put_str(out, r.error)
+    put[int](out, r.error_kind)
+    put[int](out, r.last_joined)
+    put[uint8_t](out, 1 if r.inline_data else 0)
+    if r.inline_data:
+        for i in range(r.payloads.size()):
+            put_str(out, r.payloads[i])
+
+
+cdef Response _read_response(Reader& rd) noexcept nogil:
+    cdef Response r
+    r.kind = get[uint8_t](rd)
+    r.dtype = get[uint8_t](rd)
+    r.op = get[uint8_t](rd)
+    r.pset = get[int](rd)
+    r.root = get[int](rd)
+    r.prescale = get[double](rd)
+    r.postscale = get[double](rd)
+    cdef uint32_t n = get[uint32_t](rd)
+    cdef uint32_t i, j, m
+    cdef vector[int64_t] shape
+    for i in range(n):
+        if rd.bad:
+            break
+        r.names.push_back(get_str(rd))
+        r.slots.push_back(get[uint32_t](rd))
+        r.gens.push_back(get[uint32_t](rd))
+        m = get[uint32_t](rd)
+        shape.clear()
+        for j in range(m):
+            if rd.bad:
+                break
+            shape.push_back(get[int64_t](rd))
+        r.shapes.push_back(shape)
+    n = get[uint32_t](rd)
+    for i in range(n):
+        if rd.bad:
+            break
+        r.args.push_back(get[int64_t](rd))
+    r.error = get_str(rd)
+    r.error_kind = get[int](rd)
+    r.last_joined = get[int](rd)
+    r.inline_data = get[uint8_t](rd) != 0
+    if r.inline_data:
+        for i in range(r.names.size()):
+            if rd.bad:
+                break
+            r.payloads.push_back(get_str(rd))
+    return r
+
+
+cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
+    cdef string s = string(b"[")
+    cdef size_t i
+    for i in range(shape.size()):
+        if i:
+            s.append(b", ")
+        s.append(_int_str(shape[i]))
+    s.append(b"]")
+    return s
+
+
+cdef string _exc_text(object e):
+    return (f"{type(e).__name__}: {e}").encode(errors="replace")
+
+
+# ---- the decoder as Python sees it: for the property-based tests of the wire format
+
+def encode_request(*, int kind, int dtype, int op, int pset, int root, double prescale,
+                   double postscale, shape, args, bytes name, bytes group_key, int group_size,
+                   bytes data):
+    """One request as a worker writes it into a MSG_REQUESTS frame."""
+    cdef Request r
+    cdef string out
+    r.kind, r.dtype, r.op, r.pset, r.root = kind, dtype, op, pset, root
+    r.prescale, r.postscale = prescale, postscale
+    r.shape = shape
+    r.args = args
+    r.name, r.group_key, r.group_size, r.data = name, group_key, group_size, data
+    _write_request(out, r)
+    return bytes(out)
+
+
+def decode_requests(bytes body, int count):
+    """``count`` requests from ``body`` as the coordinator reads them, as dicts (the fields
+    encode_request takes).  ValueError where the coordinator would find the message corrupt."""
+    cdef string s = body
+    cdef Reader rd = reader_new(s)
+    cdef Request r
+    out = []
+    for _ in range(count):
+        r = _read_request(rd)
+        if rd.bad:
+            raise ValueError(f"corrupt request {len(out)}")
+        out.append(dict(kind=r.kind, dtype=r.dtype, op=r.op, pset=r.pset, root=r.root,
+                        prescale=r.prescale, postscale=r.postscale, shape=list(r.shape),
+                        args=list(r.args), name=bytes(r.name), group_key=bytes(r.group_key),
+                        group_size=r.group_size, data=bytes(r.data)))
+    return out
+
+
+def decode_response(bytes body):
+    """One response from ``body`` as a worker reads it: (names, shapes, payloads, error).
+    ValueError where a worker would find it corrupt."""
+    cdef string s = body
+    cdef Reader rd = reader_new(s)
+    cdef Response r = _read_response(rd)
+    if rd.bad:
+        raise ValueError("corrupt response")
+    return ([bytes(n) for n in r.names], [list(x) for x in r.shapes],
+            [bytes(p) for p in r.payloads], bytes(r.error))

@@ -1,0 +1,185 @@
+# cython: language_level=3
+# distutils: language = c++
+"""Running the coordinator's responses on this rank and completing its handles.
+
+Responses arrive in the coordinator's order; each turns into at most one backend collective,
+which the executor runs (it moves the data and knows nothing of handles).  Here: the
+bookkeeping around it for this rank's requests: which of them a response covers, their
+completion (done, or the error and its ErrorKind), process sets added and removed, and the
+timeline's spans.  A backend failure is returned to the engine, which waits for its cause.
+"""
+
+from libc.stdint cimport int64_t, uint8_t
+from libcpp.string cimport string
+from libcpp.unordered_map cimport unordered_map
+from libcpp.vector cimport vector
+
+from fuse.engine.csupport cimport *
+from fuse.engine.protocol cimport *
+from fuse.engine.executor cimport EX_OK, EX_BACKEND, EX_LOCAL
+
+
+cdef class ResponseRunner:
+    """Args: the engine's parts (see _results.pxd)."""
+
+    def __init__(self, HandleTable table, Submitter submitter, ProcessSets psets,
+                 Executor executor):
+        self.table = table
+        self.lock = table.lock
+        self.submitter = submitter
+        self.psets = psets
+        self.executor = executor
+
+    cdef int run(self, Response& resp, string& err) noexcept nogil:
+        """Run one response; on the timeline (rank 0): QUEUE ends, then the activity.  Returns
+        EX_BACKEND (with ``err``) when the backend collective failed, else EX_OK; then call
+        close_spans."""
+        cdef uint8_t act = TLW_INLINE if resp.inline_data else TLW_BACKEND
+        cdef bint spans = resp.kind != K_ALLREDUCE and resp.error.size() == 0 and (
+            resp.kind <= K_REDUCESCATTER)
+        if tl_on(self.tl):
+            self._tl_all(resp, b'E', TLW_QUEUE)
+            if spans:
+                self._tl_all(resp, b'B', act)
+        return self._run(resp, err)
+
+    cdef void close_spans(self, Response& resp) noexcept nogil:
+        """Timeline: <KIND> ends for the tensors this rank did not finish (not a member, lost)."""
+        cdef size_t i
+        if tl_on(self.tl):
+            for i in range(resp.names.size()):
+                self._tl_close(resp.names[i], resp.dtype, resp.shapes[i])
+
+    cdef int _run(self, Response& resp, string& err) noexcept nogil:
+        cdef size_t i
+        cdef PSet* ps
+        if resp.error.size():
+            for i in range(resp.names.size()):
+                self.finish(_key(resp.pset, resp.names[i]), H_ERROR, resp.error,
+                            resp.error_kind)
+            return EX_OK
+        if resp.kind == K_PSET_ADD:
+            self._add_set(resp)
+            return EX_OK
+        if self.psets.map.count(resp.pset) == 0:
+            return EX_OK
+        ps = &self.psets.map[resp.pset]
+        if ps.index < 0:
+            return EX_OK
+        self.submitter.learn(resp)
+        if resp.kind == K_ALLREDUCE:
+            return self._allreduce(resp, ps, err)
+        elif resp.kind <= K_REDUCESCATTER:
+            return self._single(resp, ps, err)
+        elif resp.kind == K_BARRIER:
+            self._finish_ok(_key(resp.pset, resp.names[0]), 0)
+        elif resp.kind == K_JOIN:
+            self._finish_ok(_key(resp.pset, resp.names[0]), resp.last_joined)
+        elif resp.kind == K_PSET_REMOVE:
+            self._remove_set(resp)
+        return EX_OK
+
+    # ---- the collectives: the executor moves the data, this completes the handles
+
+    cdef int _allreduce(self, Response& resp, PSet* ps, string& err) noexcept nogil:
+        cdef size_t i
+        cdef unordered_map[string, Request].iterator it
+        cdef int rc
+        self.exec_reqs.clear()
+        for i in range(resp.names.size()):
+            it = self.submitter.inflight.find(_key(resp.pset, resp.names[i]))
+            self.exec_reqs.push_back(&deref_req(it) if it != self.submitter.inflight.end() else NULL)
+        rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
+        if rc == EX_LOCAL:
+            self._finish_all(resp, H_ERROR, err, ERR_INTERNAL)
+        elif rc == EX_OK:
+            self._finish_all(resp, H_DONE, string(b""), 0)
+        return rc
+
+    cdef int _single(self, Response& resp, PSet* ps, string& err) noexcept nogil:
+        """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
+        cdef string key = _key(resp.pset, resp.names[0])
+        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
+        cdef Request* r
+        cdef vector[int64_t] recv_splits
+        cdef int rc
+        if it == self.submitter.inflight.end():
+            return EX_OK
+        r = &deref_req(it)
+        if resp.kind == K_BROADCAST:
+            rc = self.executor.broadcast(resp, ps, r, err)
+        elif resp.kind == K_ALLGATHER:
+            rc = self.executor.allgather(resp, ps, r, err)
+        elif resp.kind == K_ALLTOALL:
+            rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
+            lock_acquire(self.lock)         # wait() returns the received splits
+            if self.table.handles.count(r.handle):
+                self.table.handles[r.handle].aux.swap(recv_splits)
+            lock_release(self.lock)
+        else:
+            rc = self.executor.reducescatter(resp, ps, r, err)
+        if rc == EX_LOCAL:
+            self.finish(key, H_ERROR, err, ERR_INTERNAL)
+        elif rc == EX_OK:
+            self.finish(key, H_DONE, string(b""), 0)
+        return rc
+
+    cdef void _add_set(self, Response& resp) noexcept nogil:
+        cdef string key = _key(resp.pset, resp.names[0])
+        cdef string err
+        cdef int new_id = self.psets.add(resp.args, err)
+        if err.size():
+            self.finish(key, H_ERROR, err, ERR_BACKEND)
+        else:
+            self._finish_ok(key, new_id)
+
+    cdef void _remove_set(self, Response& resp) noexcept nogil:
+        cdef int pset_id = <int>resp.args[0]
+        self.psets.remove(pset_id)
+        self._finish_ok(_key(resp.pset, resp.names[0]), pset_id)
+
+    # ---- completing handles
+
+    cdef void finish(self, const string& key, int status, const string& error,
+                     int error_kind) noexcept nogil:
+        """This rank's request ``key`` is over: forget it and complete its handle."""
+        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
+        if it == self.submitter.inflight.end():
+            return
+        cdef int64_t handle = deref_req(it).handle
+        if tl_on(self.tl):          # before the handle completes (see tl_close)
+            self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
+        self.submitter.inflight.erase(it)
+        lock_acquire(self.lock)
+        self.table.names_in_flight.erase(key)
+        self.table.complete_locked(handle, status, error, error_kind)
+        lock_release(self.lock)
+
+    cdef void _finish_ok(self, const string& key, int64_t value) noexcept nogil:
+        cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
+        if it == self.submitter.inflight.end():
+            return
+        lock_acquire(self.lock)
+        if self.table.handles.count(deref_req(it).handle):
+            self.table.handles[deref_req(it).handle].value = value
+        lock_release(self.lock)
+        self.finish(key, H_DONE, string(b""), 0)
+
+    cdef void _finish_all(self, Response& resp, int status, const string& error,
+                          int kind) noexcept nogil:
+        cdef size_t i
+        for i in range(resp.names.size()):
+            self.finish(_key(resp.pset, resp.names[i]), status, error, kind)
+
+    # ---- timeline
+
+    cdef void _tl_all(self, Response& resp, char ph, uint8_t what) noexcept nogil:
+        """The same span boundary for every tensor of a (fused) response."""
+        tl_span_all(self.tl, resp.names, ph, what, resp.kind)
+
+    cdef void _tl_close(self, const string& name, int dtype,
+                        const vector[int64_t]& shape) noexcept nogil:
+        cdef string args = _str(dtype_name(dtype))
+        args.push_back(0)
+        args.append(_shape_str(shape))
+        tl_close(self.tl, name, args)

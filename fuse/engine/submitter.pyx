@@ -1,0 +1,128 @@
+# cython: language_level=3
+# distutils: language = c++
+"""This rank's side of negotiation: what it has asked for and what the coordinator's response
+cache lets it send in short.
+
+The engine hands each batch of queued requests to :meth:`Submitter.pack`, which records them as
+in flight and writes one MSG_REQUESTS frame: the full description of a tensor the first time,
+its cache slot (8 bytes) once the coordinator has assigned one and the signature is unchanged.
+Small allreduces (and a small broadcast's root) carry their values along, so that the
+coordinator computes the result itself.  :meth:`learn` remembers the slots responses assign;
+:meth:`repack` answers the coordinator's MSG_STALE (a slot we used was evicted).
+"""
+
+from libc.stdint cimport uint8_t
+
+from fuse.engine.csupport cimport *
+from fuse.engine.protocol cimport *
+
+
+cdef class Submitter:
+    """Args:
+        rank: this rank.
+        psets: the engine's process sets.
+        config: the knobs (inline_threshold, cache_capacity).
+    """
+
+    def __init__(self, int rank, ProcessSets psets, config):
+        self.rank = rank
+        self.psets = psets
+        self.inline_threshold = config.inline_threshold
+        self.cache_capacity = config.cache_capacity
+
+    cdef void pack(self, vector[Request]& batch, string& msg) noexcept nogil:
+        """Record ``batch`` as in flight and write the MSG_REQUESTS frame that asks for it."""
+        cdef string full
+        cdef string hits
+        cdef uint32_t nfull = 0
+        cdef uint32_t nhits = 0
+        cdef string key
+        cdef unordered_map[string, WorkerCache].iterator it
+        for r in batch:
+            key = _key(r.pset, r.name)
+            self._attach_inline(r)
+            self.inflight[key] = r
+            it = self.wcache.find(key)
+            if (self.cache_capacity and it != self.wcache.end()
+                    and _same_signature(r, deref_wc(it).sig) and r.group_key.size() == 0):
+                put[uint32_t](hits, deref_wc(it).slot)
+                put[uint32_t](hits, deref_wc(it).gen)
+                put_str(hits, r.data)
+                self.sent_hits[(<uint64_t>deref_wc(it).slot << 32) | deref_wc(it).gen] = key
+                nhits += 1
+            else:
+                _write_request(full, r)
+                nfull += 1
+        put[uint8_t](msg, MSG_REQUESTS)
+        put[uint32_t](msg, nfull)
+        msg.append(full)
+        put[uint32_t](msg, nhits)
+        msg.append(hits)
+
+    cdef bint repack(self, uint32_t slot, uint32_t gen, string& msg) noexcept nogil:
+        """The coordinator evicted a cache slot we used: write the full request into ``msg``
+        instead.  False when there is nothing to resend."""
+        cdef uint64_t k = (<uint64_t>slot << 32) | gen
+        cdef string key
+        if self.sent_hits.count(k) == 0:
+            return False
+        key = self.sent_hits[k]
+        self.sent_hits.erase(k)
+        if self.wcache.count(key) and self.wcache[key].gen == gen:
+            self.wcache.erase(key)
+        if self.inflight.count(key) == 0:
+            return False
+        put[uint8_t](msg, MSG_REQUESTS)
+        put[uint32_t](msg, 1)
+        _write_request(msg, self.inflight[key])
+        put[uint32_t](msg, 0)
+        return True
+
+    cdef void learn(self, const Response& resp) noexcept nogil:
+        """Remember the slots the coordinator assigned, so the next submission is a hit."""
+        cdef size_t i
+        cdef string key
+        cdef string old
+        cdef WorkerCache wc
+        for i in range(resp.names.size()):
+            if resp.slots[i] == NO_SLOT:
+                continue
+            key = _key(resp.pset, resp.names[i])
+            if self.wslot_owner.count(resp.slots[i]):
+                old = self.wslot_owner[resp.slots[i]]
+                if old != key and self.wcache.count(old) and self.wcache[old].slot == resp.slots[i]:
+                    self.wcache.erase(old)
+            wc.slot = resp.slots[i]
+            wc.gen = resp.gens[i]
+            wc.sig.kind = resp.kind
+            wc.sig.dtype = resp.dtype
+            wc.sig.op = resp.op
+            wc.sig.pset = resp.pset
+            wc.sig.root = resp.root
+            wc.sig.prescale = resp.prescale
+            wc.sig.postscale = resp.postscale
+            wc.sig.shape = resp.shapes[i]
+            self.wcache[key] = wc
+            self.wslot_owner[resp.slots[i]] = key
+
+    cdef bint inlines(self, size_t nbytes, size_t members) noexcept nogil:
+        """Whether a collective of ``nbytes`` per member travels inline with negotiation."""
+        return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold
+
+    cdef void _attach_inline(self, Request& r) noexcept nogil:
+        """Small allreduces (and a small broadcast's root) send their values with the request:
+        the coordinator then computes the result itself and no backend collective runs.  One
+        round trip instead of negotiation plus a ring, for latency-bound tensors."""
+        cdef size_t nbytes
+        cdef size_t members
+        if self.inline_threshold == 0 or self.psets.map.count(r.pset) == 0:
+            return
+        if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
+            return
+        members = self.psets.map[r.pset].ranks.size()
+        nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        if not self.inlines(nbytes, members):
+            return
+        r.data.assign(<const char*>r.inp, nbytes)
+        if r.kind == K_ALLREDUCE:
+            scale_buffer(<void*>r.data.data(), nbytes // dtype_size(r.dtype), r.dtype, r.prescale)

@@ -1,0 +1,503 @@
+"""Start-up, shutdown and identity: what every framework module re-exports.
+
+``init()`` reads the configuration, loads the backend plugin chosen by FUSE_BACKEND, connects
+the control channel (a TCP star around rank 0, addresses swapped through the backend), and
+starts the engine.
+"""
+
+from __future__ import annotations
+
+import atexit
+import os
+import pickle
+import socket
+import sys
+import traceback
+from typing import Sequence
+
+from fuse.collectives import calls as collectives
+from fuse.common import ignored_knobs
+from fuse.cluster import thread_budget
+from fuse.worker.process_sets import (ProcessSet, global_process_set,  # noqa: F401
+                                      process_set_by_id, process_set_id)
+from fuse.worker import state
+from fuse.worker.state import _state, engine, is_initialized, rank, size  # noqa: F401
+from fuse.config import Config, launched_by_mpi
+from fuse.exceptions import ShutdownError
+
+
+_require = state.require
+
+
+# The backend group id of the world's twin connection (see Engine._install_twin): far above
+# the ids dynamic process sets take.
+TWIN_GROUP_ID = 1 << 30
+
+
+def init(comm=None, process_sets=None, **overrides) -> None:
+    """Start fuse on this process.
+
+    Args:
+        comm: None for every rank of the job.  (A list of ranks or an mpi4py communicator
+            selects the MPI backend's world; see the MPI backend.)
+        process_sets: ``ProcessSet`` objects to register now (every rank passes the same
+            list), or ``"dynamic"`` to allow ``add_process_set``/``remove_process_set`` later.
+        overrides: configuration fields (``fusion_threshold=...``) that win over the env.
+    """
+    from fuse import _log
+    from fuse._core import Engine
+    from fuse.backends import load_backend
+
+    with _state.lock:
+        if _state.engine is not None:
+            return
+        if process_sets == "dynamic":
+            overrides.setdefault("dynamic_process_sets", True)
+            process_sets = None
+        config = Config.from_env(**overrides)
+        if config.elastic and "rendezvous_generation" not in overrides:
+            config = _join_elastic(config, overrides)
+        if config.autotune:
+            from fuse.engine.autotune import require_library
+            require_library()       # on every rank, before anyone connects
+        name = _choose_backend(config)
+        backend_cls = load_backend(name)
+        backend_kwargs = {}
+        if comm is not None and not (isinstance(comm, (list, tuple))
+                                     and sorted(comm) == list(range(config.size))):
+            if not getattr(backend_cls, "job_identity", None):
+                raise ValueError(
+                    "init(comm=...) with a subset of ranks or an MPI communicator needs the "
+                    "MPI backend (FUSE_BACKEND=mpi)")
+            backend_kwargs["comm"] = comm
+        # A backend that knows the job by itself (MPI under a plain mpirun) reports who we are
+        # when no launcher set FUSE_RANK, or when init(comm=...) chose a different world.
+        job_identity = getattr(backend_cls, "job_identity", None)
+        if job_identity is not None and ("rank" not in config.explicit or backend_kwargs):
+            identity = job_identity(**backend_kwargs)
+            config = Config.from_env(**{**identity, **overrides, "backend": name})
+        elif name != config.backend:
+            config = Config.from_env(**{**overrides, "backend": name})
+        log = _log.configure(config.log_level, config.rank, config.log_hide_time)
+        _check_thread_affinity(config)      # before anything starts that would need stopping
+        _warn_oversubscribed(config, log)
+        ignored_knobs.warn_ignored_knobs(config.local_rank, log)
+        backend = backend_cls(config, **backend_kwargs)
+        world = backend.create_group(list(range(config.size)), 0)
+        ctl_fd, worker_fds = _connect_control_channel(backend, config, log)
+
+        def create_group(ranks, group_id):
+            return backend.create_group(ranks, group_id)
+
+        from fuse.engine import hierarchy, shm
+        segments = shm.connect(config, backend.exchange)    # None unless one host
+        hier = hierarchy.connect(config, backend, log)      # None unless several hosts
+        engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        if segments is not None:
+            engine._install_shm(0, segments)
+        if hier is not None:
+            engine._install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
+                                      hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
+                                      hier.local_index(config.size))
+        # the twin connection is only worth building for sizes shared memory (or the
+        # hierarchical allreduce) leaves to it
+        splits = config.split_threshold > 0 and (
+            segments is None or config.split_threshold < config.shm_threshold) and (
+            hier is None or config.split_threshold < hier.min_bytes)
+        if splits and config.size > 1 and world.native_ops() is not None:
+            engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
+        if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
+            # before the engine runs, so that the first negotiation is on it
+            try:
+                _start_timeline_locked(engine, config, config.timeline,
+                                       config.timeline_mark_cycles)
+            except OSError as err:      # the job runs on without it; the other ranks wait for us
+                log.error("cannot write the timeline to %s: %s", config.timeline, err)
+        engine.start()
+        _pin_engine_thread(engine, config, log)
+        if config.autotune and config.rank == 0:
+            from fuse.engine.autotune import Autotuner
+            _state.autotuner = Autotuner(engine, config, log)
+            _state.autotuner.start()
+        # Automatic collective names count from zero in every job the engine forms, so that
+        # a process that joins a re-formed (elastic) job derives the names the others do.
+        from fuse.collectives import calls as collectives
+        collectives.reset_auto_names()
+        _state.engine, _state.config, _state.backend = engine, config, backend
+        if config.rendezvous_generation >= 0:
+            _state.generation = config.rendezvous_generation
+        _state.dynamic = config.dynamic_process_sets
+        _state.process_sets = {}
+        if _state.prev_excepthook is None:
+            _state.prev_excepthook = sys.excepthook
+            sys.excepthook = _excepthook
+            atexit.register(shutdown)       # once, however often an elastic job re-forms
+        log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
+                  config.backend)
+    for ps in process_sets or ():
+        _add_process_set(ps)
+
+
+def _join_elastic(config: Config, overrides: dict) -> Config:
+    """Elastic mode: wait for the driver's next generation and take this worker's identity in
+    it (fuse.worker.elastic_rendezvous)."""
+    from fuse.worker import elastic_rendezvous
+    if _choose_backend(config) != "gloo":
+        raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
+    identity = elastic_rendezvous.join(config, after=_state.generation)
+    # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
+    # newer generation instead of joining this one again
+    _state.generation = identity["rendezvous_generation"]
+    return Config.from_env(**{**overrides, **identity})
+
+
+def _warn_oversubscribed(config: Config, log) -> None:
+    """Once per process, on the first rank of each host: say so when the workers' compute
+    threads outnumber the host's cores (fuse's launchers prevent it; plain mpirun, srun or a
+    user's own launcher may not).  Only a warning: a running framework is never changed."""
+    global _threads_checked
+    if _threads_checked or config.local_rank != 0:
+        return
+    _threads_checked = True
+    text = thread_budget.oversubscription_warning(config.local_size)
+    if text:
+        log.warning("%s", text)
+
+
+_threads_checked = False
+
+
+
+def _choose_backend(config: Config, environ=os.environ) -> str:
+    """FUSE_BACKEND when set; else HOROVOD_CPU_OPERATIONS (``mpi``/``gloo``); else ``mpi``
+    when an MPI launcher started this process without fuserun (no FUSE_RANK) and an ``mpi``
+    backend is installed; else the default (gloo)."""
+    if "backend" in config.explicit:
+        return config.backend
+    horovod_ops = environ.get("HOROVOD_CPU_OPERATIONS", "").strip().lower()
+    if horovod_ops:
+        return horovod_ops
+    if "rank" not in config.explicit and launched_by_mpi(environ):
+        from fuse.backends import backend_names
+        if "mpi" in backend_names():
+            return "mpi"
+    return config.backend
+
+
+def _check_thread_affinity(config: Config) -> None:
+    """FUSE_THREAD_AFFINITY must name a core for this local rank that this process may use."""
+    if not config.thread_affinity:
+        return
+    cores = [int(c) for c in config.thread_affinity.split(",")]
+    if config.local_rank >= len(cores):
+        raise ValueError(f"FUSE_THREAD_AFFINITY lists {len(cores)} cores but this is local rank "
+                         f"{config.local_rank}")
+    allowed = sorted(os.sched_getaffinity(0))
+    if cores[config.local_rank] not in allowed:
+        raise ValueError(f"FUSE_THREAD_AFFINITY={config.thread_affinity}: local rank "
+                         f"{config.local_rank} gets core {cores[config.local_rank]}, which this "
+                         f"process may not run on (its cores: {_core_ranges(allowed)})")
+
+
+def _core_ranges(cores: list[int]) -> str:
+    """0,1,2,5 -> '0-2,5'."""
+    out, start = [], None
+    for i, c in enumerate(cores):
+        if start is None:
+            start = c
+        if i + 1 == len(cores) or cores[i + 1] != c + 1:
+            out.append(str(start) if start == c else f"{start}-{c}")
+            start = None
+    return ",".join(out)
+
+
+def _pin_engine_thread(engine, config: Config, log) -> None:
+    """FUSE_THREAD_AFFINITY: local rank i pins its engine thread to the i-th listed core
+    (checked by _check_thread_affinity before the engine started)."""
+    if not config.thread_affinity:
+        return
+    cores = [int(c) for c in config.thread_affinity.split(",")]
+    os.sched_setaffinity(engine.thread_native_id, {cores[config.local_rank]})
+    log.debug("engine thread pinned to core %d", cores[config.local_rank])
+
+
+def _local_address_towards(addr: str) -> str:
+    """The IP of the interface this host would use to reach ``addr``."""
+    if not addr or addr.startswith("127.") or addr == "localhost":
+        return "127.0.0.1"
+    from fuse.cluster.hosts import route_source_address
+    try:
+        return route_source_address(addr)
+    except OSError:
+        return socket.gethostbyname(socket.gethostname())
+
+
+def _connect_control_channel(backend, config: Config, log):
+    """Rank 0 listens; every other rank connects and proves it belongs to the job
+    (fuse.worker.control_handshake).  Returns the engine's (ctl_fd, worker_fds)."""
+    from fuse.worker import control_handshake as handshake
+
+    if config.size == 1:
+        return -1, [-1]
+    timeout = max(config.gloo_timeout_seconds, 10.0)
+    listener = None
+    if config.rank == 0:
+        host = os.environ.get("FUSE_CONTROLLER_ADDR") or _local_address_towards(
+            config.rendezvous_addr)
+        listener = socket.create_server(("0.0.0.0" if host != "127.0.0.1" else host, 0),
+                                        backlog=max(config.size, 128))
+        key = handshake.make_key()
+        # the key travels over the backend's connections, which the job already trusts
+        payload = pickle.dumps((host, listener.getsockname()[1], key))
+    else:
+        payload = b""
+    host, port, key = pickle.loads(backend.exchange(payload)[0])
+    if config.rank == 0:
+        try:
+            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning)
+        finally:
+            listener.close()
+    return handshake.join_coordinator((host, port), config.rank, key, timeout), []
+
+
+def report_failure(exc: BaseException) -> None:
+    """This rank is about to die of ``exc``: tell the other ranks (and the launcher) why, so
+    they fail at once with our message instead of waiting for a timeout."""
+    engine = _state.engine
+    if engine is None or isinstance(exc, KeyboardInterrupt):
+        return
+    text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
+    try:
+        _report_error(text, "".join(traceback.format_exception(type(exc), exc,
+                                                               exc.__traceback__)),
+                      consequence=isinstance(exc, ShutdownError))
+        engine.abort(text)
+    except Exception:
+        pass
+
+
+def _excepthook(exc_type, exc, tb):
+    """An uncaught exception on this rank."""
+    report_failure(exc)
+    (_state.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+
+def _report_error(summary: str, full: str, consequence: bool = False) -> None:
+    """Leave this rank's error in the launcher's store.  ``consequence``: we fail because
+    another rank did (a ShutdownError), so the launcher looks for that rank's own error."""
+    cfg = _state.config
+    if cfg is None:
+        return
+    from fuse.cluster.store import store_from_config
+    store = store_from_config(cfg)
+    if store is not None:
+        if consequence:
+            store.set(f"errors/{cfg.rank}/consequence", b"1")
+        store.set(f"errors/{cfg.rank}", full.encode(errors="replace"))
+
+
+def shutdown() -> None:
+    """Stop the engine.  Safe to call more than once; registered with atexit by init()."""
+    with _state.lock:
+        engine, backend = _state.engine, _state.backend
+        timeline = _state.timeline
+        tuner = _state.autotuner
+        _state.autotuner = None
+        _state.engine = None
+        _state.backend = None
+        _state.timeline = None
+    if tuner is not None:
+        tuner.stop()
+    if engine is not None:
+        engine.shutdown()
+        # the device path's flush threads negotiate through the engine: they stop with it
+        device_path = sys.modules.get("fuse.worker.device_path")
+        if device_path is not None:
+            device_path.reset()
+        if timeline is not None:     # after the engine stopped: every event is in the file
+            timeline.stop()
+        if backend is not None:
+            try:
+                backend.close()
+            except Exception:
+                pass
+
+
+def autotune_state(wait: float | None = 0) -> dict | None:
+    """Rank 0 under ``FUSE_AUTOTUNE``: the values the tuner has in force
+    (``fusion_threshold``, ``cycle_time_ms``, ``cache_enabled``), ``done`` once it fixed the
+    best, ``samples`` scored, ``best_score`` and the knobs that were ``fixed``.  ``None`` on
+    other ranks and without autotune: only the coordinator's values are used, so every rank
+    runs with these.  ``wait``: seconds to wait for the tuner to finish (None: forever)."""
+    _require()
+    tuner = _state.autotuner
+    if tuner is None:
+        return None
+    if wait is None or wait > 0:
+        tuner.wait(wait)
+    return tuner.state()
+
+
+_cfg = state.config
+
+
+def local_rank() -> int:
+    return _cfg().local_rank
+
+
+def local_size() -> int:
+    return _cfg().local_size
+
+
+def cross_rank() -> int:
+    return _cfg().cross_rank
+
+
+def cross_size() -> int:
+    return _cfg().cross_size
+
+
+def is_homogeneous() -> bool:
+    """True if every host runs the same number of ranks."""
+    cfg = _cfg()
+    return cfg.local_size * cfg.cross_size == cfg.size
+
+
+def backend_name() -> str:
+    return _cfg().backend
+
+
+def gloo_enabled() -> bool:
+    return is_initialized() and backend_name() == "gloo"
+
+
+def gloo_built() -> bool:
+    from fuse.backends import describe_backends
+    return any(p.name == "gloo" and p.loads for p in describe_backends())
+
+
+def mpi_enabled() -> bool:
+    return is_initialized() and backend_name() == "mpi"
+
+
+def mpi_built() -> bool:
+    """True if the MPI backend is installed: registered, with mpi4py's MPI module present
+    (checked without loading the MPI library)."""
+    import importlib.util
+    from fuse.backends import backend_names
+    try:
+        found = importlib.util.find_spec("mpi4py.MPI") is not None
+    except ImportError:
+        found = False
+    return found and "mpi" in backend_names()
+
+
+def mpi_threads_supported() -> bool:
+    """True if MPI runs at MPI_THREAD_MULTIPLE, so mpi4py may be used alongside fuse."""
+    if not mpi_enabled():
+        raise ValueError("mpi_threads_supported() needs the MPI backend (FUSE_BACKEND=mpi)")
+    return bool(_state.backend.threads_supported())
+
+
+def nccl_built() -> int:
+    """NCCL's version as an int (2.23.4 -> 22304) when the NCCL backend can load CuPy's NCCL
+    here, else 0.  Never imports CuPy at ``import fuse``; this call does."""
+    from fuse.backends.nccl import NCCLBackend
+    return NCCLBackend.built()
+
+
+def cuda_built() -> bool:
+    """True when fuse can reduce CUDA tensors on the device (the NCCL backend loads)."""
+    return nccl_built() > 0
+
+
+def rocm_built() -> bool:
+    return False
+
+
+def ddl_built() -> bool:
+    return False
+
+
+def ccl_built() -> bool:
+    return False
+
+
+def _start_timeline_locked(engine, config: Config, file_path: str, mark_cycles: bool) -> None:
+    from fuse.engine.timeline import TimelineWriter
+    if _state.timeline is not None:
+        _state.timeline.stop()
+        _state.timeline = None
+    _state.timeline = TimelineWriter(engine, file_path, mark_cycles, config.backend)
+
+
+def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
+    """Write a Chrome trace of the engine to ``file_path`` from now on (rank 0 writes; on other
+    ranks this does nothing).  Works whatever FUSE_TIMELINE says (Horovod insists on it being
+    set); a timeline already being written is closed first."""
+    _require()
+    if not file_path:
+        raise ValueError("start_timeline needs a file path")
+    with _state.lock:
+        if _state.config.rank != 0:
+            return
+        _start_timeline_locked(_state.engine, _state.config, str(file_path), mark_cycles)
+
+
+def stop_timeline() -> None:
+    """Stop the timeline and close its file (valid JSON).  No-op if none is being written and
+    on ranks other than 0."""
+    _require()
+    with _state.lock:
+        timeline, _state.timeline = _state.timeline, None
+    if timeline is not None:
+        timeline.stop()
+
+
+# ---- process sets
+
+def _add_process_set(ps: ProcessSet) -> ProcessSet:
+    if ps.process_set_id is not None and ps.process_set_id in _state.process_sets:
+        raise ValueError(f"{ps} is already registered")
+    new_id = collectives.submit_control("add_process_set", ranks=ps.ranks)
+    ps.process_set_id = new_id
+    _state.process_sets[new_id] = ps
+    return ps
+
+
+def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
+    """Register a process set after init.  Every rank must call it, with the same ranks.
+    Needs dynamic process sets: ``init(process_sets="dynamic")`` or FUSE_DYNAMIC_PROCESS_SETS=1."""
+    _require()
+    if not _state.dynamic:
+        raise ValueError("add_process_set needs dynamic process sets: call "
+                         "init(process_sets='dynamic') or set FUSE_DYNAMIC_PROCESS_SETS=1")
+    ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
+    if ps.mpi_comm is not None:
+        raise ValueError("a process set cannot be made from an MPI communicator after init")
+    for known in _state.process_sets.values():
+        if known.process_set_id != 0 and known.ranks == ps.ranks:
+            raise ValueError(f"a process set with ranks {ps.ranks} already exists: {known}")
+    return _add_process_set(ps)
+
+
+def remove_process_set(process_set: ProcessSet) -> bool:
+    """Remove a process set (collective over all ranks).  The global set cannot be removed."""
+    _require()
+    if not _state.dynamic:
+        raise ValueError("remove_process_set needs dynamic process sets")
+    pid = process_set.process_set_id
+    if pid == 0:
+        raise ValueError("the global process set cannot be removed")
+    if pid is None or pid not in _state.process_sets:
+        return False
+    collectives.submit_control("remove_process_set", ranks=[pid])
+    del _state.process_sets[pid]
+    process_set.process_set_id = None
+    return True
+
+
+def check_running() -> None:
+    engine = _require()
+    if engine.failed:
+        raise ShutdownError(engine.failure)
