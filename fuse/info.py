@@ -155,7 +155,7 @@ def environment() -> dict[str, Any]:
 
 def collect() -> dict[str, Any]:
     """Everything the report shows, as plain data (what ``--json`` prints)."""
-    from fuse.backends import describe_backends
+    from fuse.backends import describe_backends, describe_device_backends
     from fuse.frameworks import describe_frameworks
 
     return {
@@ -166,6 +166,7 @@ def collect() -> dict[str, Any]:
         "numpy": _version("numpy"),
         "engine": _engine(),
         "backends": [p.as_dict() for p in describe_backends()],
+        "device_backends": [p.as_dict() for p in describe_device_backends()],
         "frameworks": [p.as_dict() for p in describe_frameworks()],
         "installed_frameworks": installed_frameworks(),
         "integrations": integrations(),
@@ -185,7 +186,8 @@ def _plugin_lines(rows: list[dict[str, Any]], selected=()) -> list[str]:
             extra.append(f"version {r['version']}")
         if r["distribution"] and r["distribution"] != "fuse":
             extra.append(f"from {r['distribution']} {r['dist_version'] or ''}".rstrip())
-        mark = " (selected)" if r["name"] in selected else ""
+        # only a plugin that can run here is what the job will use
+        mark = " (selected)" if r["name"] in selected and r["loads"] else ""
         tail = f" [{', '.join(extra)}]" if extra else ""
         lines.append(f"  {r['name']:<{width}}  {state}{tail}{mark}    -> {r['target']}")
     return lines
@@ -214,14 +216,16 @@ def render(data: dict[str, Any]) -> str:
         f"  numpy    {data['numpy'] or 'not installed'}",
         "  engine   " + ("built" if eng["importable"] else f"not importable: {eng['reason']}"),
         "",
-        "backends (entry point group fuse.backends, chosen by FUSE_BACKEND; the GPU one by "
-        "FUSE_GPU_BACKEND):",
-        *_plugin_lines(data["backends"], (env["backend"], env["gpu_backend"])),
+        "backends (entry point group fuse.backends, chosen by FUSE_BACKEND):",
+        *_plugin_lines(data["backends"], (env["backend"],)),
     ]
     names = {r["name"] for r in data["backends"]}
     if env["backend"] and env["backend"] not in names:
         lines.append(f"  warning: FUSE_BACKEND={env['backend']!r} is not installed")
-    lines.append("  " + _cuda_line(data["backends"], env["gpu_backend"]))
+    lines += ["", "GPU backends (entry point group fuse.device_backends, chosen by "
+              "FUSE_GPU_BACKEND):",
+              *_plugin_lines(data["device_backends"], (env["gpu_backend"],)),
+              "  " + _cuda_line(data["device_backends"], env["gpu_backend"])]
     lines += ["", "framework adapters (entry point group fuse.frameworks):",
               *_plugin_lines(data["frameworks"]), "", "frameworks installed here:"]
     for module, info in data["installed_frameworks"].items():

@@ -13,7 +13,9 @@ package's ``pyproject.toml``::
     [project.entry-points."fuse.backends"]
     ucc = "fuse_ucc:UCCBackend"
 
-``pip install`` it, and select it with ``FUSE_BACKEND=ucc``.  That is all; fuse needs no change.
+``pip install`` it, and select it with ``FUSE_BACKEND=ucc``.  A GPU backend (a subclass of
+:class:`fuse.backends.base.DeviceBackend`) registers in a group of its own,
+``fuse.device_backends``, and is selected with ``FUSE_GPU_BACKEND``.  That is all; fuse needs no change.
 The class must keep ``api_version`` equal to ``Backend.api_version`` and answer
 ``is_available()`` cheaply, with ``(False, "why")`` when it cannot run here (library or device
 missing).  ``python -m fuse.info`` lists every registered backend and whether it loads.
@@ -36,9 +38,10 @@ if TYPE_CHECKING:
     from fuse.backends.base import Backend
 
 NAMESPACE = "fuse.backends"
+DEVICE_NAMESPACE = "fuse.device_backends"
 
-__all__ = ["NAMESPACE", "PluginStatus", "backend_names", "describe_backends", "load_backend",
-           "load_device_backend"]
+__all__ = ["DEVICE_NAMESPACE", "NAMESPACE", "PluginStatus", "backend_names",
+           "describe_backends", "describe_device_backends", "device_backend_names", "load_backend", "load_device_backend"]
 
 
 def _unavailable(message: str):
@@ -51,58 +54,55 @@ def load_backend(name: str) -> "type[Backend]":
     """The backend class registered as ``name``, checked and available here.
 
     Raises :class:`fuse.exceptions.BackendUnavailable` naming the plugin, its entry point target
-    and the reason: not installed (the message lists the installed names), import failed (chained
-    to the import error), not a ``Backend`` subclass, another plugin API version, or its
-    ``is_available()`` said no."""
-    from fuse.backends._registry import load_plugin
+    and the reason: not installed (the message lists the installed names, and says so when the
+    name is a GPU backend's), import failed (chained to the import error), not a ``Backend``
+    subclass, another plugin API version, or its ``is_available()`` said no."""
+    from fuse.backends._registry import entry_point_names, load_plugin
     from fuse.backends.base import Backend
-    from fuse.exceptions import BackendUnavailable
 
-    try:
-        return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
-    except BackendUnavailable as err:
-        if "is not a subclass" in str(err) and _is_device_backend(name):
-            raise _unavailable(f"{err}: {name!r} is a GPU backend, for CUDA tensors; select it "
-                               f"with FUSE_GPU_BACKEND (FUSE_BACKEND picks the CPU backend, "
-                               f"gloo or mpi)") from err
-        raise
-
-
-def _is_device_backend(name: str) -> bool:
-    from importlib import metadata
-
-    from fuse.backends.base import DeviceBackend
-
-    for ep in metadata.entry_points(group=NAMESPACE):
-        if ep.name == name:
-            try:
-                cls = ep.load()
-            except Exception:   # the caller's error already says why it did not load
-                return False
-            return isinstance(cls, type) and issubclass(cls, DeviceBackend)
-    return False
+    if name not in entry_point_names(NAMESPACE) and name in entry_point_names(DEVICE_NAMESPACE):
+        raise _unavailable(f"{name!r} is a GPU backend, for CUDA tensors (entry point group "
+                           f"{DEVICE_NAMESPACE!r}); select it with FUSE_GPU_BACKEND (FUSE_BACKEND "
+                           f"picks the CPU backend: {', '.join(backend_names()) or 'none'})")
+    return load_plugin(NAMESPACE, "backend", name, Backend, _unavailable)
 
 
 def load_device_backend(name: str):
-    """The device (GPU) backend class registered as ``name`` (``FUSE_GPU_BACKEND``), checked
-    against :class:`fuse.backends.base.DeviceBackend` and available here; raises
-    :class:`fuse.exceptions.BackendUnavailable` saying why not (no CuPy, no CUDA device...)."""
+    """The device (GPU) backend class registered as ``name`` (``FUSE_GPU_BACKEND``) in
+    ``fuse.device_backends``, checked against :class:`fuse.backends.base.DeviceBackend` and
+    available here; raises :class:`fuse.exceptions.BackendUnavailable` saying why not (no CuPy,
+    no CUDA device...)."""
     from fuse.backends._registry import load_plugin
     from fuse.backends.base import DeviceBackend
 
-    return load_plugin(NAMESPACE, "GPU backend", name, DeviceBackend, _unavailable)
+    return load_plugin(DEVICE_NAMESPACE, "GPU backend", name, DeviceBackend, _unavailable)
 
 
 def backend_names() -> list[str]:
-    """Names of the installed backends, sorted; imports none of them."""
+    """Names of the installed CPU backends, sorted; imports none of them."""
     from fuse.backends._registry import entry_point_names
 
     return entry_point_names(NAMESPACE)
 
 
-def describe_backends() -> list[PluginStatus]:
-    """Every installed backend (CPU and device), whether it loads here, and why not."""
-    from fuse.backends._registry import describe_plugins
-    from fuse.backends.base import Backend, DeviceBackend
+def device_backend_names() -> list[str]:
+    """Names of the installed GPU backends, sorted; imports none of them."""
+    from fuse.backends._registry import entry_point_names
 
-    return describe_plugins(NAMESPACE, (Backend, DeviceBackend))
+    return entry_point_names(DEVICE_NAMESPACE)
+
+
+def describe_backends() -> list[PluginStatus]:
+    """Every installed CPU backend, whether it loads here, and why not."""
+    from fuse.backends._registry import describe_plugins
+    from fuse.backends.base import Backend
+
+    return describe_plugins(NAMESPACE, Backend)
+
+
+def describe_device_backends() -> list[PluginStatus]:
+    """Every installed GPU backend, whether it loads here, and why not."""
+    from fuse.backends._registry import describe_plugins
+    from fuse.backends.base import DeviceBackend
+
+    return describe_plugins(DEVICE_NAMESPACE, DeviceBackend)

@@ -46,7 +46,7 @@ class _HostUpdates:
         self._added = False
 
     def _poll(self) -> None:
-        from fuse.runner.elastic import protocol
+        from fuse.cluster import elastic_protocol as protocol
         from fuse.cluster.store import store_from_config
         cfg = lifecycle._state.config
         if self._store is None or self._store_of is not cfg:

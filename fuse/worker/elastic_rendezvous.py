@@ -13,7 +13,7 @@ from __future__ import annotations
 import sys
 import time
 
-from fuse.runner.elastic import protocol
+from fuse.cluster import elastic_protocol as protocol
 from fuse.cluster.store import store_from_config
 
 # Who this process is in the job, fixed by its first elastic init (the launcher's identity):

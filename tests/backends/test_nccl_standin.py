@@ -54,13 +54,13 @@ def test_nccl_unavailable_here_says_why(monkeypatch):
     """Real environment (no CuPy, no GPU): the backend is listed, does not load, and says why;
     nccl_built() is 0.  With a CuPy that sees no device, the reason names that instead."""
     import fuse
-    from fuse.backends import describe_backends
+    from fuse.backends import describe_device_backends
     from fuse.backends.nccl import NCCLBackend
     monkeypatch.setitem(sys.modules, "cupy", None)     # as if CuPy were not installed
     ok, why = NCCLBackend.is_available()
     assert not ok and "CuPy is not installed" in why and "fuse[nccl]" in why
     assert fuse.nccl_built() == 0 and fuse.cuda_built() is False
-    (row,) = [r for r in describe_backends() if r.name == "nccl"]
+    (row,) = [r for r in describe_device_backends() if r.name == "nccl"]
     assert not row.loads and "CuPy" in row.reason
 
     import fake_cupy

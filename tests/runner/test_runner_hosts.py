@@ -4,7 +4,7 @@ import socket
 
 import pytest
 
-from fuse.runner import hosts as H
+from fuse.cluster import hosts as H
 from fuse.runner.launch import UsageError, host_specs
 
 

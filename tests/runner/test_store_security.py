@@ -82,7 +82,7 @@ def test_a_wrong_secret_is_refused_with_a_clear_error(server):
 def test_a_body_swapped_under_valid_headers_is_refused(server):
     store = HTTPStore("127.0.0.1", server.port, secret=server.secret)
     # a proof made for one body, sent with another of the same length
-    from fuse.runner import store as store_mod
+    from fuse.cluster import store as store_mod
     path = "/errors/1"
     headers = {store_mod._AUTH_HEADER: store_mod._request_mac(server.secret, "PUT", path, 6),
                store_mod._BODY_HEADER: store_mod._mac(server.secret, "body", b"honest")}
@@ -136,7 +136,7 @@ def test_idle_connections_are_bounded_and_time_out(server):
 def test_a_worker_killed_mid_request_is_not_a_traceback(server):
     """A connection reset in the middle of a request (a SIGKILLed worker) is no error at all."""
     import struct
-    from fuse.runner import store as store_mod
+    from fuse.cluster import store as store_mod
     for partial in (b"PUT /errors/1 HTTP/1.1\r\nContent-Length: 100\r\n"
                     + f"{store_mod._AUTH_HEADER}: ".encode()
                     + store_mod._request_mac(server.secret, "PUT", "/errors/1", 100).encode()

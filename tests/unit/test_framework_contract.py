@@ -1,14 +1,15 @@
 """One framework contract, and imports that point one way.
 
 Every framework adapter installed here hands out an ArrayOps that implements every tensor verb
-the shared code calls (and its Compression casts through that same object); ``fuse.common``
-never imports ``fuse.frameworks``, and the job state, process sets and collectives do not
+the shared code calls (and its Compression casts through that same object); each layer of the
+package imports only the layers below it (FORBIDDEN), and the job state and process sets do not
 import the start-up module that imports them."""
 
 from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -16,7 +17,6 @@ import fuse
 from fuse.collectives.array_ops import ArrayOps
 from fuse.frameworks import describe_frameworks, load_framework
 
-COMMON = pathlib.Path(fuse.__file__).parent / "common"
 VERBS = ("describe", "empty_like", "allocator", "from_numpy", "dtype_name", "is_floating", "cast")
 
 
@@ -54,13 +54,40 @@ def _imports(path: pathlib.Path) -> set[str]:
     return out
 
 
-def test_common_never_imports_frameworks():
-    offenders = {p.name: sorted(m for m in _imports(p) if m.startswith("fuse.frameworks"))
-                 for p in COMMON.glob("*.py")}
-    assert not {k: v for k, v in offenders.items() if v}, offenders
+PACKAGE = pathlib.Path(fuse.__file__).parent
+# What each layer may not import: the launcher sits above the workers, the frameworks above the
+# shared code, and fuse.cluster (shared by launcher and workers) below everything.
+FORBIDDEN = {
+    "cluster": ("fuse.",),
+    "engine": ("fuse.frameworks", "fuse.runner", "fuse.worker", "fuse.collectives", "fuse.common"),
+    "collectives": ("fuse.frameworks", "fuse.runner", "fuse.worker.lifecycle"),
+    "worker": ("fuse.frameworks", "fuse.runner"),
+    "common": ("fuse.frameworks", "fuse.runner"),
+    "backends": ("fuse.frameworks", "fuse.runner", "fuse.worker", "fuse.collectives"),
+}
 
 
-@pytest.mark.parametrize("module", ["state", "process_sets", "collectives", "array_ops"])
-def test_lower_layers_do_not_import_basics(module):
-    imported = _imports(COMMON / f"{module}.py")
-    assert not {m for m in imported if m.endswith("basics")}, imported
+@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
+def test_layers_import_downwards_only(layer):
+    offenders = {}
+    for path in (PACKAGE / layer).rglob("*.py*"):
+        if path.suffix not in (".py", ".pyx", ".pxd"):
+            continue
+        bad = sorted(m for m in _imports_any(path) if m.startswith(FORBIDDEN[layer]))
+        if bad:
+            offenders[str(path.relative_to(PACKAGE))] = bad
+    assert not offenders, offenders
+
+
+@pytest.mark.parametrize("module", ["state", "process_sets"])
+def test_job_state_does_not_import_start_up(module):
+    imported = _imports(PACKAGE / "worker" / f"{module}.py")
+    assert not {m for m in imported if m.endswith("lifecycle")}, imported
+
+
+def _imports_any(path: pathlib.Path) -> set[str]:
+    """Imports of a Python or Cython file (Cython's cimports read as text)."""
+    if path.suffix == ".py":
+        return _imports(path)
+    text = path.read_text()
+    return set(re.findall(r"^\s*(?:from|c?import)\s+(fuse[\w.]*)", text, re.M))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ..hosts import HostSpec, parse_hostfile_text
+from fuse.cluster.hosts import HostSpec, parse_hostfile_text
 
 SCRIPT_TIMEOUT = 30.0       # seconds a discovery script may run
 

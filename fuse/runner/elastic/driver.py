@@ -29,9 +29,9 @@ import threading
 import time
 from typing import Mapping, Sequence
 
-from ..hosts import HostSpec, Slot
+from fuse.cluster.hosts import HostSpec, Slot
 from ..job import Failure, Job, JobResult, Settings, _Worker
-from . import protocol
+from fuse.cluster import elastic_protocol as protocol
 from .blacklist import Blacklist
 from .discovery import DiscoveryError, DiscoveryScript, FixedHosts
 from .plan import identity, make_plan

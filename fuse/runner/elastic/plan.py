@@ -8,8 +8,8 @@ keeps its slot index, which is its local rank.
 
 from __future__ import annotations
 
-from ..hosts import HostSpec, Slot, assign_slots
-from .protocol import worker_id
+from fuse.cluster.hosts import HostSpec, Slot, assign_slots
+from fuse.cluster.elastic_protocol import worker_id
 
 
 def order_hosts(hosts: list[HostSpec], previous: dict[str, Slot]) -> list[HostSpec]:
