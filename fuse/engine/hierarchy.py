@@ -137,7 +137,7 @@ NEVER = (1 << 64) - 1
 
 @dataclasses.dataclass
 class Hierarchy:
-    """What the engine needs (Engine._install_hierarchy)."""
+    """What the engine needs (Engine.install_hierarchy)."""
     layout: Layout
     segments: shm.SharedSegments
     cross_group: object

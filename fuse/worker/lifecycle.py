@@ -29,7 +29,7 @@ from fuse.exceptions import ShutdownError
 _require = state.require
 
 
-# The backend group id of the world's twin connection (see Engine._install_twin): far above
+# The backend group id of the world's twin connection (see Engine.install_twin): far above
 # the ids dynamic process sets take.
 TWIN_GROUP_ID = 1 << 30
 
@@ -94,9 +94,9 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         hier = hierarchy.connect(config, backend, log)      # None unless several hosts
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
         if segments is not None:
-            engine._install_shm(0, segments)
+            engine.install_shm(0, segments)
         if hier is not None:
-            engine._install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
+            engine.install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
                                       hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
                                       hier.local_index(config.size))
         # the twin connection is only worth building for sizes shared memory (or the
@@ -105,7 +105,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             segments is None or config.split_threshold < config.shm_threshold) and (
             hier is None or config.split_threshold < hier.min_bytes)
         if splits and config.size > 1 and world.native_ops() is not None:
-            engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
+            engine.install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
         if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
             # before the engine runs, so that the first negotiation is on it
             try:
