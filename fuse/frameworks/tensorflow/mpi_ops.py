@@ -103,7 +103,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     process set; default op Average.  Differentiable: the gradient is allreduced the same
     way.  ``device_*`` and ``ignore_name_scope`` are accepted for compatibility."""
     op = resolve_op(op, average)
-    _c._check_scale(op, prescale_factor, postscale_factor)
+    _c.check_scale(op, prescale_factor, postscale_factor)
     if isinstance(tensor, tf.IndexedSlices):
         if prescale_factor != 1.0 or postscale_factor != 1.0:
             raise NotImplementedError("prescale_factor/postscale_factor are not supported "
@@ -134,7 +134,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """Reduce a list of tensors as one grouped collective (negotiated and fused together).
     ``tf.IndexedSlices`` in the list are reduced on their own.  Differentiable."""
     op = resolve_op(op, average)
-    _c._check_scale(op, prescale_factor, postscale_factor)
+    _c.check_scale(op, prescale_factor, postscale_factor)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
