@@ -31,7 +31,7 @@ def _resources() -> dict:
 
 def _reform_many_times():
     import fuse
-    from fuse.worker import lifecycle
+    from fuse.worker import state as job_state
 
     fuse.init()
     me = fuse.rank()            # the launcher's rank: this process's identity here
@@ -54,7 +54,7 @@ def _reform_many_times():
         pset = fuse.ProcessSet([0, 1]) if size > 2 else None     # (2: the global set)
         fuse.init(rank=rank, size=size, local_rank=rank, local_size=size,
                   rendezvous_generation=gen, process_sets=[pset] if pset else None)
-        assert (fuse.rank(), fuse.size(), lifecycle._state.generation) == (rank, size, gen)
+        assert (fuse.rank(), fuse.size(), job_state.rendezvous_generation()) == (rank, size, gen)
         total = fuse.allreduce(np.full(300_000, rank + 1.0, np.float32), op=fuse.Sum,
                                name="big")
         assert total[0] == size * (size + 1) / 2, total[:3]

@@ -29,6 +29,7 @@ import warnings
 import torch
 
 from fuse.worker import lifecycle
+from fuse.worker import state as job_state
 from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
 from fuse.collectives.ops import Adasum, Average
 from fuse.worker.process_sets import global_process_set
@@ -145,8 +146,8 @@ class DistributedOptimizer:
         d["_hook_handles"] = []
         # an elastic job may grow from one worker: hooks then, as in Horovod
         d["_active"] = process_set.included() and (len(process_set.ranks) > 1
-                                                   or lifecycle._state.config.elastic)
-        d["_engine"] = lifecycle._state.engine     # see _follow_engine
+                                                   or job_state.config().elastic)
+        d["_engine_generation"] = job_state.engine_generation()     # see _follow_engine
         # compressed gradients travel as new tensors, so only uncompressed ones get slots
         d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
                         else None)
@@ -215,11 +216,11 @@ class DistributedOptimizer:
         the handles in flight nor the shared gradient buffers.  Drop what was in flight and
         learn the gradient layout again, which every rank of the new job then builds
         together (new workers build theirs for the first time)."""
-        engine = lifecycle._state.engine
-        if engine is self._engine:
+        generation = job_state.engine_generation()
+        if generation == self._engine_generation:
             return
         d = self.__dict__
-        d["_engine"] = engine
+        d["_engine_generation"] = generation
         d["_handles"] = {}
         d["_densified"] = set()
         d["_group_ready"] = [0] * len(self._groups)
@@ -229,8 +230,7 @@ class DistributedOptimizer:
             d["_layout"] = GradientLayout()
 
     def _hook(self, p):
-        if lifecycle._state.engine is not self._engine:
-            self._follow_engine()
+        self._follow_engine()
         i = self._index[id(p)]
         if self._counter.record(i):
             g = self._group_of[i]
@@ -318,7 +318,7 @@ class DistributedOptimizer:
         self._densified.clear()
         if self._layout is not None and not self._layout.built:
             engine, pset = lifecycle.engine(), self._process_set.process_set_id
-            threshold = lifecycle._state.config.fusion_threshold
+            threshold = job_state.config().fusion_threshold
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
                                _shared_allocator(engine) if pset == 0 else None,
