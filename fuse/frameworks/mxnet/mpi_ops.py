@@ -30,24 +30,25 @@ class CollectiveArgumentError(MXNetError, ValueError):
     this is one, and a ``ValueError`` as fuse raises elsewhere."""
 
 
-def _inputs(tensors):
-    """Check the NDArrays a collective only reads and wait until they are ready to read."""
+def _checked(tensors, wait_until):
+    """Check the NDArrays and wait until MXNet lets the collective at them
+    (``ready_for_read`` for what it reads, ``ready_for_write`` for what it overwrites)."""
     tensors = list(tensors)
     for i, t in enumerate(tensors):
         check_ndarray(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
     for t in tensors:
-        ready_for_read(t)
+        wait_until(t)
     return tensors
+
+
+def _inputs(tensors):
+    """The NDArrays a collective only reads."""
+    return _checked(tensors, ready_for_read)
 
 
 def _in_place(tensors):
-    """Check the NDArrays a collective overwrites and wait until MXNet has let go of them."""
-    tensors = list(tensors)
-    for i, t in enumerate(tensors):
-        check_ndarray(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
-    for t in tensors:
-        ready_for_write(t)
-    return tensors
+    """The NDArrays a collective overwrites."""
+    return _checked(tensors, ready_for_write)
 
 
 # ------------------------------------------------------------------ handles (internal)
