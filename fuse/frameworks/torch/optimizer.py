@@ -76,6 +76,14 @@ def _shared_allocator(engine):
     return share
 
 
+def _wrapped_attribute(name: str) -> property:
+    """An attribute of the wrapped optimizer, read and assigned through the wrapper:
+    ``__getattr__`` forwards reads only, and an assignment would otherwise land on the
+    wrapper (``__setattr__`` hands properties their value)."""
+    return property(lambda self: getattr(self._opt, name),
+                    lambda self, value: setattr(self._opt, name, value))
+
+
 class DistributedOptimizer:
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over the process set.
 
@@ -166,29 +174,10 @@ class DistributedOptimizer:
         # only reached for names this wrapper does not define
         return getattr(self.__dict__["_opt"], name)
 
-    @property
-    def param_groups(self):
-        return self._opt.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value):
-        self._opt.param_groups = value
-
-    @property
-    def state(self):
-        return self._opt.state
-
-    @state.setter
-    def state(self, value):
-        self._opt.state = value
-
-    @property
-    def defaults(self):
-        return self._opt.defaults
-
-    @defaults.setter
-    def defaults(self, value):
-        self._opt.defaults = value
+    # what schedulers and checkpoints read and assign on the optimizer they are given
+    param_groups = _wrapped_attribute("param_groups")
+    state = _wrapped_attribute("state")
+    defaults = _wrapped_attribute("defaults")
 
     def __repr__(self):
         return f"DistributedOptimizer({self._opt!r})"
