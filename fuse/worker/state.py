@@ -76,6 +76,12 @@ def engine():
     return require()
 
 
+def last_config() -> Config | None:
+    """The configuration of the job this process last ran, still there after shutdown()
+    (None before the first init()): what a task wrapper reads once the function returned."""
+    return job.config
+
+
 def backend():
     """The running backend (None before init() or after shutdown())."""
     return job.backend

@@ -98,6 +98,22 @@ def _pyx_imports(text: str) -> str:
     return "\n".join(out)
 
 
+def _sys_modules_lookup(node: ast.AST) -> str | None:
+    """The module name in ``sys.modules.get("name")`` or ``sys.modules["name"]``, else None."""
+    if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant):
+        target, key = node.func, node.args[0].value
+        if not (isinstance(target, ast.Attribute) and target.attr == "get"):
+            return None
+        target = target.value
+    elif isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant):
+        target, key = node.value, node.slice.value
+    else:
+        return None
+    if _dotted(target) == ["sys", "modules"] and isinstance(key, str):
+        return key
+    return None
+
+
 def private_reads(root: pathlib.Path) -> list[tuple[str, int, str, str]]:
     """Every read of another fuse module's private name under ``root`` (the ``fuse`` folder):
     (file relative to root's parent, line, private name, what the source says)."""
@@ -121,6 +137,12 @@ def private_reads(root: pathlib.Path) -> list[tuple[str, int, str, str]]:
                     elif _private(alias.name) and source != module:
                         found.append((rel, node.lineno, alias.name,
                                       f"from {source} import {alias.name}"))
+            elif isinstance(node, ast.Assign) and len(node.targets) == 1 \
+                    and isinstance(node.targets[0], ast.Name):
+                # x = sys.modules.get("fuse.a") or sys.modules["fuse.a"]: x is that module
+                name = _sys_modules_lookup(node.value)
+                if name and name.split(".")[0] == root.name:
+                    modules[node.targets[0].id] = name
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name.split(".")[0] != root.name:
@@ -130,6 +152,17 @@ def private_reads(root: pathlib.Path) -> list[tuple[str, int, str, str]]:
                     else:
                         modules[alias.name.split(".")[0]] = alias.name.split(".")[0]
         for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id == "getattr" and len(node.args) >= 2
+                    and isinstance(node.args[0], ast.Name) and node.args[0].id in modules
+                    and isinstance(node.args[1], ast.Constant)
+                    and isinstance(node.args[1].value, str) and _private(node.args[1].value)
+                    and modules[node.args[0].id] != module
+                    and not _is_module(f"{modules[node.args[0].id]}.{node.args[1].value}",
+                                       root)):
+                found.append((rel, node.lineno, node.args[1].value,
+                              f"getattr({node.args[0].id}, {node.args[1].value!r})"))
+                continue
             if not isinstance(node, ast.Attribute) or not _private(node.attr):
                 continue
             chain = _dotted(node)
@@ -178,6 +211,10 @@ def test_the_check_finds_what_it_should(tmp_path):
         "L._helper()\n"                            # read: 5
         "lib.__name__\n"                           # dunder: fine
         "_private_mod._hidden\n"                   # read: 7 (a private module's private name)
+        "import sys\n"
+        "m = sys.modules.get('fuse.pkg.lib')\n"
+        "getattr(m, '_secret', None)\n"             # read: 10
+        "getattr(m, '__doc__')\n"                   # dunder: fine
         "fuse = None\n")
     (root / "pkg" / "rel.py").write_text(
         "from . import _flag\n"                    # read: the package's private name
@@ -193,4 +230,5 @@ def test_the_check_finds_what_it_should(tmp_path):
                    ("fuse/pkg/rel.py", 2, "_helper"),
                    ("fuse/user.py", 1, "_secret"),
                    ("fuse/user.py", 5, "_helper"),
-                   ("fuse/user.py", 7, "_hidden")], got
+                   ("fuse/user.py", 7, "_hidden"),
+                   ("fuse/user.py", 10, "_secret")], got
