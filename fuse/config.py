@@ -1,10 +1,11 @@
 """The knobs a worker reads from the environment, parsed once into one typed object.
 
-Three are read elsewhere, where they are needed before a Config exists or by code that runs
-without one: FUSE_START_TIMEOUT by the launcher (fuse.runner.launch.start_timeout),
-FUSE_MPI_THREADS_DISABLE by the MPI backend before MPI starts, and FUSE_CONTROLLER_ADDR when
-rank 0 opens the control channel (fuse.worker.lifecycle); the launcher's own options live in
-fuse.runner.
+A few are read elsewhere, where they are needed before a Config exists or by code that runs
+without one: the MPI backend reads FUSE_MPI_THREADS_DISABLE before MPI starts, and
+fuse.worker.lifecycle reads FUSE_CONTROLLER_ADDR when rank 0 opens the control channel.  The
+launcher's own settings (FUSE_START_TIMEOUT, FUSE_ELASTIC_TIMEOUT through
+fuse.runner.launch.seconds_setting, FUSE_SSH_ARGS, the Gloo rendezvous address of a task) are
+read in fuse.runner, and the store's FUSE_RENDEZVOUS_DIR in fuse.cluster.store.
 
 Each knob is read as ``FUSE_<NAME>``; where Horovod has the same knob, ``HOROVOD_<NAME>`` is
 accepted as an alias (the FUSE_ spelling wins when both are set).  Booleans accept 1/0,
