@@ -97,8 +97,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             engine.install_shm(0, segments)
         if hier is not None:
             engine.install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
-                                      hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
-                                      hier.local_index(config.size))
+                                     hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
+                                     hier.local_index(config.size))
         # the twin connection is only worth building for sizes shared memory (or the
         # hierarchical allreduce) leaves to it
         splits = config.split_threshold > 0 and (
