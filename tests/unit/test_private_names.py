@@ -13,6 +13,8 @@ import ast
 import pathlib
 import re
 
+import pytest
+
 import fuse
 
 PACKAGE = pathlib.Path(fuse.__file__).parent
@@ -181,16 +183,21 @@ def private_reads(root: pathlib.Path) -> list[tuple[str, int, str, str]]:
     return found
 
 
-def test_no_module_reads_another_modules_private_name():
-    reads = private_reads(PACKAGE)
+@pytest.fixture(scope="module")
+def package_reads():
+    return private_reads(PACKAGE)     # parsed once for both tests below
+
+
+def test_no_module_reads_another_modules_private_name(package_reads):
+    reads = package_reads
     unexpected = [r for r in reads if (r[0], r[2]) not in PENDING]
     assert not unexpected, ("private names of other fuse modules read (make them public where "
                             "they are meant to be shared):\n"
                             + "\n".join(f"  {f}:{line}: {src}" for f, line, _, src in unexpected))
 
 
-def test_pending_entries_still_occur():
-    reads = {(r[0], r[2]) for r in private_reads(PACKAGE)}
+def test_pending_entries_still_occur(package_reads):
+    reads = {(r[0], r[2]) for r in package_reads}
     gone = sorted(PENDING - reads)
     assert not gone, f"no longer read, remove from PENDING: {gone}"
 
