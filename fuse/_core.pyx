@@ -177,14 +177,14 @@ cdef class Engine(CoordinatorLink):
     def _install_group(self, int pset_id, ranks, group):
         self.psets.install(pset_id, ranks, group)
 
-    def _install_twin(self, int pset_id, group):
+    def install_twin(self, int pset_id, group):
         return self.psets.install_twin(pset_id, group)
 
-    def _install_shm(self, int pset_id, SharedSegments segments):
+    def install_shm(self, int pset_id, SharedSegments segments):
         segments.set_patience(self.shm_warn_s, self.shm_fail_s)
         self.psets.install_shm(pset_id, segments)
 
-    def _install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
+    def install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
                            size_t min_bytes, size_t gather_min_bytes, local_index):
         self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes,
                                      gather_min_bytes, local_index)

@@ -3,7 +3,7 @@ registered process sets.
 
 ``fuse.worker.lifecycle`` (init, shutdown) writes it; the collective layer and the process sets
 read it.  It imports nothing of fuse's above ``fuse.config``, so every module may import it:
-this is what keeps basics, collectives and process_sets from importing each other in a circle.
+this is what keeps lifecycle, collectives and process_sets from importing each other in a circle.
 """
 
 from __future__ import annotations
@@ -13,7 +13,10 @@ import threading
 from fuse.config import Config
 
 
-class _State:
+class JobState:
+    """What init() made.  Only ``fuse.worker.lifecycle`` writes it (holding ``lock``); every
+    other module reads it through the functions below."""
+
     def __init__(self):
         self.lock = threading.RLock()
         self.engine = None
@@ -25,15 +28,25 @@ class _State:
         self.prev_excepthook = None
         self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
         self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
-        self.generation = -1    # elastic: the rendezvous generation this process last joined
+        # elastic: the rendezvous generation this process last joined (the driver's number)
+        self.rendezvous_generation = -1
+        # how many engines init() has started in this process: a re-formed job has a new
+        # number, which is how the layers above know to drop what the old engine held
+        self.engine_generation = 0
+
+    def install(self, engine, config: Config, backend) -> None:
+        """init(): the new engine runs; the job is (re-)formed."""
+        self.engine, self.config, self.backend = engine, config, backend
+        self.engine_generation += 1
+        self.process_sets = {}
 
 
-_state = _State()
+job = JobState()
 
 
 def require():
     """The running engine; ValueError before init() or after shutdown()."""
-    engine = _state.engine
+    engine = job.engine
     if engine is None:
         raise ValueError("fuse has not been initialized; call fuse.init() first "
                          "(or this rank has shut down)")
@@ -41,13 +54,13 @@ def require():
 
 
 def is_initialized() -> bool:
-    return _state.engine is not None
+    return job.engine is not None
 
 
 def config() -> Config:
     require()
-    assert _state.config is not None
-    return _state.config
+    assert job.config is not None
+    return job.config
 
 
 def rank() -> int:
@@ -61,3 +74,31 @@ def size() -> int:
 def engine():
     """The running engine (for the collective layer and framework adapters)."""
     return require()
+
+
+def last_config() -> Config | None:
+    """The configuration of the job this process last ran, still there after shutdown()
+    (None before the first init()): what a task wrapper reads once the function returned."""
+    return job.config
+
+
+def backend():
+    """The running backend (None before init() or after shutdown())."""
+    return job.backend
+
+
+def rendezvous_generation() -> int:
+    """Elastic: the driver's generation this process last joined (-1 before any)."""
+    return job.rendezvous_generation
+
+
+def engine_generation() -> int:
+    """How many engines init() has started in this process: it changes exactly when the job
+    is re-formed (shutdown() then init()), so a layer that keeps per-engine state (the torch
+    optimizer's handles and gradient layout) compares it instead of the engine's identity."""
+    return job.engine_generation
+
+
+def registered_process_set(pid: int):
+    """The process set registered under ``pid`` (not the global one), or None."""
+    return job.process_sets.get(pid)
