@@ -8,6 +8,7 @@ this is what keeps basics, collectives and process_sets from importing each othe
 
 from __future__ import annotations
 
+import os
 import threading
 
 from fuse.config import Config
@@ -26,15 +27,53 @@ class _State:
         self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
         self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
         self.generation = -1    # elastic: the rendezvous generation this process last joined
+        # a forked child: the pid of the parent whose running engine it inherited (see
+        # _forget_inherited_engine); None otherwise
+        self.forked_from: int | None = None
 
 
 _state = _State()
 
+def _never_finalise(obj) -> None:
+    """Keep ``obj`` alive for the rest of this process, interpreter exit included: an extra
+    reference no module teardown drops."""
+    import ctypes
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _forget_inherited_engine() -> None:
+    """In a child forked after init(): the engine's thread did not come along, and its
+    connections belong to the parent, so the child must not use them (a collective would
+    block, or worse, run over the parent's connections).  The child starts uninitialised;
+    its first fuse call says why (see require), and init() makes a job of its own."""
+    _state.lock = threading.RLock()     # another thread of the parent may have held it
+    if _state.engine is None:
+        return
+    # Never finalised here: its sockets and segments are the parent's, and its threads did not
+    # come along (freeing a Gloo context joins a loop thread this process does not have;
+    # shutting the engine down would say goodbye on the parent's behalf).
+    for obj in (_state.engine, _state.backend, _state.timeline, _state.autotuner):
+        if obj is not None:
+            _never_finalise(obj)
+    _state.engine = _state.backend = _state.timeline = _state.autotuner = None
+    _state.config = None
+    _state.process_sets = {}
+    _state.forked_from = os.getppid()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_engine)
+
 
 def require():
-    """The running engine; ValueError before init() or after shutdown()."""
+    """The running engine; ValueError before init(), after shutdown() and in a child forked
+    after init()."""
     engine = _state.engine
     if engine is None:
+        if _state.forked_from is not None:
+            raise ValueError(
+                f"fuse was initialized in process {_state.forked_from}, which forked this "
+                f"process ({os.getpid()}); a forked child cannot use its parent's job: call "
+                "fuse.init() in the child (a job of its own), or fork before fuse.init()")
         raise ValueError("fuse has not been initialized; call fuse.init() first "
                          "(or this rank has shut down)")
     return engine
