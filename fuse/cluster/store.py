@@ -24,6 +24,10 @@ import urllib.parse
 from typing import Iterable
 
 
+class StoreUnreachable(ConnectionError):
+    """The launcher's store did not answer: it is gone, or this process is cut off from it."""
+
+
 class Store:
     """Interface the backends use for rendezvous."""
 
@@ -353,8 +357,9 @@ class HTTPStore(Store):
                     + ("it has no job secret (FUSE_SECRET_KEY; fuserun and fuse.run set it)"
                        if self.secret is None else "its job secret is not this job's"))
             return status, data
-        raise ConnectionError(
-            f"cannot reach the rendezvous store at {self.addr}:{self.port}: {last}")
+        raise StoreUnreachable(
+            f"cannot reach the rendezvous store at {self.addr}:{self.port} "
+            f"({self.attempts} tries): {last}")
 
     def set(self, key: str, value: bytes) -> None:
         status, _ = self._request("PUT", key, bytes(value))

@@ -27,6 +27,7 @@ class _State:
         self.timeline = None    # TimelineWriter on rank 0 while a timeline is written
         self.autotuner = None   # Autotuner thread on rank 0 under FUSE_AUTOTUNE
         self.generation = -1    # elastic: the rendezvous generation this process last joined
+        self.last_failure: str | None = None    # the engine's failure at the last shutdown
         # a forked child: the pid of the parent whose running engine it inherited (see
         # _forget_inherited_engine); None otherwise
         self.forked_from: int | None = None
