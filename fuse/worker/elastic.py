@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from fuse.worker import lifecycle
+from fuse.cluster.store import StoreUnreachable
 from fuse.exceptions import FuseInternalError, HostsUpdatedInterrupt
 
 __all__ = ["State", "ObjectState", "run_fn", "run"]
@@ -171,6 +172,8 @@ def _reform(reset):
         try:
             reset()
             return
+        except StoreUnreachable:
+            raise       # cut off from the launcher: no generation will ever come
         except (FuseInternalError, ConnectionError):
             if attempt + 1 == REFORM_ATTEMPTS:
                 raise
