@@ -128,6 +128,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         _state.forked_from = None
         if config.rendezvous_generation >= 0:
             _state.generation = config.rendezvous_generation
+            from fuse.worker import generation_watch
+            generation_watch.start(engine, config)
         _state.dynamic = config.dynamic_process_sets
         _state.process_sets = {}
         if _state.prev_excepthook is None:
