@@ -335,7 +335,7 @@ def shutdown() -> None:
         # what failed the job, if anything: an elastic re-init tells the driver who was lost
         _state.last_failure = engine.failure if engine.failed else None
         engine.shutdown()
-        # the device path's flush threads negotiate through the engine: they stop with it
+        # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.worker.device_path")
         if device_path is not None:
             device_path.reset()
