@@ -45,7 +45,7 @@ def _int(raw: bytes | None, default: int = -1) -> int:
 # this bound (a few tries) means this worker is cut off from it, and waiting longer would only
 # keep a cut-off worker alive (StoreUnreachable ends it).
 STORE_TIMEOUT_S = 5.0
-STORE_ATTEMPTS = 3
+STORE_ATTEMPTS = 2
 
 
 def join(config, after: int, lost: list[int] | None = None) -> dict:

@@ -68,11 +68,13 @@ def test_elastic_job_goes_on_without_a_cut_off_host(tmp_path):
             out, err = proc.communicate(timeout=150)
             # the cut-off worker, which the launcher cannot reach to stop, exits by itself
             left = _wait_gone(ns, "worker_numpy.py", 60)
+            gone_after = time.monotonic() - cut_at
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    print(f"survivors committed again {resumed_after:.1f} s after the cut")
+    print(f"survivors committed again {resumed_after:.1f} s after the cut; the cut-off "
+          f"worker was gone {gone_after:.1f} s after it")
     assert left == [], f"the cut-off worker is still running: {left}"
     assert proc.returncode == 0, err[-4000:]
     assert f"(rank 2) stopped answering its peers" in err, err[-3000:]
