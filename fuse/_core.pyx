@@ -631,10 +631,11 @@ cdef class Engine(CoordinatorLink):
         cdef string why
         if verdict == WATCH_WARN:
             with gil:
-                self._log.warning(self.watch.warning_text(self.rank, waiting, self.channel.who(0).decode(errors="replace")))
+                self._log.warning(self.watch.warning_text(self.rank, waiting,
+                                                          self._rank0_name()))
         elif verdict == WATCH_FAIL:
             with gil:
-                why = self.watch.failure_text(self.rank, waiting, self.channel.who(0).decode(errors="replace")).encode()
+                why = self.watch.failure_text(self.rank, waiting, self._rank0_name()).encode()
             self.table.fail(why, ERR_STALL)
 
     cdef bint _read_control(self, bint notices_only) noexcept nogil:
@@ -773,6 +774,9 @@ cdef class Engine(CoordinatorLink):
         self.abort_job(r, _str("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
                               "to rank 0 closed"), ERR_INTERNAL)
+
+    cdef str _rank0_name(self):
+        return self.channel.who(0).decode(errors="replace")
 
     cdef string _unanswered_text(self) noexcept nogil:
         return (_str(" stopped answering: its end of the control connection acknowledged "

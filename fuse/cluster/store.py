@@ -112,7 +112,8 @@ class KVStoreServer:
     to ``max_body`` bytes, a connection that stays silent for ``idle_timeout`` seconds is
     closed, at most ``max_connections`` are served at once (when that many are open, the
     oldest one that has not proved the secret is closed to make room for a new one), and a
-    bad request is reported in one line (through ``log``, default stderr; the first few only), never as a traceback.
+    bad request is reported in one line (through ``log``, default stderr; the first few
+    only), never as a traceback.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
