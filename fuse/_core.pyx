@@ -105,6 +105,7 @@ cdef class Engine(CoordinatorLink):
     cdef Executor executor
     cdef ResponseRunner runner         # loop: runs responses, completes this rank's handles
     cdef CoordinatorWatch watch         # loop (workers): rank 0's silence while requests wait
+    cdef double peer_timeout_s          # FUSE_PEER_TIMEOUT_SECONDS (see _unanswered_text)
     cdef double shm_warn_s, shm_fail_s  # how long a shared-memory barrier waits for a member
     # Python side
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
@@ -146,6 +147,7 @@ cdef class Engine(CoordinatorLink):
         self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
         self.runner.tl = self.tl
         self.watch = CoordinatorWatch(config)
+        self.peer_timeout_s = config.peer_timeout_seconds
         # A member late in shared memory is reported like a stalled rank: a warning after the
         # stall-check time, a StallError after the stall-shutdown time, or, when that is off,
         # after the Gloo timeout, as the same allreduce through Gloo would fail.
@@ -156,6 +158,10 @@ cdef class Engine(CoordinatorLink):
         self._install_group(0, list(range(self.size)), world_group)
 
     # ------------------------------------------------------------------ Python-facing API
+
+    def _set_hosts(self, names):
+        """Every rank's host name, by rank, for messages that name a rank."""
+        self.channel.set_hosts(names)
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="fuse-engine", daemon=True)
@@ -569,10 +575,11 @@ cdef class Engine(CoordinatorLink):
         cdef string why
         if verdict == WATCH_WARN:
             with gil:
-                self._log.warning(self.watch.warning_text(self.rank, waiting))
+                self._log.warning(self.watch.warning_text(self.rank, waiting,
+                                                          self._rank0_name()))
         elif verdict == WATCH_FAIL:
             with gil:
-                why = self.watch.failure_text(self.rank, waiting).encode()
+                why = self.watch.failure_text(self.rank, waiting, self._rank0_name()).encode()
             self.table.fail(why, ERR_STALL)
 
     cdef bint _read_control(self, bint notices_only) noexcept nogil:
@@ -631,6 +638,9 @@ cdef class Engine(CoordinatorLink):
             self.channel.close(0)
             return True
         if not still_open:
+            if self.channel.stopped_answering(0):
+                self.table.fail(_str("lost the connection to the coordinator: ") +
+                                self.channel.who(0) + self._unanswered_text(), ERR_SHUTDOWN)
             self.channel.close(0)
             self.table.fail_if_running(_str("lost the connection to the coordinator (rank 0): rank 0 "
                                            "exited or crashed") if notices_only else
@@ -686,12 +696,25 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _worker_gone(self, int r) noexcept nogil:
         """Rank 0: worker ``r``'s connection closed."""
-        if self.channel.close(r) == PEER_LEAVING:     # said goodbye first: a clean exit
+        cdef bint unanswered = self.channel.stopped_answering(r)
+        if self.channel.close(r) == PEER_LEAVING and not unanswered:   # a clean exit
             self.coord.rank_left(r)
+            return
+        if unanswered:
+            self.abort_job(r, self.channel.who(r) + self._unanswered_text(), ERR_INTERNAL)
             return
         self.abort_job(r, _str("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
                               "to rank 0 closed"), ERR_INTERNAL)
+
+    cdef str _rank0_name(self):
+        return self.channel.who(0).decode(errors="replace")
+
+    cdef string _unanswered_text(self) noexcept nogil:
+        return (_str(" stopped answering: its end of the control connection acknowledged "
+                     "nothing for ") + _int_str(<int64_t>self.peer_timeout_s) +
+                _str(" s (FUSE_PEER_TIMEOUT_SECONDS); its host is down or cut off by the "
+                     "network"))
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         """Tell every rank the job failed, then fail here too (CoordinatorLink)."""

@@ -178,6 +178,10 @@ class Config:
                                                "STALL_SHUTDOWN_TIME_SECONDS",
                                                doc="fail the job after this long (0: never)",
                                                bounds=(0.0, 1e7))
+    peer_timeout_seconds: float = _knob(
+        15.0, "PEER_TIMEOUT_SECONDS",
+        doc="a rank whose host stops acknowledging the control connection for this long "
+            "(down, or cut off by the network) fails the job", bounds=(2.0, 1e7))
     log_level: str = _knob("warning", "LOG_LEVEL", "LOG_LEVEL", _parse_log_level,
                            "trace, debug, info, warning, error or fatal")
     log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", parse_bool,

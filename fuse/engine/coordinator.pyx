@@ -721,8 +721,8 @@ cdef class Coordinator:
                 fatal = a.name
         for i in range(<size_t>self.size):
             if per_rank_n[i]:
-                report.append(b"\n  rank ")
-                report.append(_int_str(i))
+                report.append(b"\n  ")
+                report.append(self.channel.who(<int>i))
                 report.append(b": [")
                 report.append(per_rank[i])
                 report.append(b"]")

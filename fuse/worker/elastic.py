@@ -26,6 +26,7 @@ import time
 import numpy as np
 
 from fuse.worker import lifecycle
+from fuse.cluster.store import StoreUnreachable
 from fuse.worker import state as job_state
 from fuse.exceptions import FuseInternalError, HostsUpdatedInterrupt
 
@@ -172,6 +173,8 @@ def _reform(reset):
         try:
             reset()
             return
+        except StoreUnreachable:
+            raise       # cut off from the launcher: no generation will ever come
         except (FuseInternalError, ConnectionError):
             if attempt + 1 == REFORM_ATTEMPTS:
                 raise

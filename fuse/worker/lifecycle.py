@@ -84,7 +84,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         ignored_knobs.warn_ignored_knobs(config.local_rank, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
-        ctl_fd, worker_fds = _connect_control_channel(backend, config, log)
+        ctl_fd, worker_fds, hosts = _connect_control_channel(backend, config, log)
 
         def create_group(ranks, group_id):
             return backend.create_group(ranks, group_id)
@@ -93,6 +93,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         segments = shm.connect(config, backend.exchange)    # None unless one host
         hier = hierarchy.connect(config, backend, log)      # None unless several hosts
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        engine._set_hosts(hosts)
         if segments is not None:
             engine.install_shm(0, segments)
         if hier is not None:
@@ -124,8 +125,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         from fuse.collectives import calls as collectives
         collectives.reset_auto_names()
         job.install(engine, config, backend)
+        job.forked_from = None
         if config.rendezvous_generation >= 0:
             job.rendezvous_generation = config.rendezvous_generation
+            from fuse.worker import generation_watch
+            generation_watch.start(engine, config)
         job.dynamic = config.dynamic_process_sets
         if job.prev_excepthook is None:
             job.prev_excepthook = sys.excepthook
@@ -143,7 +147,10 @@ def _join_elastic(config: Config, overrides: dict) -> Config:
     from fuse.worker import elastic_rendezvous
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
-    identity = elastic_rendezvous.join(config, after=job.rendezvous_generation)
+    from fuse.cluster import elastic_protocol
+    identity = elastic_rendezvous.join(
+        config, after=job.rendezvous_generation,
+        lost=elastic_protocol.unanswering_ranks(job.last_failure))
     # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
     # newer generation instead of joining this one again
     job.rendezvous_generation = identity["rendezvous_generation"]
@@ -233,11 +240,12 @@ def _local_address_towards(addr: str) -> str:
 
 def _connect_control_channel(backend, config: Config, log):
     """Rank 0 listens; every other rank connects and proves it belongs to the job
-    (fuse.worker.control_handshake).  Returns the engine's (ctl_fd, worker_fds)."""
+    (fuse.worker.control_handshake).  Returns the engine's (ctl_fd, worker_fds) and every
+    rank's host name (what the engine names a rank with)."""
     from fuse.worker import control_handshake as handshake
 
     if config.size == 1:
-        return -1, [-1]
+        return -1, [-1], [config.hostname]
     timeout = max(config.gloo_timeout_seconds, 10.0)
     listener = None
     if config.rank == 0:
@@ -247,16 +255,20 @@ def _connect_control_channel(backend, config: Config, log):
                                         backlog=max(config.size, 128))
         key = handshake.make_key()
         # the key travels over the backend's connections, which the job already trusts
-        payload = pickle.dumps((host, listener.getsockname()[1], key))
+        payload = pickle.dumps((config.hostname, host, listener.getsockname()[1], key))
     else:
-        payload = b""
-    host, port, key = pickle.loads(backend.exchange(payload)[0])
+        payload = pickle.dumps((config.hostname,))
+    everyone = [pickle.loads(p) for p in backend.exchange(payload)]
+    hosts = [p[0] for p in everyone]
+    _, host, port, key = everyone[0]
     if config.rank == 0:
         try:
-            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning)
+            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning,
+                                              config.peer_timeout_seconds), hosts
         finally:
             listener.close()
-    return handshake.join_coordinator((host, port), config.rank, key, timeout), []
+    return handshake.join_coordinator((host, port), config.rank, key, timeout,
+                                      config.peer_timeout_seconds), [], hosts
 
 
 def report_failure(exc: BaseException) -> None:
@@ -270,6 +282,9 @@ def report_failure(exc: BaseException) -> None:
         _report_error(text, "".join(traceback.format_exception(type(exc), exc,
                                                                exc.__traceback__)),
                       consequence=isinstance(exc, ShutdownError))
+    except Exception:
+        pass        # the launcher is out of reach: the other ranks still hear it from us
+    try:
         engine.abort(text)
     except Exception:
         pass
@@ -281,14 +296,22 @@ def _excepthook(exc_type, exc, tb):
     (job.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
 
 
+# A failing rank's report to the launcher is best-effort and short: a rank cut off from the
+# launcher's host must still exit soon (with the store's usual 20 tries of up to 30 s each it
+# lingered ~10 minutes).  At most REPORT_ATTEMPTS tries of REPORT_TIMEOUT_S each.
+REPORT_TIMEOUT_S = 1.5
+REPORT_ATTEMPTS = 2
+
+
 def _report_error(summary: str, full: str, consequence: bool = False) -> None:
     """Leave this rank's error in the launcher's store.  ``consequence``: we fail because
-    another rank did (a ShutdownError), so the launcher looks for that rank's own error."""
+    another rank did (a ShutdownError), so the launcher looks for that rank's own error.
+    Raises ConnectionError when the store cannot be reached within the short bound."""
     cfg = job.config
     if cfg is None:
         return
     from fuse.cluster.store import store_from_config
-    store = store_from_config(cfg)
+    store = store_from_config(cfg, timeout=REPORT_TIMEOUT_S, attempts=REPORT_ATTEMPTS)
     if store is not None:
         if consequence:
             store.set(f"errors/{cfg.rank}/consequence", b"1")
@@ -308,6 +331,8 @@ def shutdown() -> None:
     if tuner is not None:
         tuner.stop()
     if engine is not None:
+        # what failed the job, if anything: an elastic re-init tells the driver who was lost
+        job.last_failure = engine.failure if engine.failed else None
         engine.shutdown()
         # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.worker.device_path")

@@ -8,6 +8,7 @@ this is what keeps lifecycle, collectives and process_sets from importing each o
 
 from __future__ import annotations
 
+import os
 import threading
 
 from fuse.config import Config
@@ -33,6 +34,10 @@ class JobState:
         # how many engines init() has started in this process: a re-formed job has a new
         # number, which is how the layers above know to drop what the old engine held
         self.engine_generation = 0
+        self.last_failure: str | None = None    # the engine's failure at the last shutdown
+        # a forked child: the pid of the parent whose running engine it inherited (see
+        # _forget_inherited_engine); None otherwise
+        self.forked_from: int | None = None
 
     def install(self, engine, config: Config, backend) -> None:
         """init(): the new engine runs; the job is (re-)formed."""
@@ -44,10 +49,46 @@ class JobState:
 job = JobState()
 
 
+def _never_finalise(obj) -> None:
+    """Keep ``obj`` alive for the rest of this process, interpreter exit included: an extra
+    reference no module teardown drops."""
+    import ctypes
+    ctypes.pythonapi.Py_IncRef(ctypes.py_object(obj))
+
+
+def _forget_inherited_engine() -> None:
+    """In a child forked after init(): the engine's thread did not come along, and its
+    connections belong to the parent, so the child must not use them (a collective would
+    block, or worse, run over the parent's connections).  The child starts uninitialised;
+    its first fuse call says why (see require), and init() makes a job of its own."""
+    job.lock = threading.RLock()     # another thread of the parent may have held it
+    if job.engine is None:
+        return
+    # Never finalised here: its sockets and segments are the parent's, and its threads did not
+    # come along (freeing a Gloo context joins a loop thread this process does not have;
+    # shutting the engine down would say goodbye on the parent's behalf).
+    for obj in (job.engine, job.backend, job.timeline, job.autotuner):
+        if obj is not None:
+            _never_finalise(obj)
+    job.engine = job.backend = job.timeline = job.autotuner = None
+    job.config = None
+    job.process_sets = {}
+    job.forked_from = os.getppid()
+
+
+os.register_at_fork(after_in_child=_forget_inherited_engine)
+
+
 def require():
-    """The running engine; ValueError before init() or after shutdown()."""
+    """The running engine; ValueError before init(), after shutdown() and in a child forked
+    after init()."""
     engine = job.engine
     if engine is None:
+        if job.forked_from is not None:
+            raise ValueError(
+                f"fuse was initialized in process {job.forked_from}, which forked this "
+                f"process ({os.getpid()}); a forked child cannot use its parent's job: call "
+                "fuse.init() in the child (a job of its own), or fork before fuse.init()")
         raise ValueError("fuse has not been initialized; call fuse.init() first "
                          "(or this rank has shut down)")
     return engine
@@ -102,3 +143,8 @@ def engine_generation() -> int:
 def registered_process_set(pid: int):
     """The process set registered under ``pid`` (not the global one), or None."""
     return job.process_sets.get(pid)
+
+
+def last_failure() -> str | None:
+    """The engine's failure at the last shutdown (None if it stopped cleanly)."""
+    return job.last_failure

@@ -6,7 +6,8 @@ A FAULT is ``kind:generation:rank:batch``: in that generation, from that batch o
 with that rank
 ``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
 its allreduce of the batch in flight; ``killreset`` (batch ignored): dies as soon as that
-generation formed, while the others sync.  ``all`` as rank: every worker.
+generation formed, while the others sync; ``stop``: stops itself (SIGSTOP) before the batch's
+allreduce, alive but silent.  ``all`` as rank: every worker.
 """
 
 import json
@@ -36,6 +37,10 @@ def maybe_fail(b: int, partial: np.ndarray) -> None:
         if int(g) == gen and b >= int(at) and (r == "all" or int(r) == fuse.rank()):
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if kind == "stop":
+                with open(os.path.join(out_dir, "stopped.pid"), "w") as f:
+                    f.write(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGSTOP)
             if kind == "raise":
                 raise RuntimeError(f"injected failure at batch {b}")
             if kind == "killin":
