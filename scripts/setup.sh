@@ -93,6 +93,13 @@ if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then
   fi
   .venv/bin/python -c "import ray, pyspark" && java -version >/dev/null 2>&1 ||
     { echo "setup: FAILED: ray, pyspark or java does not work" >&2; exit 1; }
+  # Lightning for fuse.lightning (FuseStrategy) and its tests, pinned; it runs on the torch above
+  # (Lightning 2.6 takes torch >= 2.1), so only where torch is installed.
+  if [ "${FUSE_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import lightning" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "lightning==${FUSE_LIGHTNING_VERSION:-2.6.6}" ||
+      { echo "setup: FAILED to install lightning (FUSE_SKIP_INTEGRATIONS=1 skips it)" >&2
+        exit 1; }
+  fi
 fi
 # What the main suite needs from .venv must be there now, or setup fails here rather than the
 # tests skipping later: MPI (mpi4py, and mpiexec from the mpich wheel), the autotuner's optimiser.
