@@ -85,8 +85,8 @@ if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq default-jre-headless >/dev/null
   fi
-  if ! .venv/bin/python -c "import ray, pyspark" 2>/dev/null; then
-    .venv/bin/python -m pip install -q "ray==${FUSE_RAY_VERSION:-2.60.0}" \
+  if ! .venv/bin/python -c "import ray.train, ray.tune, pyspark" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "ray[train,tune]==${FUSE_RAY_VERSION:-2.60.0}" \
       "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" ||
       { echo "setup: FAILED to install ray and pyspark (FUSE_SKIP_INTEGRATIONS=1 skips them)" >&2
         exit 1; }
