@@ -75,3 +75,24 @@ def reference_weights(epochs=EPOCHS):
         torch.nn.functional.mse_loss(model(x), y).backward()
         optimizer.step()
     return [p.detach().flatten().tolist() for p in model.parameters()]
+
+
+def tune_loop(config):
+    """A Tune trial's training function: the loss after a few epochs at ``config["lr"]``,
+    reported by rank 0 as Horovod's Tune examples did."""
+    import ray.train
+    import fuse.torch as hvd
+
+    hvd.init()
+    model = fresh_model()
+    optimizer = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=config["lr"]),
+                                         named_parameters=model.named_parameters())
+    hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    x, y = rank_data(hvd.rank())
+    for epoch in range(3):
+        optimizer.zero_grad()
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        optimizer.step()
+        mean = hvd.allreduce(loss.detach(), name="loss").item()
+        ray.train.report({"loss": mean, "size": hvd.size(), "epoch": epoch})

@@ -65,3 +65,21 @@ def test_fit_resumes_from_its_checkpoint_after_a_worker_is_killed(cluster, tmp_p
     assert result.checkpoint is not None
     # and the job trained to the weights of one process with both ranks' data, kill or not
     _weights_close(metrics["weights"], ray_train_loop.reference_weights())
+
+
+def test_tune_search_of_two_trials_on_two_workers_each(cluster, tmp_path):
+    from ray import tune
+    from fuse.ray.tune import DistributedTrainableCreator
+
+    trainable = DistributedTrainableCreator(ray_train_loop.tune_loop, num_workers=2)
+    tuner = tune.Tuner(trainable, param_space={"lr": tune.grid_search([0.001, 0.1])},
+                       tune_config=tune.TuneConfig(metric="loss", mode="min",
+                                                   max_concurrent_trials=1),
+                       run_config=tune.RunConfig(name="fuse_tune",
+                                                 storage_path=str(tmp_path / "tune")))
+    results = tuner.fit()
+    assert not results.errors, results.errors
+    assert len(results) == 2
+    assert all(r.metrics["size"] == 2 and r.metrics["epoch"] == 2 for r in results)
+    # a larger step descends faster on this quadratic: the search must find it
+    assert results.get_best_result().config == {"lr": 0.1}
