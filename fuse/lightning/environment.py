@@ -1,20 +1,24 @@
-"""``FuseEnvironment``: Lightning's view of a fuse job (ranks, sizes) read from fuse itself.
+"""Lightning's view of a fuse job (ranks, sizes), read from fuse itself.
 
 The processes are started by ``fuserun`` (or ``fuse.run``, a Ray actor, a Spark task), never
 by Lightning, so the environment only reports what fuse's ``init()`` worked out: the global
 rank and size, the local rank, and the node (cross) rank.  fuse is initialised on the first
 question, which Lightning asks while the ``Trainer`` is built.
+
+:class:`FuseEnvironmentBase` holds the behaviour without importing Lightning: ``lightning``
+(``lightning.pytorch``) and the older ``pytorch_lightning`` package each have a
+``ClusterEnvironment`` class of their own, and each Trainer accepts only its own, so
+:mod:`fuse.lightning.bindings` and :mod:`fuse.lightning.pytorch_lightning` join this base to
+each package's class.
 """
 
 from __future__ import annotations
 
 import os
 
-from lightning.fabric.plugins.environments import ClusterEnvironment
-
 import fuse.torch as hvd
 
-__all__ = ["FuseEnvironment"]
+__all__ = ["FuseEnvironmentBase", "ensure_initialized"]
 
 
 def ensure_initialized() -> None:
@@ -23,8 +27,9 @@ def ensure_initialized() -> None:
         hvd.init()
 
 
-class FuseEnvironment(ClusterEnvironment):
-    """Ranks and sizes of the fuse job this process belongs to."""
+class FuseEnvironmentBase:
+    """Ranks and sizes of the fuse job this process belongs to (joined to a Lightning
+    ``ClusterEnvironment``)."""
 
     @property
     def creates_processes_externally(self) -> bool:

@@ -14,6 +14,12 @@ What it does, as Lightning 1.x's ``HorovodStrategy`` did:
 * checkpoints written by rank 0 only (Lightning's default for a strategy) and logging on rank 0
   only (``rank_zero_only``);
 * ``reduce``, ``all_gather``, ``barrier`` and ``broadcast`` on fuse's collectives.
+
+:class:`FuseStrategyBase` holds all of it without importing Lightning, because ``lightning``
+and ``pytorch_lightning`` each have their own ``ParallelStrategy`` and each Trainer accepts
+only its own: :mod:`fuse.lightning.bindings` and :mod:`fuse.lightning.pytorch_lightning` join
+this base to each package's class, naming that package's environment class and rank-zero
+switches.
 """
 
 from __future__ import annotations
@@ -22,19 +28,13 @@ import contextlib
 from typing import Any, Callable
 
 import torch
-from lightning.fabric.utilities.rank_zero import rank_zero_only as fabric_rank_zero_only
-from lightning.pytorch.core.optimizer import LightningOptimizer
-from lightning.pytorch.strategies import ParallelStrategy
-from lightning.pytorch.trainer.states import TrainerFn
-from lightning.pytorch.utilities.rank_zero import rank_zero_only
-from lightning_utilities.core.rank_zero import rank_zero_only as utils_rank_zero_only
 
 import fuse.torch as hvd
 from fuse.frameworks.torch.optimizer import DistributedOptimizer
 
-from .environment import FuseEnvironment, ensure_initialized
+from .environment import ensure_initialized
 
-__all__ = ["FuseStrategy"]
+__all__ = ["FuseStrategyBase", "fuse_op"]
 
 # Lightning's reduce_op spellings (strings, torch.distributed.ReduceOp) -> fuse's ops
 _OPS = {"mean": hvd.Average, "avg": hvd.Average, "average": hvd.Average, "sum": hvd.Sum,
@@ -54,11 +54,11 @@ def fuse_op(reduce_op: Any):
 
 
 def _unwrapped(optimizer):
-    """The optimizer under Lightning's wrapper."""
-    return optimizer._optimizer if isinstance(optimizer, LightningOptimizer) else optimizer
+    """The optimizer under Lightning's wrapper (LightningOptimizer keeps it as _optimizer)."""
+    return optimizer.__dict__.get("_optimizer", optimizer)
 
 
-class FuseStrategy(ParallelStrategy):
+class FuseStrategyBase:
     """Data-parallel training over fuse: ``Trainer(strategy=FuseStrategy())`` (or
     ``strategy="fuse"`` once :mod:`fuse.lightning` is imported), started with
     ``fuserun -np N python train.py``.
@@ -70,12 +70,15 @@ class FuseStrategy(ParallelStrategy):
     """
 
     strategy_name = "fuse"
+    # set by each binding: its package's FuseEnvironment, and its rank_zero_only objects
+    environment_cls: type = None
+    rank_zero_switches: tuple = ()
 
     def __init__(self, accelerator=None, parallel_devices=None, checkpoint_io=None,
                  precision_plugin=None, scale_lr: bool = True,
                  compression=hvd.Compression.none, gradient_predivide_factor: float = 1.0):
         super().__init__(accelerator=accelerator, parallel_devices=parallel_devices,
-                         cluster_environment=FuseEnvironment(), checkpoint_io=checkpoint_io,
+                         cluster_environment=self.environment_cls(), checkpoint_io=checkpoint_io,
                          precision_plugin=precision_plugin)
         self.scale_lr = scale_lr
         self.compression = compression
@@ -103,8 +106,8 @@ class FuseStrategy(ParallelStrategy):
         """Called while the Trainer is built: start fuse, and let Lightning's rank-zero-only
         helpers (logging, progress bars, warnings) know this worker's rank."""
         ensure_initialized()
-        rank_zero_only.rank = fabric_rank_zero_only.rank = self.global_rank
-        utils_rank_zero_only.rank = self.global_rank
+        for switch in self.rank_zero_switches:
+            switch.rank = self.global_rank
 
     def model_to_device(self) -> None:
         if self.root_device.type == "cuda":
@@ -115,7 +118,7 @@ class FuseStrategy(ParallelStrategy):
     # -- fit: broadcast, wrap, synchronize --------------------------------------------------
     def setup(self, trainer) -> None:
         super().setup(trainer)
-        if trainer.state.fn != TrainerFn.FITTING:
+        if trainer.state.fn != "fit":     # TrainerFn.FITTING, a str enum
             return
         optimizers = [_unwrapped(o) for o in self.optimizers]
         if self.scale_lr and self.world_size > 1:

@@ -90,6 +90,12 @@ def main(mode, out, workdir):
               "loss": float(trainer.callback_metrics["train_loss"]),
               "weights": [p.detach().flatten().tolist() for p in model.parameters()],
               **model.extra}
+    if distributed:     # the older package's Trainer takes strategy="fuse" too
+        import pytorch_lightning
+        classic = pytorch_lightning.Trainer(strategy="fuse", accelerator="cpu", devices=1,
+                                            logger=False, enable_progress_bar=False)
+        result["pytorch_lightning"] = [type(classic.strategy).__module__, classic.global_rank,
+                                       classic.world_size]
     path = f"{out}.{trainer.global_rank}" if distributed else out
     with open(path, "w") as f:
         json.dump(result, f)

@@ -42,6 +42,8 @@ def test_two_workers_train_like_one_process_with_the_combined_batch(tmp_path):
     single = json.load(open(out + ".single"))
 
     assert [r["strategy"] for r in ranks] == ["FuseStrategy"] * 2
+    assert [r["pytorch_lightning"] for r in ranks] == [
+        ["fuse.lightning.pytorch_lightning", rank, 2] for rank in range(2)]
     assert [(r["rank"], r["world_size"], r["rank_zero_only"]) for r in ranks] == [(0, 2, 0),
                                                                                  (1, 2, 1)]
     assert ranks[0]["steps"] == ranks[1]["steps"] == single["steps"] == 8
