@@ -96,6 +96,9 @@ class FuseBackend(Backend):
     worker group (after a failure) gets a new store and the old one is closed."""
 
     _store: DriverStore | None = None
+    # every worker on a node sees all the node's GPUs (Ray sets CUDA_VISIBLE_DEVICES so), as
+    # with Horovod's backend: scripts pick theirs with torch.cuda.set_device(hvd.local_rank())
+    share_cuda_visible_devices = True
 
     def on_start(self, worker_group, backend_config: FuseConfig) -> None:
         self._close_store()
