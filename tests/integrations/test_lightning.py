@@ -62,3 +62,17 @@ def test_two_workers_train_like_one_process_with_the_combined_batch(tmp_path):
     saves = [line.split(maxsplit=1) for line in (fuse_dir / "saves").read_text().splitlines()]
     assert [rank for rank, _ in saves] == ["0", "0"], saves
     assert os.path.exists(saves[-1][1]), saves
+
+
+def test_reduce_op_spellings_map_to_fuse_ops():
+    torch = needs.module("torch")
+    import fuse.torch as hvd
+    from fuse.lightning.strategy import fuse_op
+
+    assert fuse_op(None) is hvd.Average and fuse_op("mean") is hvd.Average
+    assert fuse_op("sum") is hvd.Sum and fuse_op("MAX") is hvd.Max
+    if torch.distributed.is_available():      # Lightning's ReduceOp is torch.distributed's
+        assert fuse_op(torch.distributed.ReduceOp.SUM) is hvd.Sum
+        assert fuse_op(torch.distributed.ReduceOp.MIN) is hvd.Min
+    with pytest.raises(ValueError, match="reduce_op='median' is not supported"):
+        fuse_op("median")
