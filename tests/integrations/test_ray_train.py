@@ -10,6 +10,8 @@ import needs
 import pytest
 
 ray = needs.module("ray")
+needs.module("ray.train", "ray")      # Ray's train and tune extras (pandas, pydantic, ...)
+needs.module("ray.tune", "ray")
 needs.module("torch")
 
 import ray_train_loop  # noqa: E402
