@@ -91,8 +91,11 @@ class FuseStrategyBase:
         devices = self.parallel_devices or [torch.device("cpu")]
         if devices[0].type == "cpu":
             return torch.device("cpu")
-        # one GPU per worker, chosen by local rank as in Horovod's examples
-        return devices[self.local_rank % len(devices)]
+        # one GPU per worker, chosen by local rank as HorovodStrategy did: the local rank's
+        # entry of the Trainer's devices when it lists that many, else GPU <local rank>
+        if self.local_rank < len(devices):
+            return devices[self.local_rank]
+        return torch.device(devices[0].type, self.local_rank)
 
     @property
     def is_distributed(self) -> bool:
