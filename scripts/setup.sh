@@ -86,14 +86,21 @@ if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq default-jre-headless >/dev/null
   fi
-  if ! .venv/bin/python -c "import ray, pyspark" 2>/dev/null; then
-    .venv/bin/python -m pip install -q "ray==${FUSE_RAY_VERSION:-2.60.0}" \
+  if ! .venv/bin/python -c "import ray.train, ray.tune, pyspark" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "ray[train,tune]==${FUSE_RAY_VERSION:-2.60.0}" \
       "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" ||
       { echo "setup: FAILED to install ray and pyspark (FUSE_SKIP_INTEGRATIONS=1 skips them)" >&2
         exit 1; }
   fi
   .venv/bin/python -c "import ray, pyspark" && java -version >/dev/null 2>&1 ||
     { echo "setup: FAILED: ray, pyspark or java does not work" >&2; exit 1; }
+  # Lightning for fuse.lightning (FuseStrategy) and its tests, pinned; it runs on the torch above
+  # (Lightning 2.6 takes torch >= 2.1), so only where torch is installed.
+  if [ "${FUSE_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import lightning" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "lightning==${FUSE_LIGHTNING_VERSION:-2.6.6}" ||
+      { echo "setup: FAILED to install lightning (FUSE_SKIP_INTEGRATIONS=1 skips it)" >&2
+        exit 1; }
+  fi
 fi
 # What the main suite needs from .venv must be there now, or setup fails here rather than the
 # tests skipping later: MPI (mpi4py, and mpiexec from the mpich wheel), the autotuner's optimiser.
