@@ -1,4 +1,4 @@
-# The control channel's transport (see _channel.pyx).
+# The control channel's transport (see channel.pyx).
 from libcpp.deque cimport deque
 from libcpp.string cimport string
 from libcpp.vector cimport vector
