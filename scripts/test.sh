@@ -25,3 +25,5 @@ bash scripts/test_tensorflow.sh "$@"
 bash scripts/test_mxnet.sh "$@"
 # The fuse-pygloo plugin on Python 3.10 (pygloo has no other wheel): .venv-pygloo.
 bash scripts/test_pygloo.sh "$@"
+# The image, the Helm chart and its pods as podman containers (root; installs podman itself).
+bash scripts/test_kubernetes.sh "$@"

@@ -7,9 +7,10 @@ things changed for Ray:
   many slots as its CPUs (GPUs) hold ``cpus_per_slot`` (``gpus_per_slot``); a node's id is its
   host name, so two nodes on one machine are two hosts, and a node that leaves or joins the
   cluster shrinks or grows the job at the driver's next discovery;
-* a worker is a Ray actor pinned to its node (:class:`RayElasticJob`), not a process: its
-  exit is the end of its ``run_elastic`` call, and a dead actor (its process killed, its node
-  gone) counts as a worker killed by SIGKILL, which blacklists its node as any failed host.
+* a worker is a Ray actor pinned to its node (:class:`RayActorStarter`, the job's starter), not
+  a process: its exit is the end of its ``run_elastic`` call, and a dead actor (its process
+  killed, its node gone) counts as a worker killed by SIGKILL, which blacklists its node as any
+  failed host.
 
 Everything else (generations, the blacklist, the reset limit, the elastic timeout, how the
 survivors re-form) is the driver's, as for ``fuserun --min-np``.
@@ -19,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import signal
-import subprocess
 import time
 from typing import Any, Callable, Mapping, Sequence
 
@@ -28,12 +28,13 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from fuse.runner.elastic.driver import ElasticJob, ElasticJobError, ElasticSettings
 from fuse.cluster.hosts import HostSpec, Slot, first_interface_address
-from fuse.runner.job import Failure, Settings, _Worker
-from fuse.runner.worker_env import job_env
+from fuse.runner.job import Settings
+from fuse.cluster.elastic_protocol import worker_id
+from fuse.runner.starter import PolledHandle, WorkerStarter
 
 from .worker import FuseWorker
 
-__all__ = ["ElasticRayExecutor", "ElasticRaySettings", "RayHostDiscovery", "RayElasticJob"]
+__all__ = ["ElasticRayExecutor", "ElasticRaySettings", "RayHostDiscovery", "RayActorStarter"]
 
 
 class RayHostDiscovery:
@@ -88,13 +89,10 @@ class ElasticRaySettings:
     verbose: bool = False
 
 
-class _ActorProcess:
+class _ActorHandle(PolledHandle):
     """A worker actor seen as the process the elastic driver expects: ``poll()`` and ``wait()``
     give its exit code once its ``run_elastic`` call ended (0: returned or left the job;
     1: raised; -SIGKILL: the actor died or did not start in time)."""
-
-    stdin = stdout = stderr = None
-    pid = None
 
     def __init__(self, actor, placed, call, start_timeout: float):
         self.actor, self._placed, self._call = actor, placed, call
@@ -145,9 +143,13 @@ class _ActorProcess:
 
     def wait(self, timeout: float | None = None) -> int:
         ray.wait([self._call], timeout=timeout)
-        if self.poll() is None:
-            raise subprocess.TimeoutExpired("ray actor", timeout)
-        return self.returncode
+        return super().wait(0 if timeout is not None else None)
+
+    def terminate(self, sig: int = signal.SIGTERM) -> None:
+        self.kill()         # an actor takes no signals: any stop is ray.kill
+
+    def stderr_tail(self) -> list[str]:
+        return [self.why] if self.why else []
 
     def kill(self) -> None:
         try:
@@ -156,72 +158,51 @@ class _ActorProcess:
             pass
 
 
-class _ActorWorker(_Worker):
-    def signal_group(self, sig: int) -> None:
-        if self.proc is not None:       # an actor takes no signals: any stop is ray.kill
-            self.proc.kill()
+class RayActorStarter(WorkerStarter):
+    """Starts each worker as an actor running ``func()`` on the node its slot names (host
+    names are Ray node ids, as :class:`RayHostDiscovery` gives them); keeps the handles, whose
+    outcomes are the job's results."""
 
-
-class RayElasticJob(ElasticJob):
-    """An elastic job whose workers are actors running ``func()``, one per slot of
-    :class:`RayHostDiscovery` (or any discovery whose host names are Ray node ids)."""
-
-    def __init__(self, func: Callable[[], Any], discovery, elastic: ElasticSettings,
-                 settings: ElasticRaySettings, store_addr: str, cpus_per_slot: float = 1,
-                 gpus_per_slot: float = 0, env_vars: Mapping[str, str] | None = None):
+    def __init__(self, func: Callable[[], Any], settings: ElasticRaySettings,
+                 cpus_per_slot: float = 1, gpus_per_slot: float = 0,
+                 env_vars: Mapping[str, str] | None = None):
         self.func = func
         self.ray_settings = settings
         self.cpus_per_slot, self.gpus_per_slot = cpus_per_slot, gpus_per_slot
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
-        super().__init__(["<fuse.ray actor>"], discovery, elastic, env=None,
-                         settings=Settings(name="fuse.ray", verbose=settings.verbose),
-                         store_addr=store_addr)
+        self.handles: dict[str, _ActorHandle] = {}      # worker id -> its last actor
 
-    def _is_local(self, host: str) -> bool:
-        return True         # Ray starts every actor: nothing is started over ssh
-
-    def budget_notice(self) -> str | None:
-        return None         # each actor computes its own node's budget (worker_env)
-
-    def _new_worker(self, slot: Slot) -> _Worker:
-        return _ActorWorker(slot, remote=False)
-
-    def _start(self, w: _Worker) -> Failure | None:
-        env = job_env(w.slot, self.addr, self.port, self.secret, self.ray_settings.nics)
-        env.update({k: self.base_env[k] for k in ("FUSE_ELASTIC", "FUSE_ELASTIC_TIMEOUT")})
+    def environment(self, job, slot: Slot) -> dict[str, str]:
+        env = job.remote_env(slot)
         env.update(self.env_vars)
+        return env
+
+    def start(self, slot: Slot, env: Mapping[str, str]) -> _ActorHandle:
         try:
             actor = _actor_class().options(
                 num_cpus=self.cpus_per_slot, num_gpus=self.gpus_per_slot,
-                scheduling_strategy=NodeAffinitySchedulingStrategy(w.slot.hostname, soft=False)
-            ).remote(w.slot.rank, w.slot.size)
-            w.proc = _ActorProcess(actor, actor.placement.remote(),
-                                   actor.run_elastic.remote(env, self.func),
-                                   self.ray_settings.timeout_s)
+                scheduling_strategy=NodeAffinitySchedulingStrategy(slot.hostname, soft=False)
+            ).remote(slot.rank, slot.size)
+            handle = _ActorHandle(actor, actor.placement.remote(),
+                                  actor.run_elastic.remote(dict(env), self.func),
+                                  self.ray_settings.timeout_s)
         except Exception as err:
-            return Failure(w.slot.rank, w.slot.hostname, "start",
-                           detail=f"could not start a Ray actor: {err}")
-        self._debug(f"rank {w.slot.rank}: actor on node {w.slot.hostname}")
-        return None
+            raise OSError(f"could not start a Ray actor: {err}") from err
+        self.handles[worker_id(slot.hostname, slot.local_rank)] = handle
+        return handle
 
-    def _tail(self, w: _Worker) -> list[str]:
-        why = getattr(w.proc, "why", None)
-        return [why] if why else []
-
-    def results(self) -> list:
-        """The return values of the last generation's workers, in their final rank order."""
-        done = []
-        for w in self._workers:
-            outcome = getattr(w.proc, "outcome", None)
-            if w.wid in self.succeeded and outcome is not None and outcome[0] == "ok":
-                done.append((outcome[1], outcome[2]))
+    def results(self, succeeded: set[str]) -> list:
+        """The return values of the workers in ``succeeded`` (the last generation's, by worker
+        id), in their final rank order."""
+        done = [(h.outcome[1], h.outcome[2]) for wid, h in self.handles.items()
+                if wid in succeeded and h.outcome is not None and h.outcome[0] == "ok"]
         return [value for _rank, value in sorted(done, key=lambda rv: rv[0])]
 
     def first_error(self) -> BaseException | None:
         """The first exception a worker raised (not an actor that died), if any."""
-        for w in self._workers:
-            if getattr(w.proc, "returncode", None) == 1 and w.proc.error is not None:
-                return w.proc.error
+        for h in self.handles.values():
+            if h.returncode == 1 and h.error is not None:
+                return h.error
         return None
 
 
@@ -301,7 +282,7 @@ class ElasticRayExecutor:
         self.env_vars = dict(env_vars or {})
         self.discovery = RayHostDiscovery(use_gpu, cpus_per_slot, gpus_per_slot)
         self.started = False
-        self.last_job: RayElasticJob | None = None      # the job of the last run()
+        self.last_job: ElasticJob | None = None         # the job of the last run()
 
     def start(self) -> None:
         """Check that Ray is up (``ray.init()`` first); the workers start with each run()."""
@@ -323,21 +304,20 @@ class ElasticRayExecutor:
         elastic = ElasticSettings(min_np=s.min_np, max_np=s.max_np, reset_limit=s.reset_limit,
                                   cooldown_range=s.cooldown_range,
                                   elastic_timeout=s.elastic_timeout)
+        starter = RayActorStarter(worker_fn, s, self.cpus_per_slot, self.gpus_per_slot,
+                                  self.env_vars)
         try:
-            job = RayElasticJob(worker_fn, self.discovery, elastic, s, store_address(s.nics),
-                                self.cpus_per_slot, self.gpus_per_slot, self.env_vars)
+            job = ElasticJob(["<fuse.ray actor>"], self.discovery, elastic,
+                             settings=Settings(name="fuse.ray", verbose=s.verbose,
+                                               network_interfaces=s.nics),
+                             store_addr=store_address(s.nics), starter=starter)
         except ElasticJobError as err:
             raise RuntimeError(f"fuse.ray: {err}") from None
         self.last_job = job
         with job:
             result = job.run()
-        if result.interrupted == signal.SIGINT:
-            raise KeyboardInterrupt
-        if result.elastic_error is not None or result.interrupted is not None:
-            text = (job.describe_failure(result) if result.elastic_error
-                    else f"fuse.ray: interrupted by signal {result.interrupted}")
-            raise RuntimeError(text) from job.first_error()
-        return job.results()
+        job.raise_for(result, RuntimeError, starter.first_error())
+        return starter.results(job.succeeded)
 
     def shutdown(self) -> None:
         """Nothing to release between runs: each run's actors end with it."""

@@ -1,9 +1,10 @@
 """Starting, watching and stopping the workers of one job.
 
 This is the single code path behind ``fuserun`` and :func:`fuse.run`: a :class:`Job` owns the
-rendezvous :class:`~fuse.cluster.store.KVStoreServer`, starts one process per slot (directly on
-this machine, over ``ssh`` elsewhere), forwards every output line with a ``[rank]<stream>:``
-prefix, and takes the whole job down when one worker fails or the launcher is interrupted.
+rendezvous :class:`~fuse.cluster.store.KVStoreServer`, starts one worker per slot through its
+:class:`~fuse.runner.starter.WorkerStarter` (fuserun's: a process on this machine, or over
+``ssh`` elsewhere), forwards every output line with a ``[rank]<stream>:`` prefix, and takes the
+whole job down when one worker fails or the launcher is interrupted.
 
 One thread does all of it: a selector waits on the workers' pipes, on a pidfd per worker (so an
 exit wakes us at once; without pidfds we poll every 50 ms) and on a self-pipe written by the
@@ -16,10 +17,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import os
-import secrets
 import selectors
-import shlex
-import shutil
 import signal
 import subprocess
 import sys
@@ -29,36 +27,18 @@ from typing import IO, Mapping, Sequence
 
 from fuse.cluster import thread_budget
 
-from fuse.cluster.hosts import Slot, is_local_host, loopback_interface, store_address
+from fuse.cluster.hosts import Slot, loopback_interface, store_address
 from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
-# Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then), and
-# so does everything they started: a small guard process leads each worker's process group,
-# the kernel tells it when the launcher dies, and it signals the group (orphan_guard.py).
-_GUARD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "orphan_guard.py")
+from .starter import ProcessStarter, WorkerHandle, WorkerStarter
+from .worker_env import job_env
 
-
-def _orphan_guard() -> list[str]:
-    """The argv prefix that runs a local worker under the orphan guard (Linux only)."""
-    if not sys.platform.startswith("linux"):
-        return []
-    return [sys.executable, "-I", "-S", _GUARD_SCRIPT, str(os.getpid()), "--"]
-
-
-def _findable(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
-    """Whether exec would find ``program`` (a path, or a name on the worker's PATH)."""
-    if os.sep in program:
-        return os.access(os.path.join(cwd or "", program), os.X_OK)
-    return shutil.which(program, path=env.get("PATH", os.defpath)) is not None
-
-__all__ = ["Settings", "Failure", "JobResult", "Job", "worker_base_env"]
+__all__ = ["Settings", "Failure", "JobResult", "Job", "worker_base_env", "WorkerStarter",
+           "WorkerHandle"]
 
 # never handed to workers: shell functions exported by bash, and the caller's previous directory
 _DROP_PREFIXES = ("BASH_FUNC_",)
 _DROP_NAMES = {"OLDPWD"}
-# also left out of the environment sent to other machines: they describe this machine/session
-_DROP_REMOTE = {"HOSTNAME", "PWD", "SHLVL", "_", "SSH_CLIENT", "SSH_CONNECTION", "SSH_TTY",
-                "SSH_AUTH_SOCK", "TERMCAP", "XDG_RUNTIME_DIR", "XDG_SESSION_ID"}
 
 STDERR_TAIL_LINES = 20
 _MAX_LINE = 1 << 20  # a line longer than this is forwarded in pieces
@@ -226,7 +206,7 @@ class _Stream:
             return
         if self.marker is not None:
             if lines[0].rstrip(b"\r\n") == self.marker:
-                self.worker.started = True
+                self.worker.proc.started = True
                 lines = lines[1:]
             self.marker = None
         if self.tail is not None:
@@ -248,29 +228,40 @@ class _Stream:
 
 
 class _Worker:
-    def __init__(self, slot: Slot, remote: bool):
+    """The job's record of one worker: its slot, the handle its starter returned, the pipes
+    being forwarded, how it ended."""
+
+    def __init__(self, slot: Slot):
         self.slot = slot
-        self.remote = remote
-        self.proc: subprocess.Popen | None = None
+        self.proc: WorkerHandle | None = None
         self.pidfd: int | None = None
         self.streams: list[_Stream] = []
-        self.started = not remote      # remote: set when the wrapper's marker arrives
-        self.start_deadline = 0.0
         self.returncode: int | None = None
         self.exit_order = -1            # 0 for the first worker seen to exit, and so on
         self.wid: str | None = None     # elastic jobs: <host>:<slot index>
+
+    @property
+    def remote(self) -> bool:
+        return self.proc is not None and self.proc.marker is not None
+
+    @property
+    def started(self) -> bool:
+        return self.proc is None or self.proc.started
 
     @property
     def running(self) -> bool:
         return self.proc is not None and self.returncode is None
 
     def signal_group(self, sig: int) -> None:
-        if self.proc is None:
-            return
-        try:
-            os.killpg(self.proc.pid, sig)  # the worker leads its own group: pgid == pid
-        except (ProcessLookupError, PermissionError):
-            pass
+        if self.proc is not None:
+            self.proc.terminate(sig)
+
+    def tail(self) -> list[str]:
+        """The last lines it wrote to stderr (what its failure is reported with)."""
+        for s in self.streams:
+            if s.tail is not None and s.tail:
+                return list(s.tail)
+        return self.proc.stderr_tail() if self.proc is not None else []
 
 
 class Job:
@@ -279,11 +270,19 @@ class Job:
     ``command`` is the argv each worker runs; ``env`` the base environment (default: ours,
     filtered), to which the job adds the rendezvous address, ``PYTHONUNBUFFERED=1`` and each
     slot's identity.  Use as a context manager, or call :meth:`close`.
+
+    ``starter`` (a :class:`~fuse.runner.starter.WorkerStarter`) starts each worker: by default
+    fuserun's, a process here or over ssh.  ``store_addr`` is where the workers reach the store
+    (default: worked out from the hosts); ``store_bind`` where it listens (default: there too;
+    ``0.0.0.0`` behind a name such as a Kubernetes Service), ``store_port`` on which port (0:
+    the system's choice).
     """
 
     def __init__(self, command: Sequence[str], slots: Sequence[Slot],
                  env: Mapping[str, str] | None = None, settings: Settings | None = None,
-                 secret: bytes | None = None, store_addr: str | None = None):
+                 secret: bytes | None = None, store_addr: str | None = None,
+                 starter: WorkerStarter | None = None, store_bind: str | None = None,
+                 store_port: int = 0):
         if not command:
             raise ValueError("no command to run")
         if not slots:
@@ -292,9 +291,13 @@ class Job:
         self.slots = list(slots)
         self.settings = settings or Settings()
         self.base_env = worker_base_env(env)
+        self.job_vars: dict[str, str] = {}     # set in every worker, however it is started
+        # The secret first: fuserun's starter hands it to remote workers on ssh's stdin.
+        self.secret = secret if secret is not None else make_secret()
+        self.starter = starter or ProcessStarter(self.command, self.settings, self.secret)
         remote_hosts = []
         for s in self.slots:
-            if not self._is_local(s.hostname) and s.hostname not in remote_hosts:
+            if not self.starter.is_local(s.hostname) and s.hostname not in remote_hosts:
                 remote_hosts.append(s.hostname)
         self.remote_hosts = remote_hosts
         # Every host name that resolves to this machine shares its cores.
@@ -305,13 +308,13 @@ class Job:
         self.addr = store_addr or store_address(remote_hosts, nics)
         # The store listens only where the workers reach it (loopback for a local job), and
         # serves only requests made with the job's secret.
-        self.secret = secret if secret is not None else make_secret()
-        self.server = KVStoreServer(self.addr, 0, self.secret).start()
+        self.server = KVStoreServer(store_bind or self.addr, store_port, self.secret).start()
         self.port = self.server.port
         self._sel: selectors.BaseSelector | None = None
         self._workers: list[_Worker] = []
         self._signals: list[int] = []
         self._wake_r = self._wake_w = -1
+        self.starter.bind(self)
 
     # -- context ---------------------------------------------------------------------------
     def __enter__(self) -> "Job":
@@ -324,9 +327,13 @@ class Job:
         self.server.stop()
 
     # -- environment -----------------------------------------------------------------------
-    def _is_local(self, host: str) -> bool:
-        """Whether a worker on ``host`` starts here (else over ssh)."""
-        return is_local_host(host)
+    def remote_env(self, slot: Slot) -> dict[str, str]:
+        """What a worker that does not inherit this process's environment gets: its identity,
+        the store's address, the job's secret and the job's own variables (see
+        :meth:`WorkerStarter.environment`)."""
+        env = job_env(slot, self.addr, self.port, self.secret, self.settings.network_interfaces)
+        env.update(self.job_vars)
+        return env
 
     def worker_env(self, slot: Slot) -> dict[str, str]:
         env = dict(self.base_env)
@@ -338,6 +345,7 @@ class Job:
             env["FUSE_GLOO_IFACE"] = loopback_interface()
         env.update(rendezvous_env(self.addr, self.port))
         env["PYTHONUNBUFFERED"] = "1"
+        env.update(self.job_vars)
         env.update(slot.env())
         env.pop(SECRET_ENV, None)       # an outer job's: never this job's workers'
         if slot.hostname not in self.remote_hosts:
@@ -348,6 +356,8 @@ class Job:
 
     def budget_notice(self) -> str | None:
         """What the thread budget gives the workers, said once when the job starts."""
+        if not self.starter.reports_budget:
+            return None     # each worker computes its own host's budget (worker_env)
         return thread_budget.launcher_notice(self.base_env, self.local_workers, self.cores,
                                              remote=bool(self.remote_hosts))
 
@@ -360,40 +370,6 @@ class Job:
             self._say(text)
 
     # -- starting --------------------------------------------------------------------------
-    def _ssh_argv(self, host: str, env: Mapping[str, str], marker: str) -> list[str]:
-        st = self.settings
-        cwd = st.cwd or os.getcwd()
-        assigns = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items()
-                           if k not in _DROP_REMOTE and "=" not in k and k)
-        cmd = " ".join(shlex.quote(a) for a in self.command)
-        grace = max(1, int(round(st.grace_seconds)))
-        # The worker runs in the foreground; a watcher holds the ssh session's stdin and, when it
-        # closes (the launcher stopped the job or died), terminates the session's process group,
-        # which sshd made for this command alone.  The marker line tells the launcher we started.
-        script = (
-            f"IFS= read -r {SECRET_ENV} && export {SECRET_ENV}\n"   # the first line of stdin
-            f"cd {shlex.quote(cwd)} >/dev/null 2>&1\n"
-            "exec 3<&0\n"
-            "{ trap '' TERM; cat <&3 >/dev/null; kill -TERM 0; "
-            f"sleep {grace}; kill -KILL 0; }} >/dev/null 2>&1 &\n"
-            f"printf '%s\\n' {marker}\n"
-            + thread_budget.shell_budget(env, env.get("FUSE_LOCAL_SIZE", "1")) +
-            f"env {assigns} {cmd} </dev/null 3<&-\n"
-        )
-        return self._ssh_base() + [host, "sh -c " + shlex.quote(script)]
-
-    def _ssh_base(self) -> list[str]:
-        st = self.settings
-        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=accept-new",
-                "-o", f"ConnectTimeout={max(1, int(st.start_timeout))}",
-                "-o", "ServerAliveInterval=15"]
-        if st.ssh_port:
-            argv += ["-p", str(st.ssh_port)]
-        if st.ssh_identity_file:
-            argv += ["-i", st.ssh_identity_file]
-        argv += shlex.split(os.environ.get("FUSE_SSH_ARGS", ""))  # e.g. -o UserKnownHostsFile=..
-        return argv
-
     def unreachable_hosts(self) -> dict[str, str]:
         """The remote hosts that do not answer over ssh, each with ssh's last words: asked
         all at once, before any worker starts (as horovodrun does), so that a typo in -H or a
@@ -401,7 +377,7 @@ class Job:
         procs = {}
         for host in self.remote_hosts:
             try:
-                procs[host] = subprocess.Popen(self._ssh_base() + [host, "true"],
+                procs[host] = subprocess.Popen(self.starter.ssh_base() + [host, "true"],
                                                stdin=subprocess.DEVNULL,
                                                stdout=subprocess.DEVNULL,
                                                stderr=subprocess.PIPE, start_new_session=True)
@@ -431,49 +407,37 @@ class Job:
         return open(os.path.join(path, "stdout"), "wb"), open(os.path.join(path, "stderr"), "wb")
 
     def _start(self, w: _Worker) -> Failure | None:
-        env = self.worker_env(w.slot)
+        """Start ``w`` with the job's starter and forward its pipes, if it has any."""
         st = self.settings
-        marker = None
         try:
-            if w.remote:
-                marker = f"__fuse_started_{secrets.token_hex(8)}__"
-                argv = self._ssh_argv(w.slot.hostname, env, marker)
-                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(argv[:-1])} "
-                            "<script>")
-                w.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, start_new_session=True)
-                try:    # the secret goes on stdin, which stays open: its end stops the worker
-                    w.proc.stdin.write(self.secret.hex().encode() + b"\n")
-                    w.proc.stdin.flush()
-                except OSError:
-                    pass        # ssh died at once: its exit is reported like any other
-                w.start_deadline = time.monotonic() + st.start_timeout
-            else:
-                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(self.command)}")
-                guard = _orphan_guard()
-                if guard and not _findable(self.command[0], env, st.cwd):
-                    # say it as Popen would, not as the guard does
-                    raise FileNotFoundError(2, "No such file or directory", self.command[0])
-                w.proc = subprocess.Popen(guard + self.command, env=env, cwd=st.cwd,
-                                          stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                          stderr=subprocess.PIPE, start_new_session=True)
+            env = self.starter.environment(self, w.slot)
+            if st.verbose and isinstance(self.starter, ProcessStarter):
+                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: "
+                            f"{self.starter.describe(w.slot)}")
+            w.proc = self.starter.start(w.slot, env)
         except OSError as err:
+            what = self.command[0]
+            if isinstance(self.starter, ProcessStarter) and \
+                    not self.starter.is_local(w.slot.hostname):
+                what = "ssh"
             return Failure(w.slot.rank, w.slot.hostname, "start",
-                           detail=f"could not start {self.command[0] if not w.remote else 'ssh'}: "
-                                  f"{err.strerror or err}")
-        out_f, err_f = self._output_files(w.slot.rank)
-        for name, pipe, tee in (("stdout", w.proc.stdout, out_f), ("stderr", w.proc.stderr, err_f)):
-            sink = self._out_sink if name == "stdout" else self._err_sink
-            s = _Stream(w, name, pipe.fileno(), sink, st.prefix_timestamp, tee,
-                        keep_tail=(name == "stderr"),
-                        marker=marker.encode() if marker and name == "stdout" else None)
-            w.streams.append(s)
-            self._sel.register(s.fd, selectors.EVENT_READ, s)
-        try:
-            w.pidfd = os.pidfd_open(w.proc.pid)
-            self._sel.register(w.pidfd, selectors.EVENT_READ, w)
-        except (AttributeError, OSError):
-            w.pidfd = None
+                           detail=f"could not start {what}: {err.strerror or err}")
+        if w.proc.stdout is not None:
+            out_f, err_f = self._output_files(w.slot.rank)
+            for name, pipe, tee in (("stdout", w.proc.stdout, out_f),
+                                    ("stderr", w.proc.stderr, err_f)):
+                sink = self._out_sink if name == "stdout" else self._err_sink
+                s = _Stream(w, name, pipe.fileno(), sink, st.prefix_timestamp, tee,
+                            keep_tail=(name == "stderr"),
+                            marker=w.proc.marker if name == "stdout" else None)
+                w.streams.append(s)
+                self._sel.register(s.fd, selectors.EVENT_READ, s)
+        if w.proc.pid is not None:
+            try:
+                w.pidfd = os.pidfd_open(w.proc.pid)
+                self._sel.register(w.pidfd, selectors.EVENT_READ, w)
+            except (AttributeError, OSError):
+                w.pidfd = None
         return None
 
     # -- signals ---------------------------------------------------------------------------
@@ -499,11 +463,6 @@ class Job:
     def _stop_all(self, sig: int) -> None:
         for w in self._workers:
             if w.running:
-                if w.remote and w.proc.stdin is not None and sig == signal.SIGTERM:
-                    try:
-                        w.proc.stdin.close()  # ssh forwards EOF; the remote watcher stops the worker
-                    except OSError:
-                        pass
                 w.signal_group(sig)
 
     def _root_cause(self, first: Failure) -> Failure:
@@ -600,7 +559,7 @@ class Job:
                     w.signal_group(signal.SIGKILL)
                     w.proc.wait()
                 if w.returncode is None:
-                    w.returncode = w.proc.returncode
+                    w.returncode = w.proc.poll()
                 for s in w.streams:
                     if s.open:
                         s.close()
@@ -633,7 +592,7 @@ class Job:
         kill_at: float | None = None
         drain_until: float | None = None
         try:
-            self._workers = [_Worker(s, s.hostname in self.remote_hosts) for s in self.slots]
+            self._workers = [_Worker(s) for s in self.slots]
             unreachable = self.unreachable_hosts() if self.remote_hosts else {}
             if unreachable:
                 host = next(iter(unreachable))
@@ -693,7 +652,7 @@ class Job:
                 # remote start deadlines
                 if not stopping:
                     for w in self._workers:
-                        if w.running and not w.started and now >= w.start_deadline:
+                        if w.running and not w.started and now >= w.proc.start_deadline:
                             failure = Failure(
                                 w.slot.rank, w.slot.hostname, "timeout",
                                 detail=f"did not start within {st.start_timeout:g} s "
@@ -717,7 +676,7 @@ class Job:
                     elif now >= drain_until:
                         break
                 deadlines = [t for t in (kill_at, drain_until) if t is not None]
-                deadlines += [w.start_deadline for w in live if not w.started]
+                deadlines += [w.proc.start_deadline for w in live if not w.started]
                 timeout = 1.0 if have_pidfds else 0.05
                 if deadlines:
                     timeout = max(0.0, min(timeout, min(deadlines) - now))
@@ -735,9 +694,7 @@ class Job:
                 failure.error = raw.decode("utf-8", "replace")
             w = self._workers[failure.rank] if failure.rank < len(self._workers) else None
             if w is not None:
-                for s in w.streams:
-                    if s.tail is not None:
-                        failure.stderr_tail = list(s.tail)
+                failure.stderr_tail = w.tail()
             rc = failure.exit_code
         elif interrupted is not None:
             rc = 128 + interrupted

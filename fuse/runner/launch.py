@@ -123,6 +123,19 @@ def make_parser() -> argparse.ArgumentParser:
         g.add_argument(*flags, dest="elastic_" + flags[0].lstrip("-").replace("-", "_"),
                        help=text, **kw)
 
+    g = p.add_argument_group("agents (no ssh: workers start on agents that join, as on "
+                             "Kubernetes; see `fuserun --agent --help`)")
+    g.add_argument("--agents", dest="agents", action="store_true", default=False,
+                   help="start the workers on the agents that join this driver's store "
+                        "(static with -np alone, elastic with --min-np/--max-np)")
+    g.add_argument("--store-addr", dest="store_addr",
+                   help="the name or address the agents and workers reach the store at "
+                        "(default FUSE_STORE_ADDR, else this host's name)")
+    g.add_argument("--store-port", dest="store_port", type=int,
+                   help="the store's port (default FUSE_STORE_PORT, else any free one)")
+    g.add_argument("--store-bind", dest="store_bind", default="0.0.0.0",
+                   help="the address the store listens on (default 0.0.0.0)")
+
     g = p.add_argument_group("timeline")
     g.add_argument("--timeline-filename", dest="timeline_filename",
                    help="write a Chrome trace of the engine here -> FUSE_TIMELINE")
@@ -433,7 +446,9 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
         raise UsageError("no command given (usage: fuserun -np N COMMAND ...)")
     if args.num_proc is not None and args.num_proc < 1:
         raise UsageError(f"-np must be at least 1, got {args.num_proc}")
-    if elastic_mode(args):
+    if args.agents and args.use_mpi:
+        raise UsageError("--agents needs fuserun's own launcher (Gloo), not --mpi")
+    if elastic_mode(args) or args.agents:
         if args.use_mpi:
             raise UsageError("elastic mode needs fuserun's own launcher (Gloo), not --mpi")
         specs, np, slots = [], args.num_proc, []
@@ -473,6 +488,9 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
         ssh_identity_file=args.ssh_identity_file, output_filename=args.output_filename,
         prefix_timestamp=bool(args.prefix_timestamp), verbose=verbose,
         network_interfaces=nics, name=PROG)
+    if args.agents:
+        from .agents import run_agents
+        return run_agents(args, env, settings)
     if elastic_mode(args):
         from .elastic import launch as elastic_launch
         return elastic_launch.run_elastic(args, env, settings)
@@ -488,6 +506,10 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["--agent"]:         # a worker pod's agent, not a launcher
+        from .agent import main as agent_main
+        agent_main(argv[1:])
     try:
         rc = run_commandline(argv)
     except UsageError as err:

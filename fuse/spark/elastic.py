@@ -7,9 +7,9 @@ Spark changes:
   fails no other; each task is a host of its own to the driver (``spark-task-<i>-<attempt>``),
   so that a lost task (its rank's process killed, or the task itself gone) blacklists that task
   only, the job re-forms with the others, and a task Spark retries joins as a new host;
-* the driver's discovery is the tasks that answer (:class:`SparkTaskDiscovery`, by their
-  heartbeats in the store), and a worker is started by asking its task to start it
-  (:mod:`fuse.spark.elastic_task`).
+* the tasks are hosts of the driver's store (:mod:`fuse.runner.store_hosts`, as fuse's agents
+  are): the driver's discovery is the tasks that answer (:class:`SparkTaskDiscovery`, by their
+  heartbeats), and its starter asks a task to start its worker (:mod:`fuse.spark.elastic_task`).
 
 Results and errors come back through the store, as with :func:`fuse.spark.run`.
 """
@@ -17,8 +17,6 @@ Results and errors come back through the store, as with :func:`fuse.spark.run`.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -27,173 +25,43 @@ from typing import Any, Callable, Mapping, Sequence
 
 from fuse.runner._payload import FUNC_KEY, PATH_KEY, RESULT_KEY, sign, verify
 from fuse.runner.api import WorkerError, raise_reported_error
-from fuse.runner.elastic.driver import ElasticJob, ElasticSettings
+from fuse.runner.elastic.driver import ElasticJob, ElasticJobError, ElasticSettings
 from fuse.runner.elastic.launch import elastic_timeout as _elastic_timeout
-from fuse.cluster.hosts import HostSpec, Slot
-from fuse.runner.job import Failure, Settings, _Worker
-from fuse.runner.worker_env import job_env
+from fuse.runner.job import Settings
+from fuse.runner.store_hosts import StoreHostDiscovery, StoreHostStarter
 
-from . import elastic_task as keys
-from .elastic_task import ElasticTaskPlan
+from .elastic_task import HOST_PREFIX, KEYS, ElasticTaskPlan, task_host
 
-__all__ = ["run_elastic", "SparkTaskDiscovery", "SparkElasticJob"]
+__all__ = ["run_elastic", "SparkTaskDiscovery"]
 
-HOST_PREFIX = "spark-task-"
 STALE_SECONDS = 10.0        # a task whose heartbeat has not moved this long is gone
 
 
-def task_host(task: str) -> str:
-    return f"{HOST_PREFIX}{task}"
-
-
-def task_of(host: str) -> str:
-    return host[len(HOST_PREFIX):]
-
-
-def _order(task: str) -> tuple[int, int]:
-    slot, attempt = task.split("-")
+def _order(host: str) -> tuple[int, int]:
+    slot, attempt = host[len(HOST_PREFIX):].split("-")
     return int(slot), int(attempt)
 
 
-class SparkTaskDiscovery:
-    """The tasks of the stage that answer, one slot each.  ``attach`` gives it the store."""
+class SparkTaskDiscovery(StoreHostDiscovery):
+    """The tasks of the stage that answer, one slot each, in the order of their slots."""
 
     def __init__(self, stale_after: float = STALE_SECONDS):
-        self.stale_after = stale_after
-        self.server = None
+        super().__init__(KEYS, stale_after, "the Spark tasks")
         self.ended: set[int] = set()        # slots whose Spark job is over (failed, say)
-        self._seen: dict[str, tuple[bytes, float]] = {}    # task -> (beat, when it changed)
-        self._lock = threading.Lock()
-
-    def attach(self, server) -> None:
-        self.server = server
-
-    def describe(self) -> str:
-        return "the Spark tasks"
 
     def slot_ended(self, slot: int) -> None:
         """The Spark job of ``slot`` is over: its task answers no more, whatever its beat."""
         self.ended.add(slot)
 
-    def alive(self, index: str) -> bool:
-        slot, attempt = _order(index)
+    def order(self, host: str):
+        return _order(host)
+
+    def alive(self, host: str) -> bool:
+        slot, attempt = _order(host)
         if slot in self.ended or \
-                self.server.get(keys.HOST_KEY.format(task=f"{slot}-{attempt + 1}")) is not None:
+                self.server.get(KEYS.host(task_host(slot, attempt + 1))) is not None:
             return False        # its job is over, or Spark retries its task: it is gone
-        beat = self.server.get(keys.ALIVE_KEY.format(task=index))
-        if beat is None:
-            return False
-        now = time.monotonic()
-        with self._lock:
-            last = self._seen.get(index)
-            if last is None or last[0] != beat:
-                self._seen[index] = (beat, now)
-                return True
-            return now - last[1] < self.stale_after
-
-    def find(self) -> list[HostSpec]:
-        if self.server is None:
-            return []
-        tasks = sorted((k.rsplit("/", 1)[1] for k in self.server.keys(keys.ALIVE_PREFIX)),
-                       key=_order)
-        return [HostSpec(task_host(i), 1) for i in tasks if self.alive(i)]
-
-
-class _TaskProcess:
-    """A worker started in a Spark task, seen as the process the elastic driver expects."""
-
-    stdin = stdout = stderr = None
-    pid = None
-
-    def __init__(self, server, discovery: SparkTaskDiscovery, index: str, n: int):
-        self.server, self.discovery, self.index, self.n = server, discovery, index, n
-        self.returncode: int | None = None
-        self.why: str | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            raw = self.server.get(keys.EXIT_KEY.format(task=self.index, n=self.n))
-            if raw is not None:
-                self.returncode = int(raw.decode())
-            elif not self.discovery.alive(self.index):
-                self.why = (f"its Spark task {self.index} ended or stopped answering (for "
-                            f"{self.discovery.stale_after:g} s)")
-                self.returncode = -signal.SIGKILL
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.monotonic() >= deadline:
-                raise subprocess.TimeoutExpired(f"spark task {self.index}", timeout)
-            time.sleep(0.05)
-        return self.returncode
-
-    def kill(self) -> None:
-        self.server.put(keys.STOP_KEY.format(task=self.index, n=self.n), b"1")
-
-
-class _TaskWorker(_Worker):
-    def signal_group(self, sig: int) -> None:
-        if self.proc is not None:       # the task stops its process when told
-            self.proc.kill()
-
-
-class SparkElasticJob(ElasticJob):
-    """An elastic job on the tasks :class:`SparkTaskDiscovery` finds."""
-
-    def __init__(self, discovery: SparkTaskDiscovery, elastic: ElasticSettings, store_addr: str,
-                 nics: Sequence[str] | None, settings: Settings):
-        self.nics = list(nics) if nics else None
-        self._starts: dict[str, int] = {}       # task -> how many workers it was asked to start
-        super().__init__(["<fuse.spark task>"], discovery, elastic, env=None, settings=settings,
-                         store_addr=store_addr)
-        discovery.attach(self.server)
-
-    def _first_hosts(self) -> list[HostSpec]:
-        return []       # the tasks start after the store does: see wait_for_tasks
-
-    def wait_for_tasks(self, timeout: float) -> None:
-        """Wait for the slots needed to start (``num_proc``), up to ``timeout`` seconds."""
-        need = self.elastic.start_np or self.elastic.min_np
-        deadline = time.monotonic() + timeout
-        while len(self.discovery.find()) < need:
-            if time.monotonic() >= deadline:
-                raise TimeoutError(
-                    f"fuse.spark.run_elastic: {len(self.discovery.find())} of the {need} tasks "
-                    f"needed started within {timeout:g} s (start_timeout); does the cluster "
-                    "have enough free task slots?")
-            time.sleep(0.1)
-        self.hosts = self.discovery.find()
-
-    def _is_local(self, host: str) -> bool:
-        return True         # Spark starts the tasks: nothing is started over ssh
-
-    def budget_notice(self) -> str | None:
-        return None         # each task computes its own host's budget (worker_env)
-
-    def _new_worker(self, slot: Slot) -> _Worker:
-        return _TaskWorker(slot, remote=False)
-
-    def _start(self, w: _Worker) -> Failure | None:
-        index = task_of(w.slot.hostname)
-        n = self._starts[index] = self._starts.get(index, -1) + 1
-        env = job_env(w.slot, self.addr, self.port, self.secret, self.nics)
-        env.update({k: self.base_env[k] for k in ("FUSE_ELASTIC", "FUSE_ELASTIC_TIMEOUT")})
-        self.server.put(keys.START_KEY.format(task=index),
-                        json.dumps({"n": n, "env": env}).encode())
-        w.proc = _TaskProcess(self.server, self.discovery, index, n)
-        self._debug(f"rank {w.slot.rank}: Spark task {index} (start {n})")
-        return None
-
-    def _tail(self, w: _Worker) -> list[str]:
-        proc = w.proc
-        if proc is None:
-            return []
-        if proc.why:
-            return [proc.why]
-        raw = self.server.get(keys.TAIL_KEY.format(task=proc.index, n=proc.n))
-        return raw.decode("utf-8", "replace").splitlines() if raw else []
+        return super().alive(host)
 
 
 def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
@@ -239,9 +107,12 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
         nics = [x.strip() for x in nics.split(",") if x.strip()]
     elastic = ElasticSettings(min_np=low, max_np=high, start_np=n, reset_limit=reset_limit,
                               elastic_timeout=_elastic_timeout(elastic_timeout))
-    settings = Settings(name="fuse.spark", verbose=verbose >= 2)
+    settings = Settings(name="fuse.spark", verbose=verbose >= 2, network_interfaces=nics)
     discovery = SparkTaskDiscovery()
-    with SparkElasticJob(discovery, elastic, _store_address(sc, nics), nics, settings) as job:
+    starter = StoreHostStarter(discovery)
+    with ElasticJob(["<fuse.spark task>"], discovery, elastic, settings=settings,
+                    store_addr=_store_address(sc, nics), starter=starter,
+                    hosts_join_later=True) as job:
         key = job.secret
         job.server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
         job.server.put(FUNC_KEY, sign(key, cloudpickle.dumps(
@@ -249,17 +120,17 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
         plan = ElasticTaskPlan(job.addr, job.port, key, env, None, prefix_output_with_timestamp)
         stage = _Stage(sc, plan, high, discovery)
         try:
-            job.wait_for_tasks(_start_timeout(start_timeout))
+            try:
+                job.wait_for_hosts(_start_timeout(start_timeout),
+                                   "(start_timeout); does the cluster have enough free task "
+                                   "slots?")
+            except ElasticJobError as err:
+                raise TimeoutError(f"fuse.spark.run_elastic: {err}") from None
             result = job.run()
         finally:
-            job.server.put(keys.DONE_KEY, b"1")
+            starter.finish()
             stage.finish()
-        if result.interrupted == signal.SIGINT:
-            raise KeyboardInterrupt
-        if result.elastic_error is not None or result.interrupted is not None:
-            text = (job.describe_failure(result) if result.elastic_error
-                    else f"fuse.spark: interrupted by signal {result.interrupted}")
-            raise WorkerError(text, -1) from stage.error
+        job.raise_for(result, lambda text: WorkerError(text, -1), stage.error)
         size = len(job.plan)
 
         def load(rank: int):

@@ -11,16 +11,14 @@ stops the other tasks, whose rank processes die with them.
 
 from __future__ import annotations
 
-import ctypes
 import os
 import signal
-import subprocess
 import sys
-import threading
 import time
-from typing import IO, Mapping, Sequence
+from typing import Mapping, Sequence
 
 from fuse.cluster.store import HTTPStore
+from fuse.runner.rank_process import start_rank_process, wait_rank_process
 from fuse.runner.worker_env import job_env, slots_for_hosts, worker_env
 
 __all__ = ["TaskPlan", "run_rank"]
@@ -29,7 +27,6 @@ STARTED_KEY = "spark/started/{rank}"   # set once the rank's process runs
 EXIT_KEY = "spark/exit/{rank}"      # "<returncode> <time> <host>" when the rank's process ended
 FAILED_KEY = "spark/failed"         # set by the first task whose rank failed
 TAIL_KEY = "spark/stderr_tail/{rank}"
-_TAIL_LINES = 20
 
 
 class TaskPlan:
@@ -67,85 +64,25 @@ class TaskPlan:
         yield slot.rank
 
 
+def _command(plan) -> list[str]:
+    """The rank's process: the worker of ``fuse.run``, which fetches the function from the
+    driver's store and leaves its result there."""
+    return [plan.executable or sys.executable, "-m", "fuse.runner.run_task"]
+
+
 def run_rank(plan: TaskPlan, slot, store: HTTPStore) -> int:
     """Start the rank's process, forward its output, wait for it; record and return its
     exit code."""
     base = dict(plan.env if plan.env is not None else os.environ)
     base.update(worker_env(job_env(slot, plan.addr, plan.port, plan.secret, plan.nics), base))
-    proc, pumps, tail = start_rank_process(plan, base, slot.rank)
+    proc, pumps, tail = start_rank_process(_command(plan), base, slot.rank,
+                                           plan.prefix_timestamp)
     store.set(STARTED_KEY.format(rank=slot.rank), b"1")
     rc = wait_rank_process(proc, pumps)
     store.set(EXIT_KEY.format(rank=slot.rank), f"{rc} {time.time()!r} {slot.hostname}".encode())
     if rc != 0 and tail:
         store.set(TAIL_KEY.format(rank=slot.rank), "\n".join(tail).encode())
     return rc
-
-
-def start_rank_process(plan: TaskPlan, env: Mapping[str, str], rank: int
-                       ) -> tuple[subprocess.Popen, list[threading.Thread], list[str]]:
-    """``python -m fuse.runner.run_task`` with ``env``, its output forwarded with a
-    ``[rank]<stream>:`` prefix; returns the process, the forwarding threads and the list that
-    keeps the last lines of its stderr."""
-    command = [plan.executable or sys.executable, "-m", "fuse.runner.run_task"]
-    proc = subprocess.Popen(command, env=dict(env), stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            preexec_fn=_die_with_parent)
-    tail: list[str] = []
-    pumps = [threading.Thread(target=_forward, args=(proc.stdout, sys.stdout, rank,
-                                                     "stdout", plan.prefix_timestamp, None),
-                              daemon=True),
-             threading.Thread(target=_forward, args=(proc.stderr, sys.stderr, rank,
-                                                     "stderr", plan.prefix_timestamp, tail),
-                              daemon=True)]
-    for pump in pumps:
-        pump.start()
-    return proc, pumps, tail
-
-
-def wait_rank_process(proc: subprocess.Popen, pumps: list[threading.Thread]) -> int:
-    """Wait for the rank's process (killed if this task is being stopped meanwhile) and
-    for its output; returns its exit code."""
-    try:
-        rc = proc.wait()
-    finally:
-        if proc.poll() is None:      # the task is being stopped: the rank goes with it
-            proc.kill()
-            proc.wait()
-    for pump in pumps:
-        pump.join(timeout=5.0)
-    return rc
-
-
-def _forward(pipe: IO[bytes], out: IO, rank: int, name: str, timestamps: bool,
-             tail: list[str] | None) -> None:
-    prefix = f"[{rank}]<{name}>:".encode()
-    sink = getattr(out, "buffer", None)
-    for line in iter(pipe.readline, b""):
-        if tail is not None:
-            tail.append(line.rstrip(b"\r\n").decode("utf-8", "replace"))
-            del tail[:-_TAIL_LINES]
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S").encode() if timestamps else b""
-        data = stamp + prefix + (line if line.endswith(b"\n") else line + b"\n")
-        try:
-            if sink is not None:
-                sink.write(data)
-                sink.flush()
-            else:
-                out.write(data.decode("utf-8", "replace"))
-                out.flush()
-        except (OSError, ValueError):
-            pass
-    pipe.close()
-
-
-def _die_with_parent() -> None:
-    """In the rank's process before exec: die when the task's Python worker does (Spark kills
-    it to stop a task), instead of training on alone."""
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, signal.SIGKILL)       # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
 
 
 def _signame(sig: int) -> str:

@@ -255,7 +255,7 @@ def test_the_secret_never_appears_on_a_command_line():
         assert local_env[SECRET_ENV] == job.secret.hex() != "aa" * 32   # ours, not an outer job's
         remote_env = job.worker_env(slots[1])
         assert SECRET_ENV not in remote_env
-        argv = job._ssh_argv("192.0.2.7", remote_env, "MARK")
+        argv = job.starter.ssh_argv("192.0.2.7", remote_env, "MARK")
         assert not any(job.secret.hex() in a or "aa" * 32 in a for a in argv)
         assert f"read -r {SECRET_ENV}" in argv[-1]     # it arrives on ssh's stdin instead
     finally:

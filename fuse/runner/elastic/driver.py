@@ -31,6 +31,7 @@ from typing import Mapping, Sequence
 
 from fuse.cluster.hosts import HostSpec, Slot
 from ..job import Failure, Job, JobResult, Settings, _Worker
+from ..starter import WorkerStarter
 from fuse.cluster import elastic_protocol as protocol
 from .blacklist import Blacklist
 from .discovery import DiscoveryError, DiscoveryScript, FixedHosts
@@ -81,20 +82,32 @@ class ElasticJobError(RuntimeError):
 
 
 class ElasticJob(Job):
-    """An elastic job.  ``discovery`` is a :class:`FixedHosts` or :class:`DiscoveryScript`."""
+    """An elastic job.  ``discovery`` has ``find()`` (the hosts now, as
+    :class:`~fuse.cluster.hosts.HostSpec`) and ``describe()``: a :class:`FixedHosts`, a
+    :class:`DiscoveryScript`, or the hosts of a cluster (Ray's nodes, Spark's tasks, the agents
+    that joined).  ``starter`` starts the workers (default: fuserun's processes, here or over
+    ssh).
+
+    With ``hosts_join_later`` the hosts are found only once the store runs (they join it: Spark
+    tasks, agents): call :meth:`wait_for_hosts` before :meth:`run`.  Otherwise the first
+    discovery happens here, and waits up to the elastic timeout for enough slots.
+    """
 
     def __init__(self, command: Sequence[str], discovery, elastic: ElasticSettings,
                  env: Mapping[str, str] | None = None, settings: Settings | None = None,
-                 secret: bytes | None = None, store_addr: str | None = None):
+                 secret: bytes | None = None, store_addr: str | None = None,
+                 starter: WorkerStarter | None = None, hosts_join_later: bool = False,
+                 store_bind: str | None = None, store_port: int = 0):
         self.discovery = discovery
         self.elastic = elastic
         settings = settings or Settings()
-        hosts = self._first_hosts()
+        hosts = [] if hosts_join_later else self._first_hosts()
         start = [Slot(h.hostname, 0, 1, 0, 1, 0, 1) for h in hosts] or \
             [Slot("localhost", 0, 1, 0, 1, 0, 1)]
-        super().__init__(command, start, env, settings, secret, store_addr)
-        self.base_env["FUSE_ELASTIC"] = "1"
-        self.base_env["FUSE_ELASTIC_TIMEOUT"] = _num(elastic.elastic_timeout)
+        super().__init__(command, start, env, settings, secret, store_addr, starter,
+                         store_bind, store_port)
+        self.job_vars["FUSE_ELASTIC"] = "1"
+        self.job_vars["FUSE_ELASTIC_TIMEOUT"] = _num(elastic.elastic_timeout)
         self.blacklist = Blacklist(elastic.cooldown_range)
         self.hosts: list[HostSpec] = hosts
         self._hosts_lock = threading.Lock()
@@ -133,6 +146,23 @@ class ElasticJob(Job):
                     f"fewer than the {need} needed to start, for "
                     f"{self.elastic.elastic_timeout:g} s (--elastic-timeout)")
             time.sleep(self.elastic.discovery_interval)
+
+    def wait_for_hosts(self, timeout: float, hint: str = "") -> None:
+        """Wait up to ``timeout`` seconds for the slots needed to start (hosts that join the
+        store once it runs); raises :class:`ElasticJobError` naming what was found."""
+        need = self.elastic.start_np or self.elastic.min_np
+        deadline = time.monotonic() + timeout
+        while True:
+            hosts = self.discovery.find()
+            have = sum(h.slots for h in hosts)
+            if have >= need:
+                self.hosts = hosts
+                return
+            if time.monotonic() >= deadline:
+                raise ElasticJobError(
+                    f"{self.discovery.describe()} offered {have} of the {need} slots needed to "
+                    f"start within {timeout:g} s" + (f"; {hint}" if hint else ""))
+            time.sleep(0.1)
 
     # -- discovery thread ------------------------------------------------------------------
     def _discover(self) -> None:
@@ -209,13 +239,14 @@ class ElasticJob(Job):
         self.server.drop("errors/")     # reported under the ranks of the generation before
         self._say(f"generation {g}: {len(plan)} workers on "
                   f"{', '.join(sorted({s.hostname for s in plan.values()}))} ({reason})")
-        self.local_workers = sum(not w.remote for w in self.live.values()) + \
+        self.local_workers = sum(self.starter.is_local(w.slot.hostname)
+                                 for w in self.live.values()) + \
             sum(s.hostname not in self.remote_hosts for wid, s in plan.items()
                 if wid not in self.live)
         for wid, slot in sorted(plan.items(), key=lambda kv: kv[1].rank):
             if wid in self.live:
                 continue
-            w = self._new_worker(slot)
+            w = _Worker(slot)
             w.wid = wid
             self._workers.append(w)
             self.live[wid] = w
@@ -225,14 +256,9 @@ class ElasticJob(Job):
                 self._record(w, failure.what())
         return None
 
-    def _new_worker(self, slot: Slot) -> _Worker:
-        """The handle of a worker to start on ``slot`` (a launcher that starts its workers
-        another way, as Ray actors say, returns its own kind, with :meth:`_start`)."""
-        return _Worker(slot, slot.hostname in self.remote_hosts)
-
     def _record(self, w: _Worker, what: str) -> None:
         self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what,
-                                           self._tail(w)))
+                                           w.tail()))
         seconds = self.blacklist.add(w.slot.hostname)
         self._say(f"worker {w.wid} {what}; host {w.slot.hostname} is blacklisted"
                   + ("" if seconds == float("inf") else f" for {seconds:.0f} s"))
@@ -259,7 +285,7 @@ class ElasticJob(Job):
         self._debug("discovery: " + ", ".join(f"{h.hostname}:{h.slots}" for h in found))
         self.hosts = found
         for h in found:
-            if not self._is_local(h.hostname) and h.hostname not in self.remote_hosts:
+            if not self.starter.is_local(h.hostname) and h.hostname not in self.remote_hosts:
                 self.remote_hosts.append(h.hostname)
         if self.succeeded:
             return
@@ -275,7 +301,7 @@ class ElasticJob(Job):
             return hosts
         out = []
         for h in hosts:
-            if self._is_local(h.hostname):
+            if self.starter.is_local(h.hostname):
                 out.append(h)
             elif h.hostname not in self._unreachable_said:
                 self._unreachable_said.add(h.hostname)
@@ -350,7 +376,7 @@ class ElasticJob(Job):
                     else f"was killed by signal {_signame(-rc)}")
             if self.succeeded:
                 self.failures.append(WorkerFailure(wid, w.slot.hostname, self.generation, what,
-                                                   self._tail(w)))
+                                                   w.tail()))
                 return f"worker {wid} {what} after other workers had finished"
             self._record(w, what)
         if self.succeeded:
@@ -433,13 +459,6 @@ class ElasticJob(Job):
     def _finished(self) -> bool:
         return bool(self.succeeded) and not self.live
 
-    def _tail(self, w: _Worker) -> list[str]:
-        """The last lines ``w`` wrote to stderr (what its failure is reported with)."""
-        for s in w.streams:
-            if s.tail is not None:
-                return list(s.tail)
-        return []
-
     def _result(self, error: str | None, interrupted: int | None) -> "ElasticResult":
         exit_codes = {s.rank: None for s in self.plan.values()}
         for wid, s in self.plan.items():
@@ -458,6 +477,18 @@ class ElasticJob(Job):
             rc = 0
         return ElasticResult(rc, exit_codes, failure, interrupted, elastic_error=error,
                              failures=list(self.failures), generations=self.generation + 1)
+
+    def raise_for(self, result: "ElasticResult", error=RuntimeError,
+                  cause: BaseException | None = None) -> None:
+        """For a launcher that runs the job from Python (Ray, Spark): KeyboardInterrupt when
+        SIGINT stopped it; ``error(text)``, from ``cause``, when it could not go on or another
+        signal stopped it; nothing when it finished."""
+        if result.interrupted == signal.SIGINT:
+            raise KeyboardInterrupt
+        if result.elastic_error is not None or result.interrupted is not None:
+            text = (self.describe_failure(result) if result.elastic_error
+                    else f"{self.settings.name}: interrupted by signal {result.interrupted}")
+            raise error(text) from cause
 
     def describe_failure(self, result: "ElasticResult") -> str:
         name = self.settings.name

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Build fuse's image (docker/Dockerfile) with podman, with no registry and no network inside the
+# build:
+#   1. the base image: Debian bookworm made by debootstrap (with python3, libgloo0, openssh and
+#      tini), imported into podman; cached in $FUSE_K8S_CACHE by its inputs (the suite and the
+#      package list), so it is made once per machine (about 1.5 min);
+#   2. the wheels, in the build context: fuse's own wheel built here from this checkout (cached
+#      by the hash of its sources) and its dependencies downloaded by pip (torch's CPU build);
+#   3. podman build --build-arg BASE=<the base>, timed; prints the image's size and layers.
+# Usage: scripts/build_image.sh [IMAGE]   (default localhost/fuse:test).  Needs podman, runc,
+# debootstrap and the containers.conf of scripts/test_kubernetes.sh; root.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+IMAGE=${1:-localhost/fuse:test}
+CACHE=${FUSE_K8S_CACHE:-/var/cache/fuse-k8s}
+PY=${PYTHON:-$ROOT/.venv/bin/python}
+export PATH="$(dirname "$PY"):$PATH"     # meson and ninja for the wheel
+SUITE=bookworm
+MIRROR=${FUSE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+PACKAGES=python3,python3-venv,libgloo0,openssh-client,openssh-server,tini,ca-certificates,procps
+mkdir -p "$CACHE"
+
+# -- 1. the base image --------------------------------------------------------------------------
+base_key=$(printf '%s\n' "$SUITE" "$PACKAGES" minbase v1 | sha256sum | cut -c1-16)
+BASE=localhost/fuse-base:$base_key
+if ! podman image exists "$BASE"; then
+  tarball=$CACHE/base-$base_key.tar
+  if [ ! -s "$tarball" ]; then
+    rootfs=$CACHE/rootfs-$base_key
+    rm -rf "$rootfs"
+    echo "build_image: debootstrap $SUITE into $rootfs (once per machine)"
+    debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$rootfs" "$MIRROR" >/dev/null
+    # no host key may ship in a layer: each container makes its own (ssh mode)
+    rm -f "$rootfs"/etc/ssh/ssh_host_*
+    rm -rf "$rootfs"/var/cache/apt/archives/*.deb "$rootfs"/var/lib/apt/lists/*
+    tar -C "$rootfs" -cf "$tarball.tmp" . && mv "$tarball.tmp" "$tarball"
+    rm -rf "$rootfs"
+  fi
+  podman import -q "$tarball" "$BASE" >/dev/null
+fi
+
+# -- 2. the build context: Dockerfile, examples, wheels -----------------------------------------
+ctx=$CACHE/context
+rm -rf "$ctx"
+mkdir -p "$ctx/wheels"
+cp docker/Dockerfile "$ctx/"
+cp -r docker/examples "$ctx/examples"
+src_key=$( { git ls-files -s fuse meson.build pyproject.toml 2>/dev/null; git diff HEAD -- fuse meson.build pyproject.toml 2>/dev/null; } | sha256sum | cut -c1-16)
+wheel_dir=$CACHE/fuse-wheel-$src_key
+if ! ls "$wheel_dir"/fuse-*.whl >/dev/null 2>&1; then
+  echo "build_image: building fuse's wheel (once per source tree)"
+  rm -rf "$wheel_dir" "$CACHE/wheel-build"
+  "$PY" -m pip wheel -q --no-deps --no-build-isolation -Cbuild-dir="$CACHE/wheel-build" \
+    -w "$wheel_dir" "$ROOT"
+  rm -rf "$CACHE/wheel-build"
+fi
+cp "$wheel_dir"/fuse-*.whl "$ctx/wheels/"
+torch_version=$("$PY" -c "import torch; print(torch.__version__)")
+"$PY" -m pip download -q --only-binary=:all: -d "$CACHE/deps" \
+  "torch==$torch_version" "numpy>=1.23" "stevedore>=5" "cloudpickle>=2"
+cp "$CACHE"/deps/*.whl "$ctx/wheels/"
+
+# -- 3. the image -------------------------------------------------------------------------------
+start=$(date +%s.%N)
+podman build -q --runtime runc --build-arg BASE="$BASE" -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx" >/dev/null
+end=$(date +%s.%N)
+size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
+layers=$(podman image inspect "$IMAGE" --format '{{len .RootFS.Layers}}')
+printf 'build_image: %s built in %s s (base %s): %d MB, %d layers\n' "$IMAGE" \
+  "$(awk "BEGIN { printf \"%.0f\", $end - $start }")" "$BASE" $((size / 1000000)) "$layers"
