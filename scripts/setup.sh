@@ -51,7 +51,8 @@ fi
 # meson-python finds meson, ninja and cython on PATH, at install time and at every rebuild.
 export PATH="$(pwd)/.venv/bin:$PATH"
 say "installing the build tools (meson-python, meson, ninja, Cython, NumPy) with pip"
-.venv/bin/python -m pip install -q --upgrade pip
+# (the venv's own pip is new enough for what the minimal setup installs: it skips the upgrade)
+if [ "$MINIMAL" != 1 ]; then .venv/bin/python -m pip install -q --upgrade pip; fi
 # Build requirements first: the editable install builds without isolation so that later
 # rebuilds (on import) find the same meson, ninja and Cython.
 .venv/bin/python -m pip install -q "meson-python>=0.16" "meson>=1.3" ninja "Cython>=3.0.10" "numpy>=1.24"
