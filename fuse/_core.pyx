@@ -191,6 +191,16 @@ cdef class Engine(CoordinatorLink):
         self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes,
                                      gather_min_bytes, local_index)
 
+    def install_device_executor(self, executor):
+        """Run this rank's device (GPU) responses with ``executor``
+        (:class:`fuse.engine.device.DeviceExecutor`): made on the rank's first device request,
+        before that request is queued, so before any response for it can arrive."""
+        self.runner.device_executor = executor
+
+    @property
+    def device_executor(self):
+        return self.runner.device_executor
+
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
         fuse.engine.shm.share_regions), between two passes of the loop."""

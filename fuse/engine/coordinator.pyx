@@ -294,6 +294,8 @@ cdef class Coordinator:
         resp.error = why
         resp.error_kind = ERR_INTERNAL
         resp.last_joined = -1
+        resp.on_device = req.on_device
+        resp.inline_data = False
         put[uint8_t](frame, MSG_RESPONSES)
         put[uint32_t](frame, 1)
         _write_response(frame, resp)
@@ -335,6 +337,8 @@ cdef class Coordinator:
             if ps.joined[i] and first.kind != K_JOIN:
                 if first.kind != K_ALLREDUCE:
                     joined_problem = _str(_kind_name(first.kind))
+                elif first.on_device:   # a joined rank has no device buffer to add zeros from
+                    joined_problem = _str("a device (GPU) allreduce")
                 continue
             complete = False
             if ps.ranks[i] != 0 and self.channel.rank_gone(ps.ranks[i]):
@@ -401,6 +405,11 @@ cdef class Coordinator:
             if b.kind != a.kind:
                 return _str("Mismatched operations") + what + _str(": rank ") + _int_str(ra) + _str(" did ") + \
                     _str(_kind_name(a.kind)) + _str(", rank ") + _int_str(b.rank) + _str(" did ") + _str(_kind_name(b.kind))
+            if b.on_device != a.on_device:
+                return _str("Mismatched tensor placement") + what + _str(": rank ") + _int_str(ra) + \
+                    _str(" sent a ") + _str(b"device (GPU)" if a.on_device else b"host (CPU)") + \
+                    _str(" tensor, rank ") + _int_str(b.rank) + _str(" a ") + \
+                    _str(b"device (GPU)" if b.on_device else b"host (CPU)") + _str(" one")
             if b.dtype != a.dtype:
                 return _str("Mismatched data types") + what + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
                     _str(dtype_name(a.dtype)) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + _str(dtype_name(b.dtype))
@@ -501,6 +510,7 @@ cdef class Coordinator:
         resp.shapes.push_back(a.shape)
         resp.slots.push_back(NO_SLOT)
         resp.gens.push_back(0)
+        resp.on_device = a.on_device
         resp.inline_data = False
         resp.error = entry.error
         resp.error_kind = entry.error_kind
@@ -541,7 +551,7 @@ cdef class Coordinator:
         cdef Request* b = self._first(entry)
         if entry.error.size() or b.kind != K_ALLREDUCE:
             return False
-        if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset:
+        if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset or b.on_device != r.on_device:
             return False
         if b.prescale != r.prescale or b.postscale != r.postscale:
             return False

@@ -95,6 +95,7 @@ cdef struct Request:
     string group_key
     int group_size
     int rank            # who sent it (filled in by the coordinator)
+    cbool on_device     # a device (GPU) tensor: the device executor runs it (fuse/engine/device.py)
     string data         # small allreduce/broadcast: the (prescaled) values ride along
     # local only: where the data is
     void* inp
@@ -119,6 +120,7 @@ cdef struct Response:
     string error
     int error_kind              # an ErrorKind
     int last_joined
+    cbool on_device             # device tensors: this rank's device executor runs it
     cbool inline_data           # the coordinator computed the result: it is in payloads
     vector[string] payloads
 
@@ -269,7 +271,7 @@ cdef inline string _str(const char* s) noexcept nogil:
 cdef inline cbool _same_signature(const Request& a, const Request& b) noexcept nogil:
     return (a.kind == b.kind and a.dtype == b.dtype and a.op == b.op and a.pset == b.pset
             and a.root == b.root and a.prescale == b.prescale and a.postscale == b.postscale
-            and vec_eq(a.shape, b.shape))
+            and a.on_device == b.on_device and vec_eq(a.shape, b.shape))
 
 
 cdef inline int _backend_op(int op) noexcept nogil:

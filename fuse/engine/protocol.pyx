@@ -62,6 +62,7 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
     put_str(out, r.name)
     put_str(out, r.group_key)
     put[int](out, r.group_size)
+    put[uint8_t](out, 1 if r.on_device else 0)
     put_str(out, r.data)
 
 
@@ -88,6 +89,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
     r.name = get_str(rd)
     r.group_key = get_str(rd)
     r.group_size = get[int](rd)
+    r.on_device = get[uint8_t](rd) != 0
     r.data = get_str(rd)
     r.inp = NULL
     r.out = NULL
@@ -118,6 +120,7 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
     put_str(out, r.error)
     put[int](out, r.error_kind)
     put[int](out, r.last_joined)
+    put[uint8_t](out, 1 if r.on_device else 0)
     put[uint8_t](out, 1 if r.inline_data else 0)
     if r.inline_data:
         for i in range(r.payloads.size()):
@@ -157,6 +160,7 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
     r.error = get_str(rd)
     r.error_kind = get[int](rd)
     r.last_joined = get[int](rd)
+    r.on_device = get[uint8_t](rd) != 0
     r.inline_data = get[uint8_t](rd) != 0
     if r.inline_data:
         for i in range(r.names.size()):
@@ -185,7 +189,7 @@ cdef string _exc_text(object e):
 
 def encode_request(*, int kind, int dtype, int op, int pset, int root, double prescale,
                    double postscale, shape, args, bytes name, bytes group_key, int group_size,
-                   bytes data):
+                   bytes data, bint on_device=False):
     """One request as a worker writes it into a MSG_REQUESTS frame."""
     cdef Request r
     cdef string out
@@ -194,6 +198,7 @@ def encode_request(*, int kind, int dtype, int op, int pset, int root, double pr
     r.shape = shape
     r.args = args
     r.name, r.group_key, r.group_size, r.data = name, group_key, group_size, data
+    r.on_device = on_device
     _write_request(out, r)
     return bytes(out)
 
@@ -212,7 +217,7 @@ def decode_requests(bytes body, int count):
         out.append(dict(kind=r.kind, dtype=r.dtype, op=r.op, pset=r.pset, root=r.root,
                         prescale=r.prescale, postscale=r.postscale, shape=list(r.shape),
                         args=list(r.args), name=bytes(r.name), group_key=bytes(r.group_key),
-                        group_size=r.group_size, data=bytes(r.data)))
+                        group_size=r.group_size, data=bytes(r.data), on_device=r.on_device))
     return out
 
 

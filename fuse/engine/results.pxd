@@ -21,12 +21,15 @@ cdef class ResponseRunner:
     cdef Executor executor
     cdef Timeline* tl
     cdef vector[Request*] exec_reqs     # scratch: this rank's request per tensor of a response
+    cdef public object device_executor  # runs device (GPU) responses (fuse/engine/device.py), or
+                                        # None until this rank's first device request
 
     cdef int run(self, Response& resp, string& err) noexcept nogil
     cdef void close_spans(self, Response& resp) noexcept nogil
     cdef int _run(self, Response& resp, string& err) noexcept nogil
     cdef int _allreduce(self, Response& resp, PSet* ps, string& err) noexcept nogil
     cdef int _single(self, Response& resp, PSet* ps, string& err) noexcept nogil
+    cdef int _device(self, Response& resp, PSet* ps, string& err) noexcept nogil
     cdef void _add_set(self, Response& resp) noexcept nogil
     cdef void _remove_set(self, Response& resp) noexcept nogil
     cdef void finish(self, const string& key, int status, const string& error,

@@ -101,6 +101,7 @@ cdef class Submitter:
             wc.sig.root = resp.root
             wc.sig.prescale = resp.prescale
             wc.sig.postscale = resp.postscale
+            wc.sig.on_device = resp.on_device
             wc.sig.shape = resp.shapes[i]
             self.wcache[key] = wc
             self.wslot_owner[resp.slots[i]] = key
@@ -118,6 +119,8 @@ cdef class Submitter:
         if self.inline_threshold == 0 or self.psets.map.count(r.pset) == 0:
             return
         if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
+            return
+        if r.on_device:         # the values are in device memory: the device executor moves them
             return
         members = self.psets.map[r.pset].ranks.size()
         nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)

@@ -310,7 +310,7 @@ def shutdown() -> None:
         tuner.stop()
     if engine is not None:
         engine.shutdown()
-        # the device path's flush threads negotiate through the engine: they stop with it
+        # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.worker.device_path")
         if device_path is not None:
             device_path.reset()
