@@ -5,8 +5,9 @@
 A worker sends its requests (a full description the first time a name is seen, a cache slot
 afterwards) to the coordinator; the coordinator sends back one ordered stream of responses.
 This module serializes both, and names kinds, ops and shapes for error messages.  It holds no
-state; the structs and constants are declared in _protocol.pxd so the engine (_core), the
-coordinator (_coordinator) and the executor (_executor) share one definition of each.
+state; the structs and constants are declared in protocol.pxd so the engine (fuse/_core.pyx),
+the coordinator and the executor share one definition of each.  Every control frame is built
+and read here (frame_* and read_*).
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t
@@ -15,26 +16,32 @@ from libcpp.vector cimport vector
 
 from fuse.engine.csupport cimport *
 
+cdef extern from *:
+    """
+    // indexed by K_* and OP_* (protocol.pxd)
+    static const char* const fuse_kind_names[] = {
+        "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join",
+        "add_process_set", "remove_process_set"};
+    static const char* const fuse_op_names[] = {
+        "Average", "Sum", "Adasum", "Min", "Max", "Product"};
+    """
+    const char** kind_names "fuse_kind_names"
+    const char** op_names "fuse_op_names"
+
+
 cdef const char* _kind_name(int kind) noexcept nogil:
-    if kind == K_ALLREDUCE: return "allreduce"
-    if kind == K_ALLGATHER: return "allgather"
-    if kind == K_BROADCAST: return "broadcast"
-    if kind == K_ALLTOALL: return "alltoall"
-    if kind == K_REDUCESCATTER: return "reducescatter"
-    if kind == K_BARRIER: return "barrier"
-    if kind == K_JOIN: return "join"
-    if kind == K_PSET_ADD: return "add_process_set"
-    return "remove_process_set"
+    if 0 <= kind <= K_PSET_REMOVE:
+        return kind_names[kind]
+    return "unknown collective"
+
 
 cdef const char* _op_name(int op) noexcept nogil:
-    if op == OP_AVERAGE: return "Average"
-    if op == OP_SUM: return "Sum"
-    if op == OP_ADASUM: return "Adasum"
-    if op == OP_MIN: return "Min"
-    if op == OP_MAX: return "Max"
-    return "Product"
+    if 0 <= op <= OP_PRODUCT:
+        return op_names[op]
+    return "unknown op"
 
-# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
+
+# The Python-level names of the constants in protocol.pxd (fuse._core re-exports them).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
 AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
 KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
@@ -45,13 +52,7 @@ _BACKEND_OPS = ("sum", "min", "max", "product")
 
 
 cdef void _write_request(string& out, const Request& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
+    put_signature(out, r)
     put[uint32_t](out, <uint32_t>r.shape.size())
     cdef size_t i
     for i in range(r.shape.size()):
@@ -68,13 +69,7 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
 
 cdef Request _read_request(Reader& rd) noexcept nogil:
     cdef Request r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
+    get_signature(rd, r)
     cdef uint32_t n = get[uint32_t](rd)
     cdef uint32_t i
     for i in range(n):
@@ -98,13 +93,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
 
 
 cdef void _write_response(string& out, const Response& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
+    put_signature(out, r)
     put[uint32_t](out, <uint32_t>r.names.size())
     cdef size_t i, j
     for i in range(r.names.size()):
@@ -129,13 +118,7 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
 
 cdef Response _read_response(Reader& rd) noexcept nogil:
     cdef Response r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
+    get_signature(rd, r)
     cdef uint32_t n = get[uint32_t](rd)
     cdef uint32_t i, j, m
     cdef vector[int64_t] shape
@@ -183,6 +166,97 @@ cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil:
 
 cdef string _exc_text(object e):
     return (f"{type(e).__name__}: {e}").encode(errors="replace")
+
+
+# ---- control frames
+
+cdef void frame_requests(string& out, uint32_t nfull, const string& full, uint32_t nhits,
+                         const string& hits) noexcept nogil:
+    """MSG_REQUESTS (a worker, or rank 0 itself, to the coordinator): ``nfull`` requests
+    written by _write_request, then ``nhits`` cache hits written by write_cache_hit."""
+    put[uint8_t](out, MSG_REQUESTS)
+    put[uint32_t](out, nfull)
+    out.append(full)
+    put[uint32_t](out, nhits)
+    out.append(hits)
+
+
+cdef void write_cache_hit(string& out, uint32_t slot, uint32_t gen,
+                          const string& data) noexcept nogil:
+    """One cached request inside MSG_REQUESTS: its slot, the slot's generation, and the
+    values of a small collective that travel inline (else empty)."""
+    put[uint32_t](out, slot)
+    put[uint32_t](out, gen)
+    put_str(out, data)
+
+
+cdef void read_cache_hit(Reader& rd, uint32_t* slot, uint32_t* gen, string* data) noexcept nogil:
+    slot[0] = get[uint32_t](rd)
+    gen[0] = get[uint32_t](rd)
+    data[0] = get_str(rd)
+
+
+cdef void frame_responses(string& out, uint32_t count, const string& bodies) noexcept nogil:
+    """MSG_RESPONSES (the coordinator to a member): ``count`` responses written by
+    _write_response, in the order every member runs them."""
+    put[uint8_t](out, MSG_RESPONSES)
+    put[uint32_t](out, count)
+    out.append(bodies)
+
+
+cdef void frame_stale(string& out, uint32_t slot, uint32_t gen) noexcept nogil:
+    """MSG_STALE (the coordinator to a worker): the cache slot it used was reused since;
+    send that request in full."""
+    put[uint8_t](out, MSG_STALE)
+    put[uint32_t](out, slot)
+    put[uint32_t](out, gen)
+
+
+cdef void read_stale(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil:
+    slot[0] = get[uint32_t](rd)
+    gen[0] = get[uint32_t](rd)
+
+
+cdef void frame_abort(string& out, const string& why) noexcept nogil:
+    """MSG_ABORT (a worker to rank 0): this rank is failing, and why."""
+    put[uint8_t](out, MSG_ABORT)
+    put_str(out, why)
+
+
+cdef string read_abort(Reader& rd) noexcept nogil:
+    return get_str(rd)
+
+
+cdef void frame_abort_all(string& out, int who, int kind, const string& why) noexcept nogil:
+    """MSG_ABORT_ALL (rank 0 to every worker): the job failed because of rank ``who`` (< 0:
+    the job itself, a stall), with ErrorKind ``kind`` and message ``why``."""
+    put[uint8_t](out, MSG_ABORT_ALL)
+    put[int](out, who)
+    put[int](out, kind)
+    put_str(out, why)
+
+
+cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why) noexcept nogil:
+    who[0] = get[int](rd)
+    kind[0] = get[int](rd)
+    why[0] = get_str(rd)
+
+
+cdef void frame_signal(string& out, uint8_t msg_type) noexcept nogil:
+    """A frame with no body: MSG_BYE (a worker leaves cleanly), MSG_COORD_BYE (rank 0 does),
+    MSG_ALIVE (rank 0 is alive while requests wait)."""
+    put[uint8_t](out, msg_type)
+
+
+cdef uint8_t read_type(Reader& rd) noexcept nogil:
+    """A frame's MSG_* type: its first byte (the reader then stands at its body)."""
+    return get[uint8_t](rd)
+
+
+cdef uint32_t read_count(Reader& rd) noexcept nogil:
+    """How many requests (or cache hits, or responses) follow in a MSG_REQUESTS or
+    MSG_RESPONSES body."""
+    return get[uint32_t](rd)
 
 
 # ---- the decoder as Python sees it: for the property-based tests of the wire format

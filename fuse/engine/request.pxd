@@ -1,4 +1,4 @@
-# A collective as its caller asked for it (see _request.pyx).
+# A collective as its caller asked for it (see request.pyx).
 from fuse.engine.protocol cimport Request
 
 

@@ -1,4 +1,4 @@
-# Running responses and completing this rank's handles (see _results.pyx).
+# Running responses and completing this rank's handles (see results.pyx).
 from libc.stdint cimport int64_t, uint8_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector
@@ -13,9 +13,8 @@ from fuse.engine.submitter cimport Submitter
 
 cdef class ResponseRunner:
     # Everything here belongs to whoever holds the engine's loop; the handle table is shared
-    # (its lock), the rest are the engine's own parts.
+    # (its methods take its lock), the rest are the engine's own parts.
     cdef HandleTable table
-    cdef Lock* lock                     # table.lock
     cdef Submitter submitter
     cdef ProcessSets psets
     cdef Executor executor

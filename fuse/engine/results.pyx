@@ -20,12 +20,11 @@ from fuse.engine.executor cimport EX_OK, EX_BACKEND, EX_LOCAL
 
 
 cdef class ResponseRunner:
-    """Args: the engine's parts (see _results.pxd)."""
+    """Args: the engine's parts (see results.pxd)."""
 
     def __init__(self, HandleTable table, Submitter submitter, ProcessSets psets,
                  Executor executor):
         self.table = table
-        self.lock = table.lock
         self.submitter = submitter
         self.psets = psets
         self.executor = executor
@@ -114,10 +113,7 @@ cdef class ResponseRunner:
             rc = self.executor.allgather(resp, ps, r, err)
         elif resp.kind == K_ALLTOALL:
             rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
-            lock_acquire(self.lock)         # wait() returns the received splits
-            if self.table.handles.count(r.handle):
-                self.table.handles[r.handle].aux.swap(recv_splits)
-            lock_release(self.lock)
+            self.table.set_aux(r.handle, recv_splits)     # wait() returns the received splits
         else:
             rc = self.executor.reducescatter(resp, ps, r, err)
         if rc == EX_LOCAL:
@@ -154,7 +150,7 @@ cdef class ResponseRunner:
                     resp.kind, [self.executor.records[h].device for h in handles], resp.dtype,
                     resp.op, resp.prescale, resp.postscale, _position(ps, resp.root),
                     list(ps.ranks), ps.index, list(resp.args), resp.pset,
-                    <object>ps.pygroup)
+                    <object>ps.pygroup if ps.pygroup != NULL else None)
                 if received is not None:
                     for v in received:
                         recv_splits.push_back(v)
@@ -163,10 +159,7 @@ cdef class ResponseRunner:
                     resp.names[0] + _str("' failed: ") + _exc_text(e)
                 return EX_BACKEND
         if resp.kind == K_ALLTOALL:
-            lock_acquire(self.lock)         # wait() returns the received splits
-            if self.table.handles.count(handles[0]):
-                self.table.handles[handles[0]].aux.swap(recv_splits)
-            lock_release(self.lock)
+            self.table.set_aux(handles[0], recv_splits)   # wait() returns the received splits
         elif resp.kind == K_ALLREDUCE:      # the autotuner scores allreduced bytes
             self.executor.st_allreduces += 1
             self.executor.st_tensors += resp.names.size()
@@ -204,19 +197,13 @@ cdef class ResponseRunner:
         if tl_on(self.tl):          # before the handle completes (see tl_close)
             self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
         self.submitter.inflight.erase(it)
-        lock_acquire(self.lock)
-        self.table.names_in_flight.erase(key)
-        self.table.complete_locked(handle, status, error, error_kind)
-        lock_release(self.lock)
+        self.table.retire(key, handle, status, error, error_kind)
 
     cdef void _finish_ok(self, const string& key, int64_t value) noexcept nogil:
         cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
         if it == self.submitter.inflight.end():
             return
-        lock_acquire(self.lock)
-        if self.table.handles.count(deref_req(it).handle):
-            self.table.handles[deref_req(it).handle].value = value
-        lock_release(self.lock)
+        self.table.set_value(deref_req(it).handle, value)
         self.finish(key, H_DONE, string(b""), 0)
 
     cdef void _finish_all(self, Response& resp, int status, const string& error,
