@@ -20,7 +20,7 @@ import mxnet as mx
 import numpy as np
 
 import fuse.mxnet as hvd
-from fuse.worker import lifecycle
+from fuse.worker.state import rendezvous_generation
 from elastic_util import DIM
 
 SAMPLES = 60
@@ -43,7 +43,7 @@ state = hvd.elastic.MXNetState(model, trainer, sampler=sampler, epoch=0, log=[])
 
 def maybe_fail(step: int) -> None:
     for kind, g, r, at in faults:
-        if int(g) == lifecycle._state.generation and int(at) == step and int(r) == hvd.rank():
+        if int(g) == rendezvous_generation() and int(at) == step and int(r) == hvd.rank():
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure at step {step}")
@@ -69,7 +69,7 @@ def train(state):
             state.commit()
             if hvd.rank() == 0:
                 with open(os.path.join(out_dir, "progress.txt"), "a") as f:
-                    f.write(f"{lifecycle._state.generation} {hvd.size()} {len(state.log)}\n")
+                    f.write(f"{rendezvous_generation()} {hvd.size()} {len(state.log)}\n")
         state.sampler.set_epoch(state.epoch + 1)
         state.epoch += 1
         state.commit()
@@ -77,6 +77,6 @@ def train(state):
 
 train(state)
 with open(os.path.join(out_dir, f"result.{hvd.rank()}.json"), "w") as f:
-    json.dump({"rank": hvd.rank(), "size": hvd.size(), "generation": lifecycle._state.generation,
+    json.dump({"rank": hvd.rank(), "size": hvd.size(), "generation": rendezvous_generation(),
                "w": model.weight.data().asnumpy().ravel().tolist(), "log": state.log,
                "epoch": state.epoch}, f)
