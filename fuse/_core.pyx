@@ -65,7 +65,7 @@ import threading
 
 from fuse.engine.protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
                             JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
-                            KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
+                            KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, BACKEND_OPS)
 from fuse.engine.executor import FusionBufferManager, reduce_arrays, scale_array
 
 # what one pass of the loop did (Engine._iterate)

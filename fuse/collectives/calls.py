@@ -38,10 +38,6 @@ def auto_name(kind: str, pset: int) -> str:
         return f"{kind}.noname.{pset}.{n}"
 
 
-# The old name, for fuse/frameworks/torch/device.py until the GPU path's move into the
-# coordinator (issue 30, the lead's branch) calls auto_name; then this line goes.
-_auto_name = auto_name
-
 
 def _return_name(kind: str, pset: int, name: str) -> None:
     # Undo auto_name for a call that was never queued (unless another thread drew since).

@@ -48,7 +48,7 @@ KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
 OP_NAMES = tuple(_op_name(op).decode() for op in range(OP_PRODUCT + 1))
 DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
 DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_BACKEND_OPS = ("sum", "min", "max", "product")
+BACKEND_OPS = ("sum", "min", "max", "product")
 
 
 cdef void _write_request(string& out, const Request& r) noexcept nogil:

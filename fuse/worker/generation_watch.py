@@ -42,7 +42,7 @@ def _watch(engine, config, store) -> None:
     checked = mine      # the newest generation already compared with ours
     stop = threading.Event()
     while not stop.wait(POLL_SECONDS):
-        if state._state.engine is not engine or engine.failed:
+        if state.job.engine is not engine or engine.failed:
             return
         try:
             raw = store.try_get(protocol.GENERATION_KEY)
@@ -58,7 +58,7 @@ def _watch(engine, config, store) -> None:
             continue        # the store is busy or out of reach: the engine's own checks remain
         checked = newest    # only additions: keep watching for a generation that drops one
         if left:
-            if state._state.engine is engine:
+            if state.job.engine is engine:
                 engine.abort(f"the elastic driver formed generation {newest} without "
                              f"worker(s) {', '.join(left)} of generation {mine}; re-forming")
             return

@@ -103,7 +103,7 @@ def test_standin_wiring_mismatch_names_tensor_and_ranks(tmp_path):
     for r, out in enumerate(res):
         assert out["after"] == [2.0, 2.0]
         assert "StallError" in out["stall"], out["stall"]
-        assert f"rank {1 - r}: [only.on.{r}]" in out["stall"], out["stall"]
+        assert f"rank {1 - r} (host localhost): [only.on.{r}]" in out["stall"], out["stall"]
 
 
 def test_standin_wiring_distributed_optimizer(tmp_path):

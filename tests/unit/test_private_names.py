@@ -29,11 +29,6 @@ PENDING = {
     ("fuse/spark/elastic.py", "_first_line"),       # spark's copy of fuse.spark.runner's helpers
     ("fuse/spark/elastic.py", "_start_timeout"),
     ("fuse/spark/elastic.py", "_store_address"),
-    # The engine's files, which the lead is changing (the GPU path into the coordinator):
-    # protocol's table of backend operations, to be made public (BACKEND_OPS) there.
-    ("fuse/_core.pyx", "_BACKEND_OPS"),
-    ("fuse/engine/executor.pyx", "_BACKEND_OPS"),
-    ("fuse/frameworks/torch/device.py", "_auto_name"),  # calls.auto_name (an alias meanwhile)
 }
 
 

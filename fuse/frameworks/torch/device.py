@@ -100,7 +100,7 @@ def _span(backend, tensor):
 
 
 def _names(name, kind, pset, count, grouped):
-    base = name if name is not None else _c._auto_name(kind, pset)
+    base = name if name is not None else _c.auto_name(kind, pset)
     return [f"{base}.{i}" for i in range(count)] if grouped else [base]
 
 
