@@ -34,6 +34,12 @@ class BackendError(FuseInternalError):
     """The communication backend reported an error."""
 
 
+class UnsupportedOpError(FuseError, ValueError):
+    """A collective was asked for a reduction it does not do (reducescatter with Adasum or
+    Min).  Horovod raises a ``RuntimeError`` there (``torch.FatalError`` from its C++ op)
+    and callers catch that; earlier fuse code and tests catch ``ValueError``: it is both."""
+
+
 class HostsUpdatedInterrupt(RuntimeError):
     """Elastic mode: the host set changed.  ``skip_sync`` says whether state must be resynced."""
 

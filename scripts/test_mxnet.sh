@@ -58,3 +58,5 @@ fi
 
 # In this environment MXNet must import: a broken install fails the tests, never skips them.
 FUSE_TEST_REQUIRE=mxnet python -m pytest tests/mxnet "$@"
+# The README's MXNet snippet, as a reader runs it (tests/unit/test_readme_snippets.py)
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/unit/test_readme_snippets.py -k mxnet "$@"

@@ -31,3 +31,5 @@ if ! "$VENV/bin/python" -c "import fuse.tensorflow" 2>/dev/null; then
 fi
 # In this environment TensorFlow must import: a broken install fails the tests, never skips them.
 FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/tensorflow "$@"
+# The README's TensorFlow/Keras snippets, as a reader runs them (tests/unit/test_readme_snippets.py)
+FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/unit/test_readme_snippets.py -k tensorflow "$@"

@@ -19,6 +19,7 @@ from fuse.engine.request import RequestSpec
 from fuse.collectives import adasum
 from fuse.worker import state
 from fuse.collectives.array_ops import ArrayOps, NumpyOps, dtype_code  # noqa: F401 (re-exported)
+from fuse.exceptions import UnsupportedOpError
 from fuse.collectives.ops import Adasum, Average, Sum, resolve_op
 from fuse.worker.process_sets import global_process_set, process_set_id
 
@@ -285,13 +286,30 @@ def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
     return _Group(handles, list)
 
 
+def reducescatter_op(op):
+    """``op`` resolved; an :class:`UnsupportedOpError` unless it is Average or Sum."""
+    op = resolve_op(op, None)
+    if op not in (Average, Sum):
+        raise UnsupportedOpError(f"reducescatter supports only Average and Sum, got op {op}")
+    return op
+
+
+def check_not_scalar(shapes: Sequence, what: str) -> None:
+    """A ``ValueError`` naming ``what`` when a shape has no dimension: allgather,
+    reducescatter and alltoall split or join along dimension 0 (as Horovod refuses them)."""
+    for i, shape in enumerate(shapes):
+        if shape is not None and len(shape) == 0:
+            which = f" (tensor {i} of {len(shapes)})" if len(shapes) > 1 else ""
+            raise ValueError(f"{what} needs tensors of at least one dimension (it splits and "
+                             f"joins along dimension 0); got a scalar{which}")
+
+
 def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
                         process_set=global_process_set, prescale_factor=1.0,
                         postscale_factor=1.0):
-    op = resolve_op(op, None)
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports only Average and Sum")
+    op = reducescatter_op(op)
     buf, dtype, shape = ops.describe(tensor)
+    check_not_scalar([shape], "reducescatter")
     pset = _pset(process_set)
     return _enqueue_named(name, "reducescatter", pset, lambda n: [RequestSpec(
         _core.REDUCESCATTER, n, dtype, shape, pset, input=buf, op=op,
@@ -302,11 +320,10 @@ def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
 def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, op=Average,
                                 process_set=global_process_set, prescale_factor=1.0,
                                 postscale_factor=1.0):
-    op = resolve_op(op, None)
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports only Average and Sum")
+    op = reducescatter_op(op)
     pset = _pset(process_set)
     described = [(t, *ops.describe(t)) for t in tensors]
+    check_not_scalar([d[3] for d in described], "grouped_reducescatter")
 
     def specs(base):
         return [RequestSpec(_core.REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,

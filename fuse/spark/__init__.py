@@ -7,6 +7,7 @@ except ImportError as err:
     raise ImportError(f"fuse.spark needs PySpark: pip install 'fuse[spark]' ({err})") from err
 
 from .elastic import run_elastic
+from .preflight import WorkersCannotImportFuse, check_workers_import_fuse
 from .runner import run
 
-__all__ = ["run", "run_elastic"]
+__all__ = ["run", "run_elastic", "check_workers_import_fuse", "WorkersCannotImportFuse"]

@@ -89,6 +89,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
     from pyspark import SparkContext
     import cloudpickle
 
+    from .preflight import check_workers_import_fuse
     from .runner import _first_line, _start_timeout, _store_address
 
     sc = SparkContext._active_spark_context
@@ -105,6 +106,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
         raise ValueError(f"reset_limit must be at least 0, got {reset_limit}")
     if isinstance(nics, str):
         nics = [x.strip() for x in nics.split(",") if x.strip()]
+    check_workers_import_fuse(sc, n, "fuse.spark.run_elastic")
     elastic = ElasticSettings(min_np=low, max_np=high, start_np=n, reset_limit=reset_limit,
                               elastic_timeout=_elastic_timeout(elastic_timeout))
     settings = Settings(name="fuse.spark", verbose=verbose >= 2, network_interfaces=nics)

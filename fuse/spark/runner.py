@@ -23,6 +23,7 @@ from fuse.cluster.hosts import first_interface_address
 from fuse.runner.job import Failure
 from fuse.runner.worker_env import DriverStore, root_cause
 
+from .preflight import check_workers_import_fuse
 from .task import EXIT_KEY, STARTED_KEY, TAIL_KEY, TaskPlan
 
 __all__ = ["run"]
@@ -65,6 +66,8 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, A
     n = sc.defaultParallelism if num_proc is None else int(num_proc)
     if n < 1:
         raise ValueError(f"num_proc must be at least 1, got {n}")
+    # the tasks run fuse's code in Spark's Python worker, whatever Python the ranks run
+    check_workers_import_fuse(sc, n, "fuse.spark.run")
     if isinstance(nics, str):
         nics = [x.strip() for x in nics.split(",") if x.strip()]
     timeout = _start_timeout(start_timeout)

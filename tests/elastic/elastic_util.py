@@ -12,6 +12,7 @@ reference computed here, bit for bit, on every worker.
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -149,4 +150,52 @@ def check_training(out_dir: Path, batches: int, expect_workers: int) -> list[dic
             f"rank {r['rank']}: weights {r['w']} differ from the reference {want.tolist()}"
     assert sorted(r["rank"] for r in res) == list(range(expect_workers))
     assert len({r["generation"] for r in res}) == 1
+    return res
+
+
+# The sampled workers (worker_torch.py, tests/mxnet/mx_worker_elastic.py): SAMPLES rows, an
+# ElasticSampler over them, SGD with momentum 0.5 and learning rate 0.125 on the sum of the
+# rows every committed step processed.
+SAMPLES = 60
+
+
+def _sampled_data() -> np.ndarray:
+    return np.random.default_rng(7).integers(-8, 9, size=(SAMPLES, DIM)).astype(np.float64)
+
+
+def _rebuild_sampled(log) -> np.ndarray:
+    data = _sampled_data()
+    w = np.zeros(DIM)
+    buf = None
+    for _epoch, idx in log:
+        g = data[idx].sum(axis=0)
+        buf = g.copy() if buf is None else buf * 0.5 + g
+        w = w - 0.125 * buf
+    return w
+
+
+def check_sampled_training(out_dir: Path, expect_workers: int, epochs: int,
+                           rtol: float = 0.0) -> list[dict]:
+    """Every worker of the last generation holds the weights rebuilt from the (shared) log of
+    committed steps (bit for bit when ``rtol`` is 0); every epoch saw every sample, repeating
+    only the few that pad the last round after a re-partition, never one a committed step had
+    processed."""
+    res = results(out_dir)
+    assert len(res) == expect_workers, res
+    logs = {json.dumps(r["log"]) for r in res}
+    assert len(logs) == 1, "the workers' logs of committed steps differ"
+    log = res[0]["log"]
+    want = _rebuild_sampled(log)
+    for r in res:
+        got = np.array(r["w"])
+        same = np.array_equal(got, want) if rtol == 0 else np.allclose(got, want, rtol=rtol,
+                                                                         atol=0)
+        assert same, (r["rank"], r["w"], want.tolist())
+        assert r["epoch"] == epochs
+    for epoch in range(epochs):
+        counts = collections.Counter(i for e, idx in log if e == epoch for i in idx)
+        assert set(counts) == set(range(SAMPLES)), f"epoch {epoch} skipped samples"
+        repeats = sum(c - 1 for c in counts.values())
+        # the padding of the last round: fewer than one batch per rank per re-partition
+        assert repeats <= 8, f"epoch {epoch} repeated {repeats} samples: {counts}"
     return res

@@ -7,15 +7,12 @@ that pad the last round after a re-partition, and never one a committed step had
 
 from __future__ import annotations
 
-import collections
-import json
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
-from elastic_util import (DIM, HERE, fuserun, grow_and_shrink, job_env)
+from elastic_util import HERE, check_sampled_training, fuserun, grow_and_shrink, job_env
 import needs
 
 needs.module("torch")
@@ -23,43 +20,12 @@ needs.module("torch")
 pytestmark = pytest.mark.timeout(240)
 
 WORKER = str(HERE / "worker_torch.py")
-SAMPLES = 60
 EPOCHS = 2
 FOUR_HOSTS = "localhost:1,127.0.0.1:1,127.0.0.2:1,127.0.0.3:1"
 
 
-def _data():
-    return np.random.default_rng(7).integers(-8, 9, size=(SAMPLES, DIM)).astype(np.float64)
-
-
-def _rebuild(log):
-    data = _data()
-    w = np.zeros(DIM)
-    buf = None
-    for _epoch, idx in log:
-        g = data[idx].sum(axis=0)
-        buf = g.copy() if buf is None else buf * 0.5 + g
-        w = w - 0.125 * buf
-    return w
-
-
 def check(out_dir, expect_workers, epochs=EPOCHS):
-    res = [json.loads(p.read_text()) for p in sorted(out_dir.glob("result.*.json"))]
-    assert len(res) == expect_workers, res
-    logs = {json.dumps(r["log"]) for r in res}
-    assert len(logs) == 1, "the workers' logs of committed steps differ"
-    log = res[0]["log"]
-    want = _rebuild(log)
-    for r in res:
-        assert np.array_equal(np.array(r["w"]), want), (r["rank"], r["w"], want.tolist())
-        assert r["epoch"] == epochs
-    for epoch in range(epochs):
-        counts = collections.Counter(i for e, idx in log if e == epoch for i in idx)
-        assert set(counts) == set(range(SAMPLES)), f"epoch {epoch} skipped samples"
-        repeats = sum(c - 1 for c in counts.values())
-        # the padding of the last round: fewer than one batch per rank per re-partition
-        assert repeats <= 8, f"epoch {epoch} repeated {repeats} samples: {counts}"
-    return res
+    return check_sampled_training(out_dir, expect_workers, epochs)
 
 
 @pytest.mark.parametrize("fault", ["kill:0:1:7", "kill:0:0:7", "raise:0:2:7",

@@ -136,3 +136,33 @@ def test_horovod_style_script(spark, capsys, monkeypatch):
     monkeypatch.setattr(sys, "argv", [script, "--num-proc", "2", "--epochs", "2"])
     runpy.run_path(script, run_name="__main__")
     assert "ranks [0, 1] agree" in capsys.readouterr().out
+
+
+def test_workers_that_cannot_import_fuse_get_one_line_naming_pyspark_python(spark):
+    """Spark starts its Python workers with PYSPARK_PYTHON (else python3 from PATH), not the
+    driver's Python: a driver run as .venv/bin/python without activating it ships the job to
+    a Python without fuse.  Here that Python is the system's (no fuse, same minor version,
+    as PySpark requires)."""
+    import subprocess
+    bare = "/usr/bin/python3"
+    if not os.path.exists(bare):
+        pytest.skip(f"no {bare} to stand for a Python without fuse")
+    probe = subprocess.run([bare, "-c", "import sys; print(sys.version_info[:2]); import fuse"],
+                           capture_output=True, text=True)
+    if probe.returncode == 0 or probe.stdout.strip() != str(sys.version_info[:2]):
+        pytest.skip(f"{bare} imports fuse or is not Python {sys.version_info[:2]}")
+    sc = spark.sparkContext
+    saved = sc.pythonExec
+    sc.pythonExec = bare        # what PYSPARK_PYTHON sets when the context starts
+    try:
+        with pytest.raises(fuse.spark.WorkersCannotImportFuse) as info:
+            fuse.spark.run(_identity, args=(1,), num_proc=2)
+    finally:
+        sc.pythonExec = saved
+    message = str(info.value)
+    assert "\n" not in message, message
+    # "No module named 'fuse'", or (run from a source tree, which the worker's cwd puts on its
+    # path) one of fuse's dependencies
+    assert "cannot import fuse (ModuleNotFoundError: No module named" in message, message
+    assert bare in message, message
+    assert f"PYSPARK_PYTHON={sys.executable}" in message, message

@@ -37,7 +37,7 @@ def test_program_order_inside_function():
 
 def test_gradients_of_collectives():
     import workers_collectives as w
-    _assert_clean(run_job(w.gradients), 18)
+    _assert_clean(run_job(w.gradients), 20)
 
 
 def test_process_sets():
@@ -63,5 +63,12 @@ def test_mismatch_errors_and_xla():
         xla = res["xla"] or ""
         assert xla.startswith("XlaNotSupportedError") and "jit_compile=False" in xla, xla
         assert "not supported" in (res["unsupported_dtype"] or ""), res["unsupported_dtype"]
+        # Horovod raises for a 0-d reducescatter (ValueError, InvalidArgumentError or
+        # FailedPreconditionError); before, fuse reduced it
+        for case in ("scalar_reducescatter", "scalar_grouped_reducescatter",
+                     "scalar_reducescatter_in_function"):
+            got = res[case] or ""
+            assert got.startswith(("ValueError", "InvalidArgumentError")), (case, got)
+            assert "scalar" in got, (case, got)
         assert res["after_errors"] is None, res["after_errors"]
         assert res["after_value"] == [2.0, 2.0]

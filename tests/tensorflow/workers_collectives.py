@@ -251,6 +251,14 @@ def gradients():
         avg_scale = np.mean([k + 1 for k in range(n)])
         c.close(f"grad allgather {mode}", g, coef[offset:offset + rows] * avg_scale)
 
+    # grouped_allgather: each member's gradient as allgather's (before: None)
+    for mode, g in grad_of(lambda t: tf.reduce_sum(
+            hvd.grouped_allgather([t, 2 * t])[1] * tf.reshape(
+                tf.range(total_rows * 2, dtype=tf.float32), (total_rows, 2)) * (r + 1)), xg):
+        coef = np.arange(total_rows * 2, dtype=np.float64).reshape(total_rows, 2)
+        avg_scale = np.mean([k + 1 for k in range(n)])
+        c.close(f"grad grouped_allgather {mode}", g, 2 * coef[offset:offset + rows] * avg_scale)
+
     # broadcast: average of the upstream gradients on the root, zero elsewhere
     for mode, g in grad_of(lambda t: tf.reduce_sum(hvd.broadcast(t, 0) * (r + 1)), x):
         avg = np.mean([k + 1 for k in range(n)])
@@ -309,6 +317,11 @@ def errors():
     capture("xla", lambda: tf.function(lambda x: hvd.allreduce(x), jit_compile=True)(
         tf.zeros((2,))))
     capture("unsupported_dtype", lambda: hvd.allreduce(tf.constant(["a"])))
+    capture("scalar_reducescatter", lambda: hvd.reducescatter(tf.constant(1.0)))
+    capture("scalar_grouped_reducescatter",
+            lambda: hvd.grouped_reducescatter([tf.ones((2,)), tf.constant(1.0)]))
+    capture("scalar_reducescatter_in_function",
+            lambda: tf.function(lambda: hvd.reducescatter(tf.constant(1.0)))())
     capture("after_errors", lambda: hvd.allreduce(tf.ones((2,)), op=hvd.Sum))
     out["after_value"] = hvd.allreduce(tf.ones((2,)), op=hvd.Sum).numpy().tolist()
     return out

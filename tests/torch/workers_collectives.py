@@ -206,6 +206,23 @@ def api_surface():
                                                                      torch.ones(2))
     grs = hvd.synchronize(hvd.grouped_reducescatter_async([torch.ones(2) * r]))
     assert torch.equal(grs[0], torch.full((1,), 0.5))
+    # Horovod's callers catch RuntimeError (torch.FatalError) for an op reducescatter cannot
+    # do, and earlier fuse callers ValueError: both catch it, before anything is submitted
+    for call in (lambda: hvd.reducescatter(torch.ones(2), op=hvd.Adasum),
+                 lambda: hvd.grouped_reducescatter([torch.ones(2)], op=hvd.Adasum)):
+        for caught in (RuntimeError, ValueError):
+            try:
+                call()
+                raise AssertionError("reducescatter with Adasum must be refused")
+            except caught as err:
+                assert "only Average and Sum" in str(err), err
+    for call in (lambda: hvd.reducescatter(torch.tensor(1.0)),
+                 lambda: hvd.grouped_reducescatter([torch.ones(2), torch.tensor(1.0)])):
+        try:
+            call()
+            raise AssertionError("reducescatter of a scalar must be refused")
+        except ValueError as err:
+            assert "got a scalar" in str(err), err
 
     # objects, barrier, join
     assert hvd.broadcast_object({"from": r}, root_rank=1) == {"from": 1}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from fuse.common.surface import *  # noqa: F401,F403
+from fuse.frameworks.mxnet import elastic  # noqa: F401  (hvd.elastic, as torch's)
 from fuse.frameworks.mxnet.functions import (allgather_object, broadcast_object,  # noqa: F401
                                              broadcast_parameters)
 from fuse.frameworks.mxnet.mpi_ops import (allgather, allreduce, allreduce_,  # noqa: F401

@@ -183,10 +183,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
 # ------------------------------------------------------------------ reducescatter
 
 def _not_scalar(tensors, what):
-    for t in tensors:
-        if len(t.shape) == 0:
-            raise ValueError(f"{what} needs NDArrays of at least one dimension (it scatters "
-                             "blocks of axis 0); got a scalar")
+    _c.check_not_scalar([t.shape for t in tensors], what)
     return tensors
 
 

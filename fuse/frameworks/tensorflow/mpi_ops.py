@@ -9,7 +9,7 @@ function run through :mod:`fuse.frameworks.tensorflow.bridge` (eagerly, or as an
 forward         gradient
 ==============  =============================================================
 allreduce       allreduce of the gradient with the same op and scale factors
-allgather       allreduce (Average) of the gradient, then this rank's rows
+allgather       allreduce (Average) of the gradient, then this rank's rows (grouped too)
 broadcast       allreduce (Average) of the gradient; zero on non-root ranks
 alltoall        alltoall of the gradient back with the received splits
 reducescatter   allgather of the gradient (times the set size for Sum, times the scales)
@@ -176,38 +176,41 @@ def _allgather_raw(tensor, name, process_set):
     return run_host(host, [tensor], [tensor.dtype], [shape], "allgather")[0]
 
 
-def _rows_offset(rows, process_set):
-    """(offset of this rank's rows, its row count) in an allgather over ``process_set``."""
-    counts = _allgather_raw(tf.reshape(tf.cast(rows, tf.int64), [1]), None, process_set)
+def _allgather_grad(xs, dys, process_set):
+    """Horovod's gradient of (grouped) allgather: each gathered gradient averaged over the
+    set (one grouped allreduce), then the rows this rank contributed.  The row counts travel
+    in one allgather, since they may differ between ranks."""
+    reduced = _grouped_allreduce_raw(list(dys), None, Average, 1.0, 1.0, process_set)
+    rows = tf.stack([tf.cast(tf.shape(x)[0], tf.int64) for x in xs])
+    counts = tf.reshape(_allgather_raw(rows, None, process_set), [-1, len(xs)])
     me = process_set.rank()
-    return tf.reduce_sum(counts[:me]), counts[me]
+    offsets = tf.reduce_sum(counts[:me], axis=0)
+    out = []
+    for i, r in enumerate(reduced):
+        rest = tf.shape(r, out_type=tf.int64)[1:]
+        out.append(tf.slice(r, tf.concat([offsets[i:i + 1], tf.zeros_like(rest)], 0),
+                            tf.concat([counts[me, i:i + 1], rest], 0)))
+    return out
 
 
 def allgather(tensor, name=None, ignore_name_scope=False, process_set=global_process_set):
     """Every member's tensor concatenated along dimension 0 (which may differ between
-    ranks).  Differentiable."""
+    ranks).  Differentiable: the gradient is averaged over the set, and each rank keeps the
+    rows it gave."""
     tensor = _tensor(tensor, f"allgather {name or ''}".strip())
-    if tensor.shape.rank == 0:
-        raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
+    _c.check_not_scalar(_static_shapes([tensor]), "allgather")
 
     @tf.custom_gradient
     def gather(x):
+        out = _allgather_raw(x, name, process_set)
+
         def grad(dy):
-            reduced = _allreduce_raw(dy, None, Average, 1.0, 1.0, process_set)
-            offset, rows = _rows_offset(tf.shape(x)[0], process_set)
-            return tf.slice(reduced, tf.concat([[offset], tf.zeros([tf.rank(dy) - 1],
-                                                                      tf.int64)], 0),
-                            tf.concat([[rows], tf.shape(dy, out_type=tf.int64)[1:]], 0))
-        return _allgather_raw(x, name, process_set), grad
+            return _allgather_grad([x], _zeros_for_missing([dy], [out]), process_set)[0]
+        return out, grad
     return gather(tensor)
 
 
-def grouped_allgather(tensors, name=None, ignore_name_scope=False,
-                      process_set=global_process_set):
-    """Allgather a list of tensors as one grouped collective."""
-    tensors = [_tensor(t, "grouped_allgather") for t in tensors]
-    if not tensors:
-        raise ValueError("grouped_allgather needs at least one tensor")
+def _grouped_allgather_raw(tensors, name, process_set):
     name = _named("grouped_allgather", name, process_set)
 
     def host(arrays):
@@ -216,6 +219,31 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
               for t in tensors]
     return run_host(host, tensors, [t.dtype for t in tensors], shapes, "grouped_allgather")
+
+
+def grouped_allgather(tensors, name=None, ignore_name_scope=False,
+                      process_set=global_process_set):
+    """Allgather a list of tensors as one grouped collective.  Differentiable, as
+    :func:`allgather` (Horovod's gradient)."""
+    tensors = [_tensor(t, "grouped_allgather") for t in tensors]
+    if not tensors:
+        raise ValueError("grouped_allgather needs at least one tensor")
+    _c.check_not_scalar(_static_shapes(tensors), "grouped_allgather")
+
+    @tf.custom_gradient
+    def gather(*xs):
+        outs = _grouped_allgather_raw(list(xs), name, process_set)
+
+        def grad(*dys):
+            return _allgather_grad(xs, _zeros_for_missing(dys, outs), process_set)
+        return outs, grad
+    return list(gather(*tensors))
+
+
+def _static_shapes(tensors):
+    """The shapes known when the graph is built (None where the rank is not): what the
+    scalar checks can refuse before anything runs."""
+    return [t.shape if t.shape.rank is not None else None for t in tensors]
 
 
 # ------------------------------------------------------------------ broadcast
@@ -359,6 +387,7 @@ def reducescatter(tensor, device_dense="", compression=Compression.none, op=Aver
     remainder to the first ranks).  Default op Average.  Differentiable."""
     op = resolve_op(op, None)
     tensor = _tensor(tensor, f"reducescatter {name or ''}".strip())
+    _c.check_not_scalar(_static_shapes([tensor]), "reducescatter")
     wire, ctx = compression.compress(tensor)
     out = _reducescatter_diff([wire], name, op, prescale_factor, postscale_factor,
                               process_set, grouped=False)[0]
@@ -373,6 +402,7 @@ def grouped_reducescatter(tensors, device_dense="", compression=Compression.none
     tensors = [_tensor(t, "grouped_reducescatter") for t in tensors]
     if not tensors:
         raise ValueError("grouped_reducescatter needs at least one tensor")
+    _c.check_not_scalar(_static_shapes(tensors), "grouped_reducescatter")
     wires, ctxs = zip(*(compression.compress(t) for t in tensors))
     outs = _reducescatter_diff(list(wires), name, op, prescale_factor, postscale_factor,
                                process_set, grouped=True)

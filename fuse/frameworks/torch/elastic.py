@@ -3,21 +3,20 @@
 ``TorchState(model, optimizer, **attrs)`` keeps a model, an optimizer and an ``ElasticSampler``
 through handlers (Horovod's handler registry): each saves a copy in memory at ``commit()``,
 puts it back at ``restore()`` and broadcasts rank 0's at ``sync()``; other attributes are kept
-as by ``ObjectState``.  Assigning a new model or optimizer to the state re-saves it.
+as by ``ObjectState``.  Assigning a new model or optimizer to the state re-saves it.  The
+framework-free half (the state over handlers, the sampler's bookkeeping) is
+:mod:`fuse.worker.elastic_handlers`, shared with ``fuse.mxnet.elastic``.
 """
 
 from __future__ import annotations
 
 import copy
-import math
-import random
 
 import torch
 
-from fuse.worker import lifecycle
-from fuse.collectives import calls as _c
-from fuse.worker import elastic as _elastic
 from fuse.worker.elastic import State, run, run_fn  # noqa: F401
+from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerState, ObjectState,  # noqa: F401
+                                          SamplerStateHandler, StateHandler)
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from fuse.frameworks.torch.functions import broadcast_optimizer_state, broadcast_parameters
 
@@ -26,119 +25,11 @@ __all__ = ["run", "run_fn", "State", "ObjectState", "TorchState", "ElasticSample
            "get_handler_registry", "set_handler_registry"]
 
 
-def _bcast_object(obj, name="fuse.elastic.object_state"):
-    return _c.broadcast_object(obj, 0, name=name)
-
-
-class ObjectState(_elastic.ObjectState):
-    """Picklable attributes given as keyword arguments (see :class:`fuse.elastic.ObjectState`)."""
-
-    def __init__(self, **kwargs):
-        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **kwargs)
-
-
-class ElasticSampler(torch.utils.data.Sampler):
-    """A ``DistributedSampler`` that survives a change of workers in the middle of an epoch.
-
-    Record each batch you finished with ``record_batch(batch_idx, batch_size)`` (or the sample
-    indices with ``record_indices``); a state that holds the sampler saves the processed
-    indices at ``commit()``.  After the job re-forms, the samples of this epoch that no worker
-    committed are shuffled (seeded by ``seed + epoch``, the same on every rank) and split over
-    the new workers; nothing committed is seen again this epoch.  As in DistributedSampler,
-    the last round is padded with a few repeated samples so that every rank gets as many.
-    Call ``set_epoch(epoch)`` when an epoch ends.
-    """
-
-    def __init__(self, dataset, shuffle=True, seed=0):
-        self.dataset = dataset
-        self.shuffle = shuffle
-        self.seed = seed
-        self.epoch = 0
-        self.processed_indices: set[int] = set()
-        self.indices: list[int] = []
-        self.reset()
-
-    def set_epoch(self, epoch):
-        self.epoch = epoch
-        self.processed_indices = set()
-        self.reset()
-
-    def record_batch(self, batch_idx, batch_size):
-        """Batch ``batch_idx`` (of ``batch_size`` samples per rank) is done on every rank: the
-        ranks step together, so each records every rank's share (all ranks then agree on what
-        is left, even when a re-form skips the sync)."""
-        start = batch_idx * batch_size
-        for r in range(self.num_replicas):
-            mine = self._indices_of(r)
-            self.record_indices(mine[start:min(start + batch_size, len(mine))])
-
-    def record_indices(self, indices):
-        self.processed_indices.update(int(i) for i in indices)
-
-    def get_indices(self, batch_idx, batch_size):
-        start = batch_idx * batch_size
-        return self.indices[start:min(start + batch_size, len(self.indices))]
-
-    def load_state_dict(self, state_dict):
-        self.epoch = state_dict["epoch"]
-        self.processed_indices = set(state_dict["processed_indices"])
-        self.reset()
-
-    def state_dict(self):
-        return {"epoch": self.epoch, "processed_indices": set(self.processed_indices)}
-
-    def reset(self):
-        """Split the samples this epoch has not processed over the current workers."""
-        self.num_replicas = lifecycle.size() if lifecycle.is_initialized() else 1
-        self.rank = lifecycle.rank() if lifecycle.is_initialized() else 0
-        remaining = [i for i in range(len(self.dataset)) if i not in self.processed_indices]
-        if self.shuffle:
-            random.Random(self.seed + self.epoch).shuffle(remaining)
-        self.remaining_indices = remaining
-        self.num_samples = int(math.ceil(len(remaining) / self.num_replicas))
-        self.total_size = self.num_samples * self.num_replicas
-        self.indices = self._my_indices()
-
-    def _indices_of(self, rank: int) -> list[int]:
-        indices = list(self.remaining_indices)
-        if indices:
-            while len(indices) < self.total_size:     # pad (wrapping around) to split evenly
-                indices += indices[:self.total_size - len(indices)]
-        return indices[rank:self.total_size:self.num_replicas]
-
-    def _my_indices(self) -> list[int]:
-        return self._indices_of(self.rank)
-
-    def __iter__(self):
-        self.indices = self._my_indices()
-        return iter(self.indices)
-
-    def __len__(self):
-        return self.num_samples
+class ElasticSampler(ElasticSamplerBase, torch.utils.data.Sampler):
+    __doc__ = ElasticSamplerBase.__doc__
 
 
 # ----------------------------------------------------------------------------- handlers
-
-class StateHandler:
-    def __init__(self, value):
-        self.value = value
-
-    def save(self):
-        raise NotImplementedError
-
-    def restore(self):
-        raise NotImplementedError
-
-    def sync(self):
-        raise NotImplementedError
-
-    def reset(self):
-        pass
-
-    def set_value(self, value):
-        self.value = value
-        self.save()
-
 
 class ModelStateHandler(StateHandler):
     def __init__(self, model):
@@ -170,32 +61,6 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class SamplerStateHandler(StateHandler):
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self._saved = copy.deepcopy(sampler.state_dict())
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
-    def sync(self):
-        # Every worker's committed samples (new workers have none), then rank 0's view of it
-        # all, so that every worker splits the same remaining samples.
-        processed = set()
-        for part in _c.allgather_object(self.value.processed_indices,
-                                        name="fuse.elastic.sampler_processed"):
-            processed |= set(part)
-        state = self.value.state_dict()
-        state["processed_indices"] = processed
-        self.value.load_state_dict(_bcast_object(state, name="fuse.elastic.sampler_state"))
-
-    def reset(self):
-        self.value.reset()
-
-
 _handler_registry = [
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
@@ -212,15 +77,7 @@ def set_handler_registry(registry):
     _handler_registry = registry
 
 
-def _handler_for(value):
-    # a DistributedOptimizer reports its wrapped optimizer's class (isinstance holds)
-    for cls, handler in _handler_registry:
-        if isinstance(value, cls):
-            return handler(value)
-    return None
-
-
-class TorchState(_elastic.ObjectState):
+class TorchState(HandlerState):
     """State of a PyTorch job: ``TorchState(model=None, optimizer=None, **kwargs)``.
 
     ``model`` (any ``nn.Module``), ``optimizer`` (a ``torch.optim.Optimizer`` or
@@ -229,40 +86,4 @@ class TorchState(_elastic.ObjectState):
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
-        handlers, plain = {}, {}
-        for name, value in kwargs.items():
-            handler = _handler_for(value) if value is not None else None
-            if handler is not None:
-                handlers[name] = handler
-            else:
-                plain[name] = value
-        self.__dict__["_handlers"] = handlers
-        for name, handler in handlers.items():
-            self.__dict__[name] = handler.value
-        super().__init__(bcast_object=_bcast_object, get_rank=lifecycle.rank, **plain)
-
-    def __setattr__(self, name, value):
-        handlers = self.__dict__.get("_handlers", {})
-        if name in handlers:
-            handlers[name].set_value(value)
-        super().__setattr__(name, value)
-
-    def save(self):
-        for handler in self._handlers.values():
-            handler.save()
-        super().save()
-
-    def restore(self):
-        for handler in self._handlers.values():
-            handler.restore()
-        super().restore()
-
-    def sync(self):
-        for handler in self._handlers.values():
-            handler.sync()
-        super().sync()
-
-    def reset(self):
-        for handler in self._handlers.values():
-            handler.reset()
-        super().reset()
+        super().__init__(_handler_registry, **kwargs)

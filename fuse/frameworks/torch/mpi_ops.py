@@ -469,17 +469,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 # ------------------------------------------------------------------ reducescatter
 
 def _check_not_scalar(tensors, what):
-    for t in tensors:
-        if _check_tensor(t).dim() == 0:
-            raise ValueError(f"{what} needs tensors of at least one dimension (it scatters "
-                             "blocks of dim 0); got a scalar")
-
-
-def _reducescatter_op(op):
-    op = resolve_op(op, None)
-    if op not in (Average, Sum):
-        raise ValueError("reducescatter supports only Average and Sum")
-    return op
+    _c.check_not_scalar([_check_tensor(t).shape for t in tensors], what)
 
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
@@ -487,7 +477,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
     _check_not_scalar([tensor], "reducescatter")
     if _dev.routes([tensor]):
         return _dev.submit("reducescatter", [tensor], name=name, process_set=process_set,
-                           op=_reducescatter_op(op), prescale=prescale_factor,
+                           op=_c.reducescatter_op(op), prescale=prescale_factor,
                            postscale=postscale_factor)
     (host,), device = _intake([tensor], inplace=False)
     h = _c.reducescatter_async(ops, host, name=name, op=op, process_set=process_set,
@@ -538,7 +528,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
     _check_not_scalar(tensors, "grouped_reducescatter")
     if _dev.routes(tensors):
         return _dev.submit("reducescatter", tensors, name=name, process_set=process_set,
-                           op=_reducescatter_op(op), prescale=prescale_factor,
+                           op=_c.reducescatter_op(op), prescale=prescale_factor,
                            postscale=postscale_factor, grouped=True)
     hosts, device = _intake(tensors, inplace=False)
     h = _c.grouped_reducescatter_async(ops, hosts, name=name, op=op, process_set=process_set,
