@@ -159,7 +159,7 @@ cdef class Engine(CoordinatorLink):
 
     # ------------------------------------------------------------------ Python-facing API
 
-    def _set_hosts(self, names):
+    def set_hosts(self, names):
         """Every rank's host name, by rank, for messages that name a rank."""
         self.channel.set_hosts(names)
 

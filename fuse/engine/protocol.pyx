@@ -51,15 +51,39 @@ DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
 BACKEND_OPS = ("sum", "min", "max", "product")
 
 
+cdef inline void _put_slot(string& out, uint32_t slot, uint32_t gen) noexcept nogil:
+    """A response-cache slot as both sides name it: its index and the generation it holds."""
+    put[uint32_t](out, slot)
+    put[uint32_t](out, gen)
+
+
+cdef inline void _get_slot(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil:
+    slot[0] = get[uint32_t](rd)
+    gen[0] = get[uint32_t](rd)
+
+
+cdef inline void _put_ints(string& out, const vector[int64_t]& v) noexcept nogil:
+    """A length-prefixed vector of int64 (a shape, a collective's arguments)."""
+    cdef size_t i
+    put[uint32_t](out, <uint32_t>v.size())
+    for i in range(v.size()):
+        put[int64_t](out, v[i])
+
+
+cdef inline void _get_ints(Reader& rd, vector[int64_t]& v) noexcept nogil:
+    """What _put_ints wrote; stops at the first short read (``rd.bad`` then says so)."""
+    cdef uint32_t n = get[uint32_t](rd)
+    cdef uint32_t i
+    for i in range(n):
+        if rd.bad:
+            break
+        v.push_back(get[int64_t](rd))
+
+
 cdef void _write_request(string& out, const Request& r) noexcept nogil:
     put_signature(out, r)
-    put[uint32_t](out, <uint32_t>r.shape.size())
-    cdef size_t i
-    for i in range(r.shape.size()):
-        put[int64_t](out, r.shape[i])
-    put[uint32_t](out, <uint32_t>r.args.size())
-    for i in range(r.args.size()):
-        put[int64_t](out, r.args[i])
+    _put_ints(out, r.shape)
+    _put_ints(out, r.args)
     put_str(out, r.name)
     put_str(out, r.group_key)
     put[int](out, r.group_size)
@@ -70,17 +94,8 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
 cdef Request _read_request(Reader& rd) noexcept nogil:
     cdef Request r
     get_signature(rd, r)
-    cdef uint32_t n = get[uint32_t](rd)
-    cdef uint32_t i
-    for i in range(n):
-        if rd.bad:
-            break
-        r.shape.push_back(get[int64_t](rd))
-    n = get[uint32_t](rd)
-    for i in range(n):
-        if rd.bad:
-            break
-        r.args.push_back(get[int64_t](rd))
+    _get_ints(rd, r.shape)
+    _get_ints(rd, r.args)
     r.name = get_str(rd)
     r.group_key = get_str(rd)
     r.group_size = get[int](rd)
@@ -95,17 +110,12 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
 cdef void _write_response(string& out, const Response& r) noexcept nogil:
     put_signature(out, r)
     put[uint32_t](out, <uint32_t>r.names.size())
-    cdef size_t i, j
+    cdef size_t i
     for i in range(r.names.size()):
         put_str(out, r.names[i])
-        put[uint32_t](out, r.slots[i])
-        put[uint32_t](out, r.gens[i])
-        put[uint32_t](out, <uint32_t>r.shapes[i].size())
-        for j in range(r.shapes[i].size()):
-            put[int64_t](out, r.shapes[i][j])
-    put[uint32_t](out, <uint32_t>r.args.size())
-    for i in range(r.args.size()):
-        put[int64_t](out, r.args[i])
+        _put_slot(out, r.slots[i], r.gens[i])
+        _put_ints(out, r.shapes[i])
+    _put_ints(out, r.args)
     put_str(out, r.error)
     put[int](out, r.error_kind)
     put[int](out, r.last_joined)
@@ -120,26 +130,19 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
     cdef Response r
     get_signature(rd, r)
     cdef uint32_t n = get[uint32_t](rd)
-    cdef uint32_t i, j, m
+    cdef uint32_t i, slot, gen
     cdef vector[int64_t] shape
     for i in range(n):
         if rd.bad:
             break
         r.names.push_back(get_str(rd))
-        r.slots.push_back(get[uint32_t](rd))
-        r.gens.push_back(get[uint32_t](rd))
-        m = get[uint32_t](rd)
+        _get_slot(rd, &slot, &gen)
+        r.slots.push_back(slot)
+        r.gens.push_back(gen)
         shape.clear()
-        for j in range(m):
-            if rd.bad:
-                break
-            shape.push_back(get[int64_t](rd))
+        _get_ints(rd, shape)
         r.shapes.push_back(shape)
-    n = get[uint32_t](rd)
-    for i in range(n):
-        if rd.bad:
-            break
-        r.args.push_back(get[int64_t](rd))
+    _get_ints(rd, r.args)
     r.error = get_str(rd)
     r.error_kind = get[int](rd)
     r.last_joined = get[int](rd)
@@ -179,17 +182,6 @@ cdef void frame_requests(string& out, uint32_t nfull, const string& full, uint32
     out.append(full)
     put[uint32_t](out, nhits)
     out.append(hits)
-
-
-cdef inline void _put_slot(string& out, uint32_t slot, uint32_t gen) noexcept nogil:
-    """A response-cache slot as both sides name it: its index and the generation it holds."""
-    put[uint32_t](out, slot)
-    put[uint32_t](out, gen)
-
-
-cdef inline void _get_slot(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil:
-    slot[0] = get[uint32_t](rd)
-    gen[0] = get[uint32_t](rd)
 
 
 cdef void write_cache_hit(string& out, uint32_t slot, uint32_t gen,

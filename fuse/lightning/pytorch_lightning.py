@@ -9,23 +9,13 @@ from lightning_utilities.core.rank_zero import rank_zero_only as _utils_rank_zer
 from pytorch_lightning.strategies import ParallelStrategy, StrategyRegistry
 from pytorch_lightning.utilities.rank_zero import rank_zero_only as _rank_zero_only
 
-from .environment import FuseEnvironmentBase
-from .strategy import FuseStrategyBase
+from .strategy import bind
 
 __all__ = ["FuseEnvironment", "FuseStrategy", "HorovodStrategy"]
 
-
-class FuseEnvironment(FuseEnvironmentBase, ClusterEnvironment):
-    __doc__ = FuseEnvironmentBase.__doc__
-
-
-class FuseStrategy(FuseStrategyBase, ParallelStrategy):
-    __doc__ = FuseStrategyBase.__doc__
-    environment_cls = FuseEnvironment
-    rank_zero_switches = (_rank_zero_only, _fabric_rank_zero_only, _utils_rank_zero_only)
-
-
-FuseStrategy.register_strategies(StrategyRegistry)
+FuseEnvironment, FuseStrategy = bind(
+    ClusterEnvironment, ParallelStrategy, StrategyRegistry,
+    (_rank_zero_only, _fabric_rank_zero_only, _utils_rank_zero_only), __name__)
 
 # Horovod's name, for scripts that import it from here
 HorovodStrategy = FuseStrategy

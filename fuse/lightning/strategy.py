@@ -211,3 +211,21 @@ class FuseStrategyBase:
     def register_strategies(cls, strategy_registry) -> None:
         strategy_registry.register("fuse", cls, description="data-parallel training on fuse "
                                    "(workers started by fuserun)", override=True)
+
+
+def bind(cluster_environment, parallel_strategy, registry, rank_zero_switches, module: str):
+    """``(FuseEnvironment, FuseStrategy)`` for one Lightning package: each package's Trainer
+    takes only its own classes, so the behaviour above is joined to the given package's
+    ``ClusterEnvironment`` and ``ParallelStrategy``, and ``strategy="fuse"`` registered in its
+    ``StrategyRegistry``.  ``rank_zero_switches``: the package's ``rank_zero_only`` objects
+    whose rank the strategy sets.  ``module``: where the classes are bound (so that they
+    pickle by name)."""
+    from .environment import FuseEnvironmentBase
+    environment = type("FuseEnvironment", (FuseEnvironmentBase, cluster_environment),
+                       {"__doc__": FuseEnvironmentBase.__doc__, "__module__": module})
+    strategy = type("FuseStrategy", (FuseStrategyBase, parallel_strategy),
+                    {"__doc__": FuseStrategyBase.__doc__, "__module__": module,
+                     "environment_cls": environment,
+                     "rank_zero_switches": tuple(rank_zero_switches)})
+    strategy.register_strategies(registry)
+    return environment, strategy

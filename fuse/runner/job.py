@@ -152,7 +152,7 @@ class _Stream:
     arrives (or the pipe closes), bytes are never decoded on the way through.
     """
 
-    def __init__(self, worker: "_Worker", name: str, fd: int, sink: _Sink, prefix_timestamp: bool,
+    def __init__(self, worker: "WorkerRecord", name: str, fd: int, sink: _Sink, prefix_timestamp: bool,
                  tee: IO | None, keep_tail: bool, marker: bytes | None = None):
         self.worker, self.name, self.fd, self.sink = worker, name, fd, sink
         self.prefix = f"[{worker.slot.rank}]<{name}>:".encode()
@@ -227,7 +227,7 @@ class _Stream:
         self.sink.write(b"".join(prefix + line for line in lines))
 
 
-class _Worker:
+class WorkerRecord:
     """The job's record of one worker: its slot, the handle its starter returned, the pipes
     being forwarded, how it ended."""
 
@@ -311,7 +311,7 @@ class Job:
         self.server = KVStoreServer(store_bind or self.addr, store_port, self.secret).start()
         self.port = self.server.port
         self._sel: selectors.BaseSelector | None = None
-        self._workers: list[_Worker] = []
+        self._workers: list[WorkerRecord] = []
         self._signals: list[int] = []
         self._wake_r = self._wake_w = -1
         self.starter.bind(self)
@@ -406,7 +406,7 @@ class Job:
         os.makedirs(path, exist_ok=True)
         return open(os.path.join(path, "stdout"), "wb"), open(os.path.join(path, "stderr"), "wb")
 
-    def _start(self, w: _Worker) -> Failure | None:
+    def _start(self, w: WorkerRecord) -> Failure | None:
         """Start ``w`` with the job's starter and forward its pipes, if it has any."""
         st = self.settings
         try:
@@ -508,7 +508,7 @@ class Job:
         except OSError:
             pass
 
-    def _reap(self, w: _Worker) -> int | None:
+    def _reap(self, w: WorkerRecord) -> int | None:
         """``w``'s exit code if it has just exited (recorded once), else None."""
         if not w.running:
             return None
@@ -543,7 +543,7 @@ class Job:
                 else:
                     self._sel.unregister(obj.fd)
                     obj.close()
-            # a _Worker's pidfd: the exit is picked up by _reap
+            # a WorkerRecord's pidfd: the exit is picked up by _reap
 
     def _close_loop(self, old_handlers: dict) -> None:
         # nothing outlives the job: signal each worker's group (its leader may be gone
@@ -592,7 +592,7 @@ class Job:
         kill_at: float | None = None
         drain_until: float | None = None
         try:
-            self._workers = [_Worker(s) for s in self.slots]
+            self._workers = [WorkerRecord(s) for s in self.slots]
             unreachable = self.unreachable_hosts() if self.remote_hosts else {}
             if unreachable:
                 host = next(iter(unreachable))

@@ -90,7 +90,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
     import cloudpickle
 
     from .preflight import check_workers_import_fuse
-    from .runner import _first_line, _start_timeout, _store_address
+    from .runner import first_line, start_timeout_seconds, store_address_for
 
     sc = SparkContext._active_spark_context
     if sc is None:
@@ -113,7 +113,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
     discovery = SparkTaskDiscovery()
     starter = StoreHostStarter(discovery)
     with ElasticJob(["<fuse.spark task>"], discovery, elastic, settings=settings,
-                    store_addr=_store_address(sc, nics), starter=starter,
+                    store_addr=store_address_for(sc, nics), starter=starter,
                     hosts_join_later=True) as job:
         key = job.secret
         job.server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
@@ -123,7 +123,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
         stage = _Stage(sc, plan, high, discovery)
         try:
             try:
-                job.wait_for_hosts(_start_timeout(start_timeout),
+                job.wait_for_hosts(start_timeout_seconds(start_timeout),
                                    "(start_timeout); does the cluster have enough free task "
                                    "slots?")
             except ElasticJobError as err:
@@ -148,7 +148,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
             payload = load(rank)
             if payload is None:
                 raise WorkerError(f"fuse.spark: rank {rank} of the last generation ended "
-                                  "without a result" + (f" ({_first_line(stage.error)})"
+                                  "without a result" + (f" ({first_line(stage.error)})"
                                                         if stage.error else ""), rank)
             results.append(payload[1])
     return results

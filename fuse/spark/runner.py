@@ -70,9 +70,9 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, A
     check_workers_import_fuse(sc, n, "fuse.spark.run")
     if isinstance(nics, str):
         nics = [x.strip() for x in nics.split(",") if x.strip()]
-    timeout = _start_timeout(start_timeout)
+    timeout = start_timeout_seconds(start_timeout)
 
-    store = DriverStore(_store_address(sc, nics))
+    store = DriverStore(store_address_for(sc, nics))
     try:
         key = store.secret
         store.server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
@@ -86,7 +86,7 @@ def run(fn: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str, A
         store.close()
 
 
-def _start_timeout(value: float | None) -> float:
+def start_timeout_seconds(value: float | None) -> float:
     if value is not None:
         return float(value)
     for name in ("FUSE_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT"):
@@ -95,7 +95,7 @@ def _start_timeout(value: float | None) -> float:
     return _DEFAULT_START_TIMEOUT
 
 
-def _store_address(sc, nics: Sequence[str] | None) -> str:
+def store_address_for(sc, nics: Sequence[str] | None) -> str:
     """Where the executors reach the driver: loopback for a local master, else the address
     of the first of ``nics``, else spark.driver.host's."""
     if nics:
@@ -169,7 +169,7 @@ def _outcome(store: DriverStore, n: int, key: bytes, error: BaseException | None
                           exit_code=failure.exit_code) from error
     if error is not None:       # the stage failed before any rank did (or a rank never ran)
         raise WorkerError(f"fuse.spark: the Spark stage failed before the ranks finished: "
-                          f"{_first_line(error)}", -1) from error
+                          f"{first_line(error)}", -1) from error
     results = []
     for rank in range(n):
         payload = load(rank)
@@ -179,6 +179,6 @@ def _outcome(store: DriverStore, n: int, key: bytes, error: BaseException | None
     return results
 
 
-def _first_line(err: BaseException) -> str:
+def first_line(err: BaseException) -> str:
     text = str(err).strip()
     return f"{type(err).__name__}: {text.splitlines()[0] if text else ''}"

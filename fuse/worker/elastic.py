@@ -30,7 +30,7 @@ from fuse.cluster.store import StoreUnreachable
 from fuse.worker import state as job_state
 from fuse.exceptions import FuseInternalError, HostsUpdatedInterrupt
 
-__all__ = ["State", "ObjectState", "run_fn", "run"]
+__all__ = ["Snapshot", "State", "ObjectState", "run_fn", "run"]
 
 # Rank 0 asks the store for a new generation at most this often; each check broadcasts its
 # answer (a few bytes) so that every rank decides alike.
@@ -82,7 +82,25 @@ class _HostUpdates:
 _host_updates = _HostUpdates()
 
 
-class State:
+class Snapshot:
+    """What the elastic loop keeps through a re-formed job: ``save`` a copy, ``restore`` the
+    last saved copy, ``sync`` rank 0's copy to every worker; ``reset`` after the job
+    re-formed.  A whole :class:`State`, or one handled object of it."""
+
+    def save(self):
+        raise NotImplementedError
+
+    def restore(self):
+        raise NotImplementedError
+
+    def sync(self):
+        raise NotImplementedError
+
+    def reset(self):
+        pass
+
+
+class State(Snapshot):
     """State of a training job that survives the loss or gain of workers.
 
     ``bcast_object(obj)`` broadcasts a picklable object from rank 0; ``get_rank()`` returns this
@@ -117,18 +135,6 @@ class State:
         """Raise HostsUpdatedInterrupt (on every rank at once) if the driver has re-formed the
         job since this worker joined.  Collective."""
         _host_updates.check()
-
-    def save(self):
-        raise NotImplementedError
-
-    def restore(self):
-        raise NotImplementedError
-
-    def sync(self):
-        raise NotImplementedError
-
-    def reset(self):
-        pass
 
 
 class ObjectState(State):

@@ -40,27 +40,30 @@ class ObjectState(_elastic.ObjectState):
         super().__init__(bcast_object=bcast_object, get_rank=lifecycle.rank, **kwargs)
 
 
-class StateHandler:
+class StateHandler(_elastic.Snapshot):
     """Keeps one object of a state: ``save`` a copy, ``restore`` it, ``sync`` rank 0's."""
 
     def __init__(self, value):
         self.value = value
 
-    def save(self):
-        raise NotImplementedError
-
-    def restore(self):
-        raise NotImplementedError
-
-    def sync(self):
-        raise NotImplementedError
-
-    def reset(self):
-        pass
-
     def set_value(self, value):
         self.value = value
         self.save()
+
+
+class HandlerRegistry:
+    """A framework's ``(type, handler class)`` pairs, the first ``isinstance`` match winning:
+    Horovod's per-framework ``get_handler_registry``/``set_handler_registry`` are :meth:`get`
+    and :meth:`set` of one of these."""
+
+    def __init__(self, pairs):
+        self._pairs = list(pairs)
+
+    def get(self):
+        return self._pairs
+
+    def set(self, pairs):
+        self._pairs = pairs
 
 
 class HandlerState(_elastic.ObjectState):

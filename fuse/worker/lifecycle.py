@@ -93,7 +93,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         segments = shm.connect(config, backend.exchange)    # None unless one host
         hier = hierarchy.connect(config, backend, log)      # None unless several hosts
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
-        engine._set_hosts(hosts)
+        engine.set_hosts(hosts)
         if segments is not None:
             engine.install_shm(0, segments)
         if hier is not None:

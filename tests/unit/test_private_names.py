@@ -19,17 +19,9 @@ import fuse
 
 PACKAGE = pathlib.Path(fuse.__file__).parent
 
-# Reads that another branch (k8s: the launchers' worker-starting strategy, fuse.ray, fuse.spark)
-# removes.  Pending: the lead empties this list after merging that branch; an entry that no
-# longer occurs fails the test below, so the list cannot outlive its reason.
-PENDING = {
-    ("fuse/ray/elastic.py", "_Worker"),             # subclasses the launcher's private hook
-    ("fuse/runner/elastic/driver.py", "_Worker"),   # the same, in the elastic driver
-    ("fuse/spark/elastic.py", "_Worker"),
-    ("fuse/spark/elastic.py", "_first_line"),       # spark's copy of fuse.spark.runner's helpers
-    ("fuse/spark/elastic.py", "_start_timeout"),
-    ("fuse/spark/elastic.py", "_store_address"),
-}
+# Reads of another module's private name still waiting to be made public: none.  An entry that
+# no longer occurs fails the test below, so the list cannot outlive its reason.
+PENDING: set[tuple[str, str]] = set()
 
 
 def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:

@@ -16,8 +16,9 @@ import copy
 import mxnet as mx
 
 from fuse.worker.elastic import State, run, run_fn  # noqa: F401
-from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerState, ObjectState,  # noqa: F401
-                                          SamplerStateHandler, StateHandler, bcast_object)
+from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerRegistry, HandlerState,  # noqa: F401
+                                          ObjectState, SamplerStateHandler, StateHandler,
+                                          bcast_object)
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from fuse.frameworks.mxnet.functions import broadcast_parameters
 
@@ -93,21 +94,14 @@ class TrainerStateHandler(StateHandler):
         self._put(bcast_object(self._snapshot(), name="fuse.elastic.trainer_state"))
 
 
-_handler_registry = [
+_registry = HandlerRegistry([
     (mx.gluon.Block, ParametersStateHandler),
     (mx.gluon.ParameterDict, ParametersStateHandler),
     (mx.gluon.Trainer, TrainerStateHandler),
     (ElasticSampler, SamplerStateHandler),
-]
-
-
-def get_handler_registry():
-    return _handler_registry
-
-
-def set_handler_registry(registry):
-    global _handler_registry
-    _handler_registry = registry
+])
+get_handler_registry = _registry.get
+set_handler_registry = _registry.set
 
 
 class MXNetState(HandlerState):
@@ -119,4 +113,4 @@ class MXNetState(HandlerState):
 
     def __init__(self, model=None, trainer=None, **kwargs):
         kwargs.update(model=model, trainer=trainer)
-        super().__init__(_handler_registry, **kwargs)
+        super().__init__(_registry.get(), **kwargs)

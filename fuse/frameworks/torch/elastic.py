@@ -15,8 +15,8 @@ import copy
 import torch
 
 from fuse.worker.elastic import State, run, run_fn  # noqa: F401
-from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerState, ObjectState,  # noqa: F401
-                                          SamplerStateHandler, StateHandler)
+from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerRegistry, HandlerState,  # noqa: F401
+                                          ObjectState, SamplerStateHandler, StateHandler)
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from fuse.frameworks.torch.functions import broadcast_optimizer_state, broadcast_parameters
 
@@ -61,20 +61,13 @@ class OptimizerStateHandler(StateHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-_handler_registry = [
+_registry = HandlerRegistry([
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
-]
-
-
-def get_handler_registry():
-    return _handler_registry
-
-
-def set_handler_registry(registry):
-    global _handler_registry
-    _handler_registry = registry
+])
+get_handler_registry = _registry.get
+set_handler_registry = _registry.set
 
 
 class TorchState(HandlerState):
@@ -86,4 +79,4 @@ class TorchState(HandlerState):
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
-        super().__init__(_handler_registry, **kwargs)
+        super().__init__(_registry.get(), **kwargs)

@@ -30,7 +30,7 @@ import time
 from typing import Mapping, Sequence
 
 from fuse.cluster.hosts import HostSpec, Slot
-from ..job import Failure, Job, JobResult, Settings, _Worker
+from ..job import Failure, Job, JobResult, Settings, WorkerRecord
 from ..starter import WorkerStarter
 from fuse.cluster import elastic_protocol as protocol
 from .blacklist import Blacklist
@@ -115,8 +115,8 @@ class ElasticJob(Job):
         self._stop_discovery = threading.Event()
         self.generation = -1
         self.plan: dict[str, Slot] = {}
-        self.live: dict[str, _Worker] = {}              # worker id -> process of the plan
-        self.leaving: dict[str, tuple[_Worker, float]] = {}   # left out: (process, deadline)
+        self.live: dict[str, WorkerRecord] = {}              # worker id -> process of the plan
+        self.leaving: dict[str, tuple[WorkerRecord, float]] = {}   # left out: (process, deadline)
         self.failures: list[WorkerFailure] = []
         self.reset_count = 0
         self.succeeded: set[str] = set()
@@ -246,7 +246,7 @@ class ElasticJob(Job):
         for wid, slot in sorted(plan.items(), key=lambda kv: kv[1].rank):
             if wid in self.live:
                 continue
-            w = _Worker(slot)
+            w = WorkerRecord(slot)
             w.wid = wid
             self._workers.append(w)
             self.live[wid] = w
@@ -256,7 +256,7 @@ class ElasticJob(Job):
                 self._record(w, failure.what())
         return None
 
-    def _record(self, w: _Worker, what: str) -> None:
+    def _record(self, w: WorkerRecord, what: str) -> None:
         self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what,
                                            w.tail()))
         seconds = self.blacklist.add(w.slot.hostname)
