@@ -43,7 +43,7 @@ def _estimator(store, **kwargs):
                     optimizer=torch.optim.SGD(model.parameters(), lr=0.2),
                     loss=torch.nn.functional.mse_loss, feature_cols=["features"],
                     label_cols=["label"], input_shapes=[[-1, 2]], batch_size=16, epochs=15,
-                    random_seed=1, verbose=0)
+                    random_seed=1, verbose=0, partitions_per_process=1)
     settings.update(kwargs)
     return TorchEstimator(**settings)
 
@@ -121,6 +121,7 @@ def test_validation_column_sample_weights_and_scalar_columns(spark, tmp_path):
         loss=torch.nn.MSELoss(), feature_cols=["x1", "x2"], label_cols=["y"],
         sample_weight_col="weight", validation="is_val", batch_size=8, epochs=12,
         store=LocalStore(str(tmp_path / "store")), random_seed=2, verbose=0,
+        partitions_per_process=1,
         metrics=[torch.nn.functional.l1_loss]).fit(df)
     weights, bias = _learned(fitted.getModel().linear)
     assert weights == pytest.approx(WEIGHTS, abs=0.1) and bias == pytest.approx(BIAS, abs=0.1)

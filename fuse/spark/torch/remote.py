@@ -106,8 +106,12 @@ def train(spec):
     optimizer = _optimizer_for(model, spec.optimizer)
     store, checkpoint = spec.store, spec.store.get_checkpoint_path(spec.run_id)
 
+    # Every rank loads the checkpoint (the store is shared), so that all have the same
+    # optimizer state to broadcast: a state on rank 0 only would make the ranks' broadcasts
+    # differ.  Which checkpoint is rank 0's word.
+    found = hvd.broadcast_object(bool(checkpoint) and store.exists(checkpoint), root_rank=0)
     start_epoch, history = 0, {}
-    if rank == 0 and checkpoint and store.exists(checkpoint):
+    if found:
         saved = torch.load(io.BytesIO(store.read(checkpoint)), weights_only=False)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
