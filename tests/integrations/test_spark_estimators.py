@@ -17,7 +17,7 @@ import estimator_models  # noqa: E402
 from fuse.spark.common.store import LocalStore  # noqa: E402
 from fuse.spark.torch import TorchEstimator, TorchModel  # noqa: E402
 
-pytestmark = pytest.mark.timeout(300)
+pytestmark = pytest.mark.timeout(900)   # a hang guard: fits are slow on a loaded 2-core machine
 WEIGHTS, BIAS = [2.0, -3.0], 0.5
 
 
