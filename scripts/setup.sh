@@ -75,6 +75,8 @@ PY
   # The autotuner's optimiser (optuna's GP sampler runs on torch): only next to the pinned
   # torch, since the `autotune` extra would otherwise pull an unpinned one.
   .venv/bin/python -m pip install -q "optuna>=3.6" scipy
+  # PyTorch Lightning for fuse.spark.lightning's test, pinned (it takes the torch above).
+  .venv/bin/python -m pip install -q "lightning==${FUSE_LIGHTNING_VERSION:-2.6.6}"
 fi
 # The Ray and Spark integrations (fuse.ray, fuse.spark) and their tests: Ray and PySpark share
 # .venv (neither pins NumPy or torch); Spark runs on a Java runtime, which Debian's
@@ -102,7 +104,7 @@ fi
 [ -x .venv/bin/mpiexec ] ||
   { echo "setup: FAILED: the mpich wheel installed no .venv/bin/mpiexec" >&2; exit 1; }
 if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
-  .venv/bin/python -c "import optuna, scipy" ||
-    { echo "setup: FAILED: optuna/scipy do not import" >&2; exit 1; }
+  .venv/bin/python -c "import optuna, scipy, lightning" ||
+    { echo "setup: FAILED: optuna/scipy/lightning do not import" >&2; exit 1; }
 fi
 echo "setup: fuse installed in $(pwd)/.venv"

@@ -117,9 +117,9 @@ def test_validation_column_sample_weights_and_scalar_columns(spark, tmp_path):
     torch.manual_seed(0)
     model = estimator_models.TwoInputs()
     fitted = TorchEstimator(
-        num_proc=2, model=model, optimizer=torch.optim.Adam(model.parameters(), lr=0.05),
+        num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.5),
         loss=torch.nn.MSELoss(), feature_cols=["x1", "x2"], label_cols=["y"],
-        sample_weight_col="weight", validation="is_val", batch_size=8, epochs=12,
+        sample_weight_col="weight", validation="is_val", batch_size=8, epochs=20,
         store=LocalStore(str(tmp_path / "store")), random_seed=2, verbose=0,
         partitions_per_process=1,
         metrics=[torch.nn.functional.l1_loss]).fit(df)
@@ -164,3 +164,26 @@ def test_bad_input_is_refused_before_training(spark, vector_df, tmp_path, case, 
     with pytest.raises(error, match=match):
         _estimator(store, **settings).fit(df)
     assert not store.exists(store.get_runs_path()), "training started"
+
+
+def test_lightning_module_learns_with_its_own_steps(spark, vector_df, tmp_path):
+    needs.module("lightning")
+    import estimator_lightning_models
+    from pyspark import cloudpickle as spark_pickle
+    # transform unpickles the model in Spark's Python workers, whose path lacks this folder
+    spark_pickle.register_pickle_by_value(estimator_lightning_models)
+    from fuse.spark.lightning import TorchEstimator as LightningEstimator
+    from fuse.spark.lightning import TorchModel as LightningModel
+    torch.manual_seed(0)
+    fitted = LightningEstimator(
+        num_proc=2, model=estimator_lightning_models.LinearRegression(),
+        store=LocalStore(str(tmp_path / "store")), feature_cols=["features"],
+        label_cols=["label"], input_shapes=[[-1, 2]], label_shapes=[[-1, 1]],
+        validation=0.25, batch_size=16, epochs=15, random_seed=1, verbose=0,
+        partitions_per_process=1).fit(vector_df)
+    assert isinstance(fitted, LightningModel)
+    weights, bias = _learned(fitted.getModel().linear)
+    assert weights == pytest.approx(WEIGHTS, abs=0.05) and bias == pytest.approx(BIAS, abs=0.05)
+    assert len(fitted.getHistory()["val_loss"]) == 15
+    rows = fitted.transform(vector_df).select("label", "label__output").collect()
+    assert np.allclose([r.label__output for r in rows], [r.label for r in rows], atol=0.1)

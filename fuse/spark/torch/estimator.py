@@ -62,7 +62,8 @@ class TorchEstimator(FuseEstimator):
                 "gradient_compression": self.getGradientCompression(),
                 "backward_passes_per_step": self.getBackwardPassesPerStep(),
                 "train_minibatch_fn": self.getTrainMinibatchFn(),
-                "callbacks": self.getCallbacks()}
+                "callbacks": self.getCallbacks(), "make_optimizer": None,
+                "lightning_steps": None}
 
     def _remote_trainer(self):
         return remote.train

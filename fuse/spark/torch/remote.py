@@ -103,7 +103,8 @@ def train(spec):
     if spec.random_seed is not None:
         torch.manual_seed(spec.random_seed)
     model = spec.model
-    optimizer = _optimizer_for(model, spec.optimizer)
+    optimizer = (_optimizer_for(model, spec.optimizer) if spec.optimizer is not None
+                 else spec.make_optimizer(model))
     store, checkpoint = spec.store, spec.store.get_checkpoint_path(spec.run_id)
 
     # Every rank loads the checkpoint (the store is shared), so that all have the same
@@ -146,7 +147,10 @@ def train(spec):
     val_steps = spec.validation_steps_per_epoch or max(1, math.ceil(
         data.val_rows / (spec.val_batch_size * size)))
 
-    def evaluate(batch):
+    def evaluate(batch, step=0, training=True):
+        if spec.lightning_steps:            # the LightningModule's own training/validation step
+            return spec.lightning_steps(model, batch_tensors, batch, columns, shapes,
+                                        label_shapes, metadata, step, training)
         inputs = batch_tensors(batch, feature_cols, shapes, metadata)
         labels = batch_tensors(batch, label_cols, label_shapes, metadata)
         weights = torch.from_numpy(batch[weight_col]).float() if weight_col else None
@@ -175,7 +179,7 @@ def train(spec):
             if spec.train_minibatch_fn is not None:
                 loss, values = spec.train_minibatch_fn(model, optimizer, next(train_batches))
             else:
-                loss, values = evaluate(next(train_batches))
+                loss, values = evaluate(next(train_batches), step)
                 (loss / passes).backward()
                 if (step + 1) % passes == 0 or step + 1 == steps:
                     optimizer.step()
@@ -186,8 +190,8 @@ def train(spec):
             model.eval()
             sums = {}
             with torch.no_grad():
-                for _ in range(val_steps):
-                    for name, value in evaluate(next(val_batches))[1].items():
+                for step in range(val_steps):
+                    for name, value in evaluate(next(val_batches), step, False)[1].items():
                         sums[name] = sums.get(name, 0.0) + float(value)
             logs.update(averaged(sums, val_steps, "val_"))
         for name, value in logs.items():
