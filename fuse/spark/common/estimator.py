@@ -155,7 +155,7 @@ class FuseModel(PersistenceMixin, Model, ModelParams):
         return df.sparkSession.createDataFrame(df.rdd.mapPartitions(partition), schema)
 
 
-def _column_array(values) -> "np.ndarray":
+def _column_array(values):
     import numpy as np
     from pyspark.ml.linalg import Vector
     if values and isinstance(values[0], Vector):
