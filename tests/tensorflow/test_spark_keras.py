@@ -49,7 +49,7 @@ def _estimator(store, **kwargs):
     keras.utils.set_random_seed(0)
     model = keras.Sequential([keras.Input(shape=(2,)), keras.layers.Dense(1)])
     settings = dict(num_proc=2, model=model, store=store,
-                    optimizer=keras.optimizers.Adam(learning_rate=0.1), loss="mse",
+                    optimizer=keras.optimizers.SGD(learning_rate=0.5), loss="mse",
                     feature_cols=["features"], label_cols=["label"],
                     sample_weight_col="weight", validation="is_val", input_shapes=[[-1, 2]],
                     batch_size=16, epochs=8, random_seed=1, verbose=0,
