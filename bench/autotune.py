@@ -63,8 +63,8 @@ def _timed(fuse, step, steps):
 def grid_worker(steps):
     fuse, step = _setup()
     fuse.init()
-    from fuse.worker import lifecycle
-    engine = lifecycle._state.engine
+    from fuse.worker import state as job_state
+    engine = job_state.engine()
     out = []
     for threshold, cycle, cache in GRID:
         engine.set_tuning(threshold, cycle, cache)

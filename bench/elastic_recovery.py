@@ -45,7 +45,7 @@ def train_until_killed(out: str, me: str) -> int:
     import torch
 
     import fuse.torch as hvd
-    from fuse.worker import lifecycle
+    from fuse.worker.state import rendezvous_generation
 
     hvd.init()
     torch.manual_seed(0)
@@ -61,7 +61,7 @@ def train_until_killed(out: str, me: str) -> int:
         while state.step < 60:
             opt.zero_grad()
             torch.nn.functional.cross_entropy(model(x), y).backward()
-            if state.step == 30 and hvd.rank() == 1 and lifecycle._state.generation == 0:
+            if state.step == 30 and hvd.rank() == 1 and rendezvous_generation() == 0:
                 with open(os.path.join(out, "killed"), "w") as f:
                     f.write(repr(time.time()))
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -70,7 +70,7 @@ def train_until_killed(out: str, me: str) -> int:
             time.sleep(0.02)
             state.commit()
             with open(os.path.join(out, f"commits.{me}"), "a") as f:
-                f.write(f"{time.time()!r} {lifecycle._state.generation}\n")
+                f.write(f"{time.time()!r} {rendezvous_generation()}\n")
 
     train(state)
     return hvd.rank()

@@ -14,7 +14,7 @@ from fuse.collectives.calls import (NumpyOps, allgather_object, barrier,  # noqa
 from fuse.collectives.ops import Average
 from fuse.worker.process_sets import global_process_set
 
-_ops = NumpyOps()
+ops = NumpyOps()
 
 
 def _arr(x) -> np.ndarray:
@@ -30,7 +30,7 @@ def _inplace(x) -> np.ndarray:
 
 def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                     postscale_factor=1.0, process_set=global_process_set):
-    return _c.allreduce_async(_ops, _arr(tensor), name=name, op=op, average=average,
+    return _c.allreduce_async(ops, _arr(tensor), name=name, op=op, average=average,
                               prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor, process_set=process_set)
 
@@ -38,7 +38,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
 def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
                      postscale_factor=1.0, process_set=global_process_set):
     t = _inplace(tensor)
-    return _c.allreduce_async(_ops, t, output=t, name=name, op=op, average=average,
+    return _c.allreduce_async(ops, t, output=t, name=name, op=op, average=average,
                               prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor, process_set=process_set)
 
@@ -59,7 +59,7 @@ def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                             postscale_factor=1.0, process_set=global_process_set):
-    return _c.grouped_allreduce_async(_ops, [_arr(t) for t in tensors], name=name, op=op,
+    return _c.grouped_allreduce_async(ops, [_arr(t) for t in tensors], name=name, op=op,
                                       average=average, prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor,
                                       process_set=process_set)
@@ -67,7 +67,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
 
 def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
-    return _c.grouped_allreduce_async(_ops, [_inplace(t) for t in tensors], inplace=True,
+    return _c.grouped_allreduce_async(ops, [_inplace(t) for t in tensors], inplace=True,
                                       name=name, op=op, average=average,
                                       prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor,
@@ -87,7 +87,7 @@ def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_facto
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
-    return _c.allgather_async(_ops, _arr(tensor), name=name, process_set=process_set)
+    return _c.allgather_async(ops, _arr(tensor), name=name, process_set=process_set)
 
 
 def allgather(tensor, name=None, process_set=global_process_set):
@@ -96,7 +96,7 @@ def allgather(tensor, name=None, process_set=global_process_set):
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
-    return _c.grouped_allgather_async(_ops, [_arr(t) for t in tensors], name=name,
+    return _c.grouped_allgather_async(ops, [_arr(t) for t in tensors], name=name,
                                       process_set=process_set)
 
 
@@ -105,12 +105,12 @@ def grouped_allgather(tensors, name=None, process_set=global_process_set):
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
-    return _c.broadcast_async(_ops, _arr(tensor), root_rank, name=name, process_set=process_set)
+    return _c.broadcast_async(ops, _arr(tensor), root_rank, name=name, process_set=process_set)
 
 
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     t = _inplace(tensor)
-    return _c.broadcast_async(_ops, t, root_rank, output=t, name=name, process_set=process_set)
+    return _c.broadcast_async(ops, t, root_rank, output=t, name=name, process_set=process_set)
 
 
 def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
@@ -123,7 +123,7 @@ def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
-    return _c.alltoall_async(_ops, _arr(tensor), splits, name=name, process_set=process_set)
+    return _c.alltoall_async(ops, _arr(tensor), splits, name=name, process_set=process_set)
 
 
 def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
@@ -135,7 +135,7 @@ def alltoall(tensor, splits=None, name=None, process_set=global_process_set):
 
 def reducescatter_async(tensor, name=None, op=Average, process_set=global_process_set,
                         prescale_factor=1.0, postscale_factor=1.0):
-    return _c.reducescatter_async(_ops, _arr(tensor), name=name, op=op,
+    return _c.reducescatter_async(ops, _arr(tensor), name=name, op=op,
                                   process_set=process_set, prescale_factor=prescale_factor,
                                   postscale_factor=postscale_factor)
 
@@ -149,7 +149,7 @@ def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
                                 prescale_factor=1.0, postscale_factor=1.0):
-    return _c.grouped_reducescatter_async(_ops, [_arr(t) for t in tensors], name=name, op=op,
+    return _c.grouped_reducescatter_async(ops, [_arr(t) for t in tensors], name=name, op=op,
                                           process_set=process_set,
                                           prescale_factor=prescale_factor,
                                           postscale_factor=postscale_factor)

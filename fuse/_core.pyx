@@ -8,31 +8,38 @@ else happens in the loop (:meth:`Engine._iterate`), with the GIL released, run b
 while the background thread sleeps (:meth:`Engine._drive`):
 
 * it sends each new request to the coordinator (rank 0) over the control channel: the full
-  description the first time a name is seen, a 4-byte cache slot afterwards;
+  description the first time a name is seen, its cache slot (8 bytes: slot and generation)
+  afterwards;
 * on rank 0 it also runs the coordinator: it counts, per tensor, which ranks are ready,
-  checks that they agree (shape, dtype, op, root), and once every member of the process set is
-  ready appends a response to one ordered stream that it sends to every member.  Ready
-  allreduces of the same dtype/op/scale are fused into one response up to the fusion threshold;
+  checks that they agree (shape, dtype, op, root, placement), and once every member of the
+  process set is ready appends a response to one ordered stream that it sends to every member.
+  Ready allreduces of the same dtype/op/scale/placement are fused into one response up to the
+  fusion threshold;
 * every rank executes the responses in stream order, so every rank issues the same collectives in
-  the same order: pack into the fusion buffer, one backend call, unpack, scale, complete handles.
+  the same order: pack into the fusion buffer, one backend call, unpack, scale, complete handles
+  (device tensors: the device executor enqueues them on the GPU backend's stream instead).
 
 An idle engine thread sleeps in ``epoll_wait`` on its sockets and an eventfd: no cycle runs
 without work.  A rank that raises, exits or dies is seen at once by the coordinator (an ABORT
 message, or the socket closing), which tells every other rank; their pending and future calls
 raise with the failing rank and its message.
 
-The engine is a few extension modules, cut where the state is owned (see fuse/meson.build):
+The engine's parts are modules of fuse/engine/, cut where the state is owned (see
+fuse/engine/meson.build):
 
-* ``_protocol``: the wire format and the structs every part shares (_protocol.pxd);
-* ``_request``: ``RequestSpec``, a collective as its caller asked for it (and its buffers);
-* ``_channel``: the control channel's sockets, and what the idle engine thread sleeps on;
-* ``_handles``: the handle table and the failure state Python threads wait on (the lock);
-* ``_psets``: the process sets and the backend connections each runs over;
-* ``_submitter``: this rank's requests in flight and its side of the response cache;
-* ``_coordinator``: rank 0's negotiation; it owns the request table, the response cache and
+* ``protocol``: the wire format, every control frame, and the structs every part shares
+  (protocol.pxd);
+* ``request``: ``RequestSpec``, a collective as its caller asked for it (and its buffers);
+* ``channel``: the control channel's sockets, and what the idle engine thread sleeps on;
+* ``handles``: the handle table and the failure state Python threads wait on; its methods take
+  its lock;
+* ``psets``: the process sets and the backend connections each runs over;
+* ``submitter``: this rank's requests in flight and its side of the response cache;
+* ``coordinator``: rank 0's negotiation; it owns the request table, the response cache and
   the fusion decisions, and reaches the engine only through ``CoordinatorLink``;
-* ``_executor``: runs a response's collective on this rank; owns the fusion buffer;
-* ``_results``: runs each response through the executor and completes this rank's handles;
+* ``executor``: runs a response's collective on this rank; owns the fusion buffer;
+* ``results``: runs each response through the executor (device responses through the device
+  executor, fuse/engine/device.py) and completes this rank's handles;
 * this module: the ``Engine``, the Python API over those parts, and the loop.
 """
 
@@ -58,7 +65,7 @@ import threading
 
 from fuse.engine.protocol import (ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER,
                             JOIN, PSET_ADD, PSET_REMOVE, AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT,
-                            KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS)
+                            KIND_NAMES, OP_NAMES, DTYPE_NAMES, DTYPE_CODES, BACKEND_OPS)
 from fuse.engine.executor import FusionBufferManager, reduce_arrays, scale_array
 
 # what one pass of the loop did (Engine._iterate)
@@ -66,15 +73,6 @@ cdef enum:
     STEP_PROGRESS = 0
     STEP_IDLE = 1
     STEP_STOP = 2
-
-
-cdef inline void _acquire(Lock* lock) noexcept:
-    """Take the engine lock from code that holds the GIL, releasing the GIL while waiting: the
-    engine thread and Python threads only ever wait for the lock without the GIL, so a thread
-    that holds the lock and wants the GIL can never meet one that holds the GIL and wants the
-    lock."""
-    with nogil:
-        lock_acquire(lock)
 
 
 cdef class Engine(CoordinatorLink):
@@ -100,13 +98,14 @@ cdef class Engine(CoordinatorLink):
     # knobs (the coordinator's are in it)
     # this rank's view
     cdef Submitter submitter            # loop: this rank's requests in flight, its cache slots
-    cdef ProcessSets psets              # id -> process set; see _psets.pyx for who writes it
+    cdef ProcessSets psets              # id -> process set; see engine/psets.pyx for who writes it
     # loop: negotiation (every rank has a coordinator, only rank 0's gets requests)
     cdef Coordinator coord
     # loop: executing responses
     cdef Executor executor
     cdef ResponseRunner runner         # loop: runs responses, completes this rank's handles
     cdef CoordinatorWatch watch         # loop (workers): rank 0's silence while requests wait
+    cdef double peer_timeout_s          # FUSE_PEER_TIMEOUT_SECONDS (see _unanswered_text)
     cdef double shm_warn_s, shm_fail_s  # how long a shared-memory barrier waits for a member
     # Python side
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
@@ -148,6 +147,7 @@ cdef class Engine(CoordinatorLink):
         self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
         self.runner.tl = self.tl
         self.watch = CoordinatorWatch(config)
+        self.peer_timeout_s = config.peer_timeout_seconds
         # A member late in shared memory is reported like a stalled rank: a warning after the
         # stall-check time, a StallError after the stall-shutdown time, or, when that is off,
         # after the Gloo timeout, as the same allreduce through Gloo would fail.
@@ -158,6 +158,10 @@ cdef class Engine(CoordinatorLink):
         self._install_group(0, list(range(self.size)), world_group)
 
     # ------------------------------------------------------------------ Python-facing API
+
+    def _set_hosts(self, names):
+        """Every rank's host name, by rank, for messages that name a rank."""
+        self.channel.set_hosts(names)
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="fuse-engine", daemon=True)
@@ -179,17 +183,27 @@ cdef class Engine(CoordinatorLink):
     def _install_group(self, int pset_id, ranks, group):
         self.psets.install(pset_id, ranks, group)
 
-    def _install_twin(self, int pset_id, group):
+    def install_twin(self, int pset_id, group):
         return self.psets.install_twin(pset_id, group)
 
-    def _install_shm(self, int pset_id, SharedSegments segments):
+    def install_shm(self, int pset_id, SharedSegments segments):
         segments.set_patience(self.shm_warn_s, self.shm_fail_s)
         self.psets.install_shm(pset_id, segments)
 
-    def _install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
+    def install_hierarchy(self, int pset_id, SharedSegments local, cross_ranks, cross_group,
                            size_t min_bytes, size_t gather_min_bytes, local_index):
         self.psets.install_hierarchy(pset_id, local, cross_ranks, cross_group, min_bytes,
                                      gather_min_bytes, local_index)
+
+    def install_device_executor(self, executor):
+        """Run this rank's device (GPU) responses with ``executor``
+        (:class:`fuse.engine.device.DeviceExecutor`): made on the rank's first device request,
+        before that request is queued, so before any response for it can arrive."""
+        self.runner.device_executor = executor
+
+    @property
+    def device_executor(self):
+        return self.runner.device_executor
 
     def _add_shared_region(self, list maps, list sizes):
         """Register one more shared region with the world's shared-memory allreduce (see
@@ -235,42 +249,24 @@ cdef class Engine(CoordinatorLink):
 
     cdef list _enqueue_bound(self, vector[Request]& reqs, list specs):
         """Check the bound requests against what is in flight, then queue them."""
-        cdef list handles = []
-        cdef int i
-        _acquire(self.lock)
-        if self.table.state != S_RUNNING:
-            msg = self.table.failure_text()
-            lock_release(self.lock)
-            from fuse.exceptions import ShutdownError
-            raise ShutdownError(msg)
-        refusal = self.table.refusal_locked(reqs, self.psets.map, self.rank)
-        if refusal is not None:
-            lock_release(self.lock)
-            raise ValueError(refusal)
-        for i in range(<int>reqs.size()):
-            reqs[i].handle = self.table.next_handle
-            self.table.next_handle += 1
-            self.table.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
-            self.table.handles[reqs[i].handle].status = H_PENDING
-            self.table.handles[reqs[i].handle].drivable = self._drivable(reqs[i])
-            self.table.npending += 1
-            self.table.queue.push_back(reqs[i])
-            handles.append(reqs[i].handle)
-            self._records[reqs[i].handle] = specs[i]
-        lock_release(self.lock)
+        cdef vector[char] drivable
+        cdef size_t i
+        for i in range(reqs.size()):
+            drivable.push_back(self._drivable(reqs[i]))
+        handles = self.table.admit(reqs, drivable, self.psets.map, self.rank)
+        for h, spec in zip(handles, specs):
+            self._records[h] = spec
         self.channel.wake()
         return handles
 
     def poll(self, int64_t handle):
         """True once the handle has completed (successfully or not)."""
-        cdef bint done
-        _acquire(self.lock)
-        if self.table.handles.count(handle) == 0:
-            lock_release(self.lock)
+        cdef int status
+        with nogil:
+            status = self.table.status_of(handle)
+        if status < 0:
             raise ValueError(f"unknown handle {handle}")
-        done = self.table.handles[handle].status != H_PENDING
-        lock_release(self.lock)
-        return done
+        return status != H_PENDING
 
     def wait(self, int64_t handle):
         """Block until the handle completes; return ``(value, aux, spec)`` and forget it, or
@@ -283,19 +279,8 @@ cdef class Engine(CoordinatorLink):
                 self._drive(handle)
         while True:
             with nogil:                 # the lock is only ever waited for without the GIL
-                lock_acquire(self.lock)
-                if self.table.handles.count(handle) == 0:
-                    known = False
-                else:
-                    status = self.table.handles[handle].status
-                    if status == H_PENDING:
-                        lock_wait_ms(self.lock, 100.0)
-                        status = self.table.handles[handle].status
-                    if status != H_PENDING:
-                        hs = self.table.handles[handle]
-                        self.table.handles.erase(handle)
-                lock_release(self.lock)
-            if not known:
+                status = self.table.wait_step(handle, 100.0, &hs)
+            if status < 0:
                 raise ValueError(f"unknown handle {handle} (already synchronized?)")
             if status != H_PENDING:
                 break
@@ -311,18 +296,14 @@ cdef class Engine(CoordinatorLink):
         """This rank is failing: tell the coordinator (and through it everyone) why."""
         cdef string msg = message.encode(errors="replace")
         cdef string frame
-        _acquire(self.lock)
-        if self.table.state != S_RUNNING:
-            lock_release(self.lock)
+        cdef bint failed_now
+        with nogil:
+            failed_now = self.table.fail_if_running(
+                _str("rank ") + _int_str(self.rank) + _str(" failed: ") + msg, ERR_INTERNAL)
+        if not failed_now:          # the engine had already stopped or failed
             return
-        self.table.fail_locked(_str("rank ") + _int_str(self.rank) + _str(" failed: ") + msg, ERR_INTERNAL)
-        lock_release(self.lock)
         if self.rank == 0:
-            frame.clear()
-            put[uint8_t](frame, MSG_ABORT_ALL)
-            put[int](frame, 0)              # who: this rank
-            put[int](frame, ERR_INTERNAL)
-            put_str(frame, msg)
+            frame_abort_all(frame, 0, ERR_INTERNAL, msg)    # who: this rank
             with nogil:
                 self.channel.send_all(frame, -1)
         else:
@@ -332,10 +313,8 @@ cdef class Engine(CoordinatorLink):
 
     def shutdown(self, double timeout=5.0):
         """Stop the background thread.  Pending collectives fail with ShutdownError."""
-        _acquire(self.lock)
-        if self.table.state == S_RUNNING:
-            self.table.state = S_STOPPING
-        lock_release(self.lock)
+        with nogil:
+            self.table.begin_stop()
         self.channel.wake()
         if self._thread is not None:
             self._thread.join(timeout)
@@ -343,19 +322,14 @@ cdef class Engine(CoordinatorLink):
 
     def _finish_shutdown(self):
         cdef string frame
-        _acquire(self.lock)
-        if self.table.state == S_STOPPING:
-            self.table.state = S_STOPPED
-            self.table.failure = b"fuse has been shut down on this rank (fuse.shutdown() was called)"
-            self.table.failure_kind = ERR_SHUTDOWN
-        self.table.fail_pending_locked()
-        lock_release(self.lock)
+        with nogil:
+            self.table.end_stop()
         if self.rank == 0:
-            put[uint8_t](frame, MSG_COORD_BYE)
+            frame_signal(frame, MSG_COORD_BYE)
             with nogil:
                 self.channel.send_all(frame, -1)
         else:
-            put[uint8_t](frame, MSG_BYE)
+            frame_signal(frame, MSG_BYE)
             with nogil:
                 self.channel.send_up(frame)
         if self._thread is None or not self._thread.is_alive():
@@ -364,17 +338,17 @@ cdef class Engine(CoordinatorLink):
 
     @property
     def failed(self):
-        _acquire(self.lock)
-        f = self.table.state == S_FAILED
-        lock_release(self.lock)
+        cdef bint f
+        with nogil:
+            f = self.table.is_failed()
         return f
 
     @property
     def failure(self):
-        _acquire(self.lock)
-        text = self.table.failure.decode(errors="replace")
-        lock_release(self.lock)
-        return text
+        cdef string text
+        with nogil:
+            self.table.current_state(&text)
+        return text.decode(errors="replace")
 
     def stats(self):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
@@ -473,16 +447,8 @@ cdef class Engine(CoordinatorLink):
         cdef bint progressed = False
         cdef Request r
         cdef int64_t cycle_ts
-        lock_acquire(self.lock)
-        state = self.table.state
-        batch.swap(self.table.queue)
-        lock_release(self.lock)
+        state = self.table.take_queue(batch)
         if state != S_RUNNING:
-            if batch.size():
-                lock_acquire(self.lock)
-                for r in batch:
-                    self.table.complete_locked(r.handle, H_ERROR, self.table.failure, self.table.failure_kind)
-                lock_release(self.lock)
             return STEP_STOP
         cycle_ts = tl_clock(self.tl) if tl_cycles_on(self.tl) else -1
         if batch.size():
@@ -520,12 +486,8 @@ cdef class Engine(CoordinatorLink):
         cdef int step
         cdef bint done = False
         cdef bint timed
-        lock_acquire(self.lock)
-        if self.table.npending != 1 or self.table.state != S_RUNNING or self.table.handles.count(handle) == 0 \
-                or self.table.handles[handle].status != H_PENDING or not self.table.handles[handle].drivable:
-            lock_release(self.lock)
+        if not self.table.driving_alone(handle):
             return
-        lock_release(self.lock)
         if not self._take_loop(False):
             return                      # the engine thread is at work
         idle_since = now_seconds()
@@ -533,9 +495,7 @@ cdef class Engine(CoordinatorLink):
             step = self._iterate()
             if step == STEP_STOP:
                 break
-            lock_acquire(self.lock)
-            done = self.table.handles.count(handle) == 0 or self.table.handles[handle].status != H_PENDING
-            lock_release(self.lock)
+            done = self.table.status_of(handle) != H_PENDING
             if done:
                 self.st_driven += 1
                 break
@@ -609,16 +569,17 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _watch_coordinator(self) noexcept nogil:
         """A worker with nothing to read: warn, then fail, if rank 0 has been silent too long
-        while this rank's requests wait for their responses (see _liveness.pyx)."""
+        while this rank's requests wait for their responses (see engine/liveness.pyx)."""
         cdef size_t waiting = self.submitter.inflight.size()
         cdef int verdict = self.watch.check(now_seconds(), waiting != 0)
         cdef string why
         if verdict == WATCH_WARN:
             with gil:
-                self._log.warning(self.watch.warning_text(self.rank, waiting))
+                self._log.warning(self.watch.warning_text(self.rank, waiting,
+                                                          self._rank0_name()))
         elif verdict == WATCH_FAIL:
             with gil:
-                why = self.watch.failure_text(self.rank, waiting).encode()
+                why = self.watch.failure_text(self.rank, waiting, self._rank0_name()).encode()
             self.table.fail(why, ERR_STALL)
 
     cdef bint _read_control(self, bint notices_only) noexcept nogil:
@@ -677,56 +638,47 @@ cdef class Engine(CoordinatorLink):
             self.channel.close(0)
             return True
         if not still_open:
+            if self.channel.stopped_answering(0):
+                self.table.fail(_str("lost the connection to the coordinator: ") +
+                                self.channel.who(0) + self._unanswered_text(), ERR_SHUTDOWN)
             self.channel.close(0)
-            lock_acquire(self.lock)
-            if self.table.state == S_RUNNING:
-                self.table.fail_locked(_str("lost the connection to the coordinator (rank 0): rank 0 "
-                                      "exited or crashed") if notices_only else
-                                  _str("lost the connection to the coordinator (rank 0): rank 0 "
-                                      "exited or crashed without reporting an error"),
-                                  ERR_SHUTDOWN)
-            lock_release(self.lock)
+            self.table.fail_if_running(_str("lost the connection to the coordinator (rank 0): rank 0 "
+                                           "exited or crashed") if notices_only else
+                                       _str("lost the connection to the coordinator (rank 0): rank 0 "
+                                           "exited or crashed without reporting an error"),
+                                       ERR_SHUTDOWN)
             return True
         return got
 
     cdef void _handle_coordinator_frame(self, const string& frame) noexcept nogil:
         cdef Reader rd = reader_new(frame)
-        cdef uint8_t t = get[uint8_t](rd)
+        cdef uint8_t t = read_type(rd)
         cdef uint32_t n, i, slot, gen
         cdef int who
         cdef string msg
         cdef Response resp
-        cdef int state
         cdef int kind
         if t == MSG_RESPONSES:
-            n = get[uint32_t](rd)
+            n = read_count(rd)
             for i in range(n):
                 resp = _read_response(rd)
                 if rd.bad:
                     self.table.fail(_str("corrupt response from the coordinator"), ERR_INTERNAL)
                     return
                 self._execute(resp)
-                lock_acquire(self.lock)
-                state = self.table.state
-                lock_release(self.lock)
-                if state == S_FAILED:
+                if self.table.is_failed():
                     return
         elif t == MSG_STALE:
-            slot = get[uint32_t](rd)
-            gen = get[uint32_t](rd)
+            read_stale(rd, &slot, &gen)
             if self.submitter.repack(slot, gen, msg):
                 self._send_requests(msg, string(b""))
-        elif t == MSG_ABORT_ALL:      # (who, error kind, message); who < 0: the job itself
-            who = get[int](rd)
-            kind = get[int](rd)
-            msg = get_str(rd)
+        elif t == MSG_ABORT_ALL:      # who < 0: the job itself
+            read_abort_all(rd, &who, &kind, &msg)
             self.table.fail_from(who, msg, kind)
         elif t == MSG_COORD_BYE:
-            lock_acquire(self.lock)
-            if self.table.state == S_RUNNING:
-                self.table.fail_locked(_str("rank 0 has shut down (it called fuse.shutdown() or "
-                                      "exited); no further collectives are possible"), ERR_SHUTDOWN)
-            lock_release(self.lock)
+            self.table.fail_if_running(_str("rank 0 has shut down (it called fuse.shutdown() or "
+                                           "exited); no further collectives are possible"),
+                                       ERR_SHUTDOWN)
 
     # ------------------------------------------------------------------ rank 0: the workers' side
 
@@ -744,31 +696,41 @@ cdef class Engine(CoordinatorLink):
 
     cdef void _worker_gone(self, int r) noexcept nogil:
         """Rank 0: worker ``r``'s connection closed."""
-        if self.channel.close(r) == PEER_LEAVING:     # said goodbye first: a clean exit
+        cdef bint unanswered = self.channel.stopped_answering(r)
+        if self.channel.close(r) == PEER_LEAVING and not unanswered:   # a clean exit
             self.coord.rank_left(r)
+            return
+        if unanswered:
+            self.abort_job(r, self.channel.who(r) + self._unanswered_text(), ERR_INTERNAL)
             return
         self.abort_job(r, _str("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
                               "to rank 0 closed"), ERR_INTERNAL)
 
+    cdef str _rank0_name(self):
+        return self.channel.who(0).decode(errors="replace")
+
+    cdef string _unanswered_text(self) noexcept nogil:
+        return (_str(" stopped answering: its end of the control connection acknowledged "
+                     "nothing for ") + _int_str(<int64_t>self.peer_timeout_s) +
+                _str(" s (FUSE_PEER_TIMEOUT_SECONDS); its host is down or cut off by the "
+                     "network"))
+
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         """Tell every rank the job failed, then fail here too (CoordinatorLink)."""
         cdef string frame
-        put[uint8_t](frame, MSG_ABORT_ALL)
-        put[int](frame, who)
-        put[int](frame, kind)
-        put_str(frame, msg)
+        frame_abort_all(frame, who, kind, msg)
         self.channel.send_all(frame, who)
         self.table.fail_from(who, msg, kind)
 
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil:
         """A message from ``rank`` (rank 0's own requests too)."""
         cdef Reader rd = reader_new(msg)
-        cdef uint8_t t = get[uint8_t](rd)
+        cdef uint8_t t = read_type(rd)
         if t == MSG_REQUESTS:
             self.coord.ingest_requests(rank, rd)
         elif t == MSG_ABORT:
-            self.abort_job(rank, get_str(rd), ERR_INTERNAL)
+            self.abort_job(rank, read_abort(rd), ERR_INTERNAL)
         elif t == MSG_BYE:
             self.channel.mark_leaving(rank)
             self.coord.rank_left(rank)
@@ -798,8 +760,7 @@ cdef class Engine(CoordinatorLink):
     cdef void _report_up(self, const string& msg) noexcept nogil:
         """A worker tells rank 0 (and through it everyone) why it is failing."""
         cdef string frame
-        put[uint8_t](frame, MSG_ABORT)
-        put_str(frame, msg)
+        frame_abort(frame, msg)
         self.channel.send_up(frame)
 
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
@@ -808,14 +769,10 @@ cdef class Engine(CoordinatorLink):
         cdef string why = _str("collective ") + _str(_kind_name(resp.kind)) + _str(" of tensor '") + \
             resp.names[0] + _str("' failed in the backend: ") + err
         self._await_cause(3.0)
-        lock_acquire(self.lock)
-        if self.table.state == S_FAILED:      # the cause arrived: name the collective it broke
-            self.table.amend_failure_locked(_str(" (while running ") + _str(_kind_name(resp.kind)) +
-                                       _str(" of tensor '") + resp.names[0] + _str("': ") + err +
-                                       _str(")"), ERR_BACKEND)
-        else:
-            self.table.fail_locked(why, ERR_BACKEND)
-        lock_release(self.lock)
+        # if the cause arrived meanwhile, its message gains the collective it broke
+        self.table.fail_or_amend(why, _str(" (while running ") + _str(_kind_name(resp.kind)) +
+                                 _str(" of tensor '") + resp.names[0] + _str("': ") + err +
+                                 _str(")"), ERR_BACKEND)
 
     cdef void _await_cause(self, double seconds) noexcept nogil:
         """Read only failure notices from the control channel for up to ``seconds``."""

@@ -1,10 +1,11 @@
 """The knobs a worker reads from the environment, parsed once into one typed object.
 
-Three are read elsewhere, where they are needed before a Config exists or by code that runs
-without one: FUSE_START_TIMEOUT by the launcher (fuse.runner.launch.start_timeout),
-FUSE_MPI_THREADS_DISABLE by the MPI backend before MPI starts, and FUSE_CONTROLLER_ADDR when
-rank 0 opens the control channel (fuse.worker.lifecycle); the launcher's own options live in
-fuse.runner.
+A few are read elsewhere, where they are needed before a Config exists or by code that runs
+without one: the MPI backend reads FUSE_MPI_THREADS_DISABLE before MPI starts, and
+fuse.worker.lifecycle reads FUSE_CONTROLLER_ADDR when rank 0 opens the control channel.  The
+launcher's own settings (FUSE_START_TIMEOUT, FUSE_ELASTIC_TIMEOUT through
+fuse.runner.launch.seconds_setting, FUSE_SSH_ARGS, the Gloo rendezvous address of a task) are
+read in fuse.runner, and the store's FUSE_RENDEZVOUS_DIR in fuse.cluster.store.
 
 Each knob is read as ``FUSE_<NAME>``; where Horovod has the same knob, ``HOROVOD_<NAME>`` is
 accepted as an alias (the FUSE_ spelling wins when both are set).  Booleans accept 1/0,
@@ -31,7 +32,7 @@ def launched_by_mpi(environ: Mapping[str, str] = os.environ) -> bool:
     return any(environ.get(var) for var in MPI_LAUNCHER_VARS)
 
 
-def _parse_bool(text: str) -> bool:
+def parse_bool(text: str) -> bool:
     t = text.strip().lower()
     if t in ("1", "true", "yes", "on", "y"):
         return True
@@ -48,7 +49,7 @@ def _parse_auto_bool(text: str) -> str:
     if text.strip().lower() in ("", "auto"):
         return "auto"
     try:
-        return "on" if _parse_bool(text) else "off"
+        return "on" if parse_bool(text) else "off"
     except ValueError:
         raise ValueError(f"expected 1/0, true/false or auto, got {text!r}") from None
 
@@ -155,10 +156,10 @@ class Config:
                                 doc="response cache entries; 0 disables the cache",
                                 bounds=(0, 1 << 24))
     disable_group_fusion: bool = _knob(False, "DISABLE_GROUP_FUSION", "DISABLE_GROUP_FUSION",
-                                       _parse_bool, "fuse grouped tensors only with their group")
+                                       parse_bool, "fuse grouped tensors only with their group")
     dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
-                                       _parse_bool, "allow add/remove_process_set after init")
-    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", _parse_bool, doc="elastic mode")
+                                       parse_bool, "allow add/remove_process_set after init")
+    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool, doc="elastic mode")
     elastic_timeout: float = _knob(600.0, "ELASTIC_TIMEOUT", "ELASTIC_TIMEOUT",
                                    doc="elastic: seconds a worker waits for the job to re-form",
                                    bounds=(1.0, 1e7))
@@ -168,7 +169,7 @@ class Config:
             "-1 outside elastic jobs)", bounds=(-1, 1 << 30))
     # diagnostics
     stall_check_disable: bool = _knob(False, "STALL_CHECK_DISABLE", "STALL_CHECK_DISABLE",
-                                      _parse_bool, "turn off the stall inspector")
+                                      parse_bool, "turn off the stall inspector")
     stall_check_time_seconds: float = _knob(60.0, "STALL_CHECK_TIME_SECONDS",
                                             "STALL_CHECK_TIME_SECONDS",
                                             doc="warn about ranks missing for this long",
@@ -177,14 +178,18 @@ class Config:
                                                "STALL_SHUTDOWN_TIME_SECONDS",
                                                doc="fail the job after this long (0: never)",
                                                bounds=(0.0, 1e7))
+    peer_timeout_seconds: float = _knob(
+        15.0, "PEER_TIMEOUT_SECONDS",
+        doc="a rank whose host stops acknowledging the control connection for this long "
+            "(down, or cut off by the network) fails the job", bounds=(2.0, 1e7))
     log_level: str = _knob("warning", "LOG_LEVEL", "LOG_LEVEL", _parse_log_level,
                            "trace, debug, info, warning, error or fatal")
-    log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", _parse_bool,
+    log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", parse_bool,
                                 "omit timestamps from log lines")
     timeline: str = _knob("", "TIMELINE", "TIMELINE", doc="Chrome-trace output path, or DYNAMIC")
     timeline_mark_cycles: bool = _knob(False, "TIMELINE_MARK_CYCLES", "TIMELINE_MARK_CYCLES",
-                                       _parse_bool, "mark engine cycles in the timeline")
-    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", _parse_bool, "tune fusion online")
+                                       parse_bool, "mark engine cycles in the timeline")
+    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool, "tune fusion online")
     autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG",
                               doc="CSV of autotune samples (rank 0)")
     autotune_warmup_samples: int = _knob(3, "AUTOTUNE_WARMUP_SAMPLES", "AUTOTUNE_WARMUP_SAMPLES",
@@ -286,7 +291,7 @@ def _convert(f: dataclasses.Field, var: str, text: str) -> Any:
             return parse(text)
         typ = _field_types()[f.name]
         if typ is bool:
-            return _parse_bool(text)
+            return parse_bool(text)
         if typ is int:
             return int(float(text)) if text.strip() else f.default
         if typ is float:

@@ -12,11 +12,12 @@ if [ ! -f /usr/share/cmake/Gloo/GlooConfig.cmake ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq libgloo-dev g++ python3-venv python3-dev >/dev/null
 fi
 
-# The ssh launcher test runs its hosts' sshd from openssh-server (scripts/cluster.sh).  Installed
+# The ssh launcher test runs its hosts' sshd from openssh-server (scripts/cluster.sh), and the
+# partition tests cut a host off with iptables.  Installed
 # only in CI (CI=true) or when asked (FUSE_INSTALL_SSHD=1), and as root (the test needs root):
 # on a developer's machine the test says it is skipped and why.  The package's own system sshd
 # is not started (policy-rc.d forbids it for the length of the install).
-if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] &&
+if { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/iptables ]; } && [ "$(id -u)" = 0 ] &&
    { [ "${CI:-}" = true ] || [ "${FUSE_INSTALL_SSHD:-0}" = 1 ]; }; then
   POLICY=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -25,7 +26,7 @@ if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = 0 ] &&
     chmod 755 "$POLICY"
   fi
   apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server iproute2 >/dev/null
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server iproute2 iptables >/dev/null
   if [ -n "$POLICY" ]; then rm -f "$POLICY"; fi
 fi
 

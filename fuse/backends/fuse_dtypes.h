@@ -244,17 +244,30 @@ ReduceFn kernel_16(int op) {
   }
 }
 
+/* The one table from a plain dtype's code to its C type: calls visit(T()) for the integers,
+   float32 and float64, and returns true; false for float16, bfloat16 and bool, whose elements
+   need conversions (each caller handles those itself). */
+template <class Visit>
+inline bool visit_plain_dtype(int dtype, Visit&& visit) {
+  switch (dtype) {
+    case FUSE_UINT8: visit(uint8_t()); return true;
+    case FUSE_INT8: visit(int8_t()); return true;
+    case FUSE_UINT16: visit(uint16_t()); return true;
+    case FUSE_INT16: visit(int16_t()); return true;
+    case FUSE_INT32: visit(int32_t()); return true;
+    case FUSE_INT64: visit(int64_t()); return true;
+    case FUSE_FLOAT32: visit(float()); return true;
+    case FUSE_FLOAT64: visit(double()); return true;
+    default: return false;
+  }
+}
+
 /* The kernel for (dtype, op), or nullptr when the pair is unknown. */
 inline ReduceFn reduce_kernel(int dtype, int op) {
+  ReduceFn plain = nullptr;
+  if (visit_plain_dtype(dtype, [&](auto zero) { plain = plain_kernel<decltype(zero)>(op); }))
+    return plain;
   switch (dtype) {
-    case FUSE_UINT8: return plain_kernel<uint8_t>(op);
-    case FUSE_INT8: return plain_kernel<int8_t>(op);
-    case FUSE_UINT16: return plain_kernel<uint16_t>(op);
-    case FUSE_INT16: return plain_kernel<int16_t>(op);
-    case FUSE_INT32: return plain_kernel<int32_t>(op);
-    case FUSE_INT64: return plain_kernel<int64_t>(op);
-    case FUSE_FLOAT32: return plain_kernel<float>(op);
-    case FUSE_FLOAT64: return plain_kernel<double>(op);
     case FUSE_FLOAT16:
 #ifdef FUSE_HAVE_F16C_PATH
       if (cpu_has_f16c()) {
@@ -288,20 +301,16 @@ inline void scale_typed(T* p, size_t n, double f) {
 // Multiply every element by `factor` (integers: computed in double, truncated, as Horovod does).
 inline void scale_buffer(void* buf, size_t count, int dtype, double factor) {
   if (factor == 1.0) return;
+  if (dtype == FUSE_FLOAT32) {     // multiplied in float: the factor rounded to float first
+    float* p = (float*)buf;
+    float f = (float)factor;
+    for (size_t i = 0; i < count; ++i) p[i] *= f;
+    return;
+  }
+  if (visit_plain_dtype(dtype, [&](auto zero) {
+        scale_typed(static_cast<decltype(zero)*>(buf), count, factor); }))
+    return;
   switch (dtype) {
-    case FUSE_UINT8: scale_typed((uint8_t*)buf, count, factor); break;
-    case FUSE_INT8: scale_typed((int8_t*)buf, count, factor); break;
-    case FUSE_UINT16: scale_typed((uint16_t*)buf, count, factor); break;
-    case FUSE_INT16: scale_typed((int16_t*)buf, count, factor); break;
-    case FUSE_INT32: scale_typed((int32_t*)buf, count, factor); break;
-    case FUSE_INT64: scale_typed((int64_t*)buf, count, factor); break;
-    case FUSE_FLOAT32: {
-      float* p = (float*)buf;
-      float f = (float)factor;
-      for (size_t i = 0; i < count; ++i) p[i] *= f;
-      break;
-    }
-    case FUSE_FLOAT64: scale_typed((double*)buf, count, factor); break;
     case FUSE_FLOAT16: scale_half((uint16_t*)buf, count, (float)factor); break;
     case FUSE_BFLOAT16: {
       uint16_t* p = (uint16_t*)buf;

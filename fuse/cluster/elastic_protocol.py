@@ -13,12 +13,16 @@ A worker that wants to join generation ``g`` writes ``elastic/ready/<g>/<id>``; 
 worker of the plan did, the driver writes ``elastic/go/<g>`` and they all call the backend's
 rendezvous together (so nobody sits in Gloo's connect timeout while a slow peer restores).
 A worker that had to re-form while the newest generation is still its own (a collective failed
-and no worker exited) asks for a new one with ``elastic/reset/<g>/<id>``.
+and no worker exited) asks for a new one with ``elastic/reset/<g>/<id>``; the value lists the
+ranks its engine found unanswering (``lost 2 5``; a bare ``1`` when none), so the driver can
+leave out at once a worker that is cut off from the others but whose ssh session has not
+noticed yet.
 """
 
 from __future__ import annotations
 
 import json
+import re
 
 GENERATION_KEY = "elastic/generation"
 PLAN_KEY = "elastic/plan/{g}"
@@ -44,3 +48,23 @@ def encode_plan(identities: dict[str, dict], added: bool) -> bytes:
 def decode_plan(raw: bytes) -> tuple[dict[str, dict], bool]:
     data = json.loads(raw.decode())
     return data["workers"], bool(data["added"])
+
+
+# How the engine names a rank that stopped answering (fuse/_core.pyx, _unanswered_text):
+# "rank R (host H) stopped answering"
+_UNANSWERED = re.compile(r"\brank (\d+)(?: \(host [^)]*\))? stopped answering")
+
+
+def unanswering_ranks(failure: str | None) -> list[int]:
+    """The ranks an engine's failure message says stopped answering."""
+    return sorted({int(m.group(1)) for m in _UNANSWERED.finditer(failure or "")})
+
+
+def encode_reset(lost: list[int]) -> bytes:
+    return ("lost " + " ".join(map(str, lost))).encode() if lost else b"1"
+
+
+def decode_reset(raw: bytes | None) -> list[int]:
+    """The ranks a reset request reports lost (none for a bare request)."""
+    words = (raw or b"").decode(errors="replace").split()
+    return [int(w) for w in words[1:] if w.isdigit()] if words[:1] == ["lost"] else []

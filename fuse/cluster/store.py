@@ -15,12 +15,17 @@ import http.client
 import http.server
 import os
 import secrets
+import socket
 import socketserver
 import sys
 import threading
 import time
 import urllib.parse
 from typing import Iterable
+
+
+class StoreUnreachable(ConnectionError):
+    """The launcher's store did not answer: it is gone, or this process is cut off from it."""
 
 
 class Store:
@@ -105,8 +110,10 @@ class KVStoreServer:
     Only requests that prove the job's ``secret`` (:attr:`secret`; a fresh one when not given)
     are served: anyone else gets 403 before a byte of their body is read.  Bodies are limited
     to ``max_body`` bytes, a connection that stays silent for ``idle_timeout`` seconds is
-    closed, at most ``max_connections`` are served at once, and a bad request is reported in
-    one line (through ``log``, default stderr; the first few only), never as a traceback.
+    closed, at most ``max_connections`` are served at once (when that many are open, the
+    oldest one that has not proved the secret is closed to make room for a new one), and a
+    bad request is reported in one line (through ``log``, default stderr; the first few
+    only), never as a traceback.
     """
 
     def __init__(self, host: str = "127.0.0.1", port: int = 0, secret: bytes | None = None,
@@ -119,6 +126,9 @@ class KVStoreServer:
         self._log = log or (lambda text: print(f"fuse store: {text}", file=sys.stderr,
                                                flush=True))
         self._notes = 0
+        # connections that have not yet made a request proving the secret, oldest first: the
+        # ones closed to make room when max_connections are open
+        self._unproven: dict = {}
         self.refused = 0            # requests turned away (tests and diagnostics read it)
         self.on_change = None       # called (no arguments) after every stored value: a wake-up
         store = self
@@ -162,6 +172,7 @@ class KVStoreServer:
                 given = self.headers.get(_AUTH_HEADER, "")
                 want = _request_mac(store.secret, self.command, self.path, length)
                 if hmac.compare_digest(given.encode(), want.encode()):
+                    store._proven(self.request)
                     return True
                 self._refuse(403, "no proof of the job's secret" if not given
                              else "a wrong proof of the job's secret")
@@ -203,13 +214,28 @@ class KVStoreServer:
         class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
             daemon_threads = True
             allow_reuse_address = True
+            request_queue_size = 128    # a burst of connections waits to be accepted, not retried
             active = 0
 
             def process_request(self, request, client_address):
                 with store._lock:
                     full = Server.active >= max_connections
-                    if not full:
+                    evict = next(iter(store._unproven)) if full and store._unproven else None
+                    if evict is not None:
+                        del store._unproven[evict]
+                    if not full or evict is not None:
                         Server.active += 1
+                        store._unproven[request] = None
+                        full = False
+                if evict is not None:
+                    # the oldest connection that never proved the job's secret makes room:
+                    # strangers holding connections cannot keep the job's ranks out
+                    store.note("closed the oldest connection that has not proved the job's "
+                               f"secret: {max_connections} were open")
+                    try:
+                        evict.shutdown(socket.SHUT_RDWR)    # its thread sees the end
+                    except OSError:
+                        pass
                 if full:
                     store.note(f"refused a connection from {client_address[0]}: "
                                f"{max_connections} already open")
@@ -223,6 +249,7 @@ class KVStoreServer:
                 finally:
                     with store._lock:
                         Server.active -= 1
+                        store._unproven.pop(request, None)
 
             def handle_error(self, request, client_address):
                 err = sys.exc_info()[1]
@@ -235,6 +262,11 @@ class KVStoreServer:
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="fuse-kvstore", daemon=True)
+
+    def _proven(self, connection) -> None:
+        """``connection`` made a request proving the job's secret: never closed to make room."""
+        with self._lock:
+            self._unproven.pop(connection, None)
 
     def note(self, text: str) -> None:
         """Report a refused or bad request: the first few in full, then only their count."""
@@ -280,11 +312,14 @@ class KVStoreServer:
 
 class HTTPStore(Store):
     """Client of :class:`KVStoreServer`.  ``prefix`` namespaces every key; ``secret`` is the
-    job's (default: from FUSE_SECRET_KEY, as the launcher sets it)."""
+    job's (default: from FUSE_SECRET_KEY, as the launcher sets it).  ``timeout`` bounds each
+    connection attempt and reply, ``attempts`` how often a request is tried before it fails
+    with ConnectionError."""
 
     def __init__(self, addr: str, port: int, prefix: str = "", timeout: float = 30.0,
-                 secret: bytes | None = None):
+                 secret: bytes | None = None, attempts: int = 20):
         self.addr, self.port, self.prefix, self.timeout = addr, int(port), prefix, timeout
+        self.attempts = attempts
         self.secret = secret if secret is not None else secret_from_env()
         self._local = threading.local()
 
@@ -303,7 +338,8 @@ class HTTPStore(Store):
             if body is not None:
                 headers[_BODY_HEADER] = _mac(self.secret, "body", body)
         last = None
-        for attempt in range(20):  # the server may still be starting, or drop a keep-alive
+        for attempt in range(self.attempts):  # the server may still be starting, or drop a
+            # keep-alive
             try:
                 conn = self._conn()
                 conn.request(method, path, body=body, headers=headers)
@@ -322,8 +358,9 @@ class HTTPStore(Store):
                     + ("it has no job secret (FUSE_SECRET_KEY; fuserun and fuse.run set it)"
                        if self.secret is None else "its job secret is not this job's"))
             return status, data
-        raise ConnectionError(
-            f"cannot reach the rendezvous store at {self.addr}:{self.port}: {last}")
+        raise StoreUnreachable(
+            f"cannot reach the rendezvous store at {self.addr}:{self.port} "
+            f"({self.attempts} tries): {last}")
 
     def set(self, key: str, value: bytes) -> None:
         status, _ = self._request("PUT", key, bytes(value))
@@ -338,7 +375,8 @@ class HTTPStore(Store):
         self._request("DELETE", key)
 
     def scoped(self, prefix: str) -> "HTTPStore":
-        return HTTPStore(self.addr, self.port, self.prefix + prefix, self.timeout, self.secret)
+        return HTTPStore(self.addr, self.port, self.prefix + prefix, self.timeout, self.secret,
+                         self.attempts)
 
 
 class FileStore(Store):
@@ -368,11 +406,14 @@ class FileStore(Store):
         return FileStore(self.path, self.prefix + prefix)
 
 
-def store_from_config(config) -> Store | None:
-    """The store the launcher gave this worker, or None for a single-process job."""
+def store_from_config(config, *, timeout: float | None = None,
+                      attempts: int = 20) -> Store | None:
+    """The store the launcher gave this worker, or None for a single-process job.
+    ``timeout``/``attempts``: see HTTPStore (default: the Gloo timeout, at least 5 s)."""
     if config.rendezvous_addr and config.rendezvous_port > 0:
         return HTTPStore(config.rendezvous_addr, config.rendezvous_port,
-                         timeout=max(config.gloo_timeout_seconds, 5.0), secret=secret_from_env())
+                         timeout=timeout or max(config.gloo_timeout_seconds, 5.0),
+                         secret=secret_from_env(), attempts=attempts)
     path = os.environ.get("FUSE_RENDEZVOUS_DIR")
     if path:
         return FileStore(path)

@@ -28,7 +28,7 @@ _name_lock = threading.Lock()
 _name_counters: dict[tuple[str, int], int] = {}
 
 
-def _auto_name(kind: str, pset: int) -> str:
+def auto_name(kind: str, pset: int) -> str:
     # Counted per (kind, process set): every member makes the same calls in the same order,
     # so every member derives the same name, even when other sets see other traffic.
     with _name_lock:
@@ -37,8 +37,9 @@ def _auto_name(kind: str, pset: int) -> str:
         return f"{kind}.noname.{pset}.{n}"
 
 
+
 def _return_name(kind: str, pset: int, name: str) -> None:
-    # Undo _auto_name for a call that was never queued (unless another thread drew since).
+    # Undo auto_name for a call that was never queued (unless another thread drew since).
     with _name_lock:
         n = _name_counters.get((kind, pset), 0)
         if name == f"{kind}.noname.{pset}.{n - 1}":
@@ -54,7 +55,7 @@ def _enqueue_named(name, kind: str, pset: int, make_specs: Callable[[str], list]
     shift the automatic names of every later call on that rank."""
     drawn = name is None
     if drawn:
-        name = _auto_name(kind, pset)
+        name = auto_name(kind, pset)
     try:
         return _enqueue(make_specs(name), finisher)
     except BaseException:
@@ -74,7 +75,7 @@ def _pset(process_set) -> int:
     return process_set_id(process_set)
 
 
-def _check_scale(op: int, prescale: float, postscale: float) -> None:
+def check_scale(op: int, prescale: float, postscale: float) -> None:
     if op in (_core.MIN, _core.MAX, _core.PRODUCT) and (prescale != 1.0 or postscale != 1.0):
         raise ValueError("prescale_factor/postscale_factor only apply to Sum and Average")
 
@@ -144,7 +145,7 @@ def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, a
                     prescale_factor=1.0, postscale_factor=1.0, process_set=global_process_set):
     """Start an allreduce; ``output`` defaults to a new tensor (pass ``tensor`` for in place)."""
     op = resolve_op(op, average)
-    _check_scale(op, prescale_factor, postscale_factor)
+    check_scale(op, prescale_factor, postscale_factor)
     pset = _pset(process_set)
     out = ops.empty_like(tensor) if output is None else output
     if op == Adasum:
@@ -159,7 +160,7 @@ def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, 
                             op=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):
     op = resolve_op(op, average)
-    _check_scale(op, prescale_factor, postscale_factor)
+    check_scale(op, prescale_factor, postscale_factor)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
     pset = _pset(process_set)
@@ -200,7 +201,7 @@ def _adasum_group(ops: ArrayOps, tensors, outs, name, kind: str, prescale: float
     adasum.check_set_size(len(process_set.ranks))
     out_bufs = [b if o is t else ops.describe(o)[0]
                 for (b, _, _), t, o in zip(described, tensors, outs)]
-    base = name or _auto_name(kind, _pset(process_set))
+    base = name or auto_name(kind, _pset(process_set))
     for i, ((buf, code, _), out_buf) in enumerate(zip(described, out_bufs)):
         vector = _numpy_view(buf, code).astype(np.float64)
         if prescale != 1.0:
@@ -386,7 +387,7 @@ _numpy_ops = NumpyOps()
 def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global_process_set):
     """``obj`` from ``root_rank`` on every member (serialised with cloudpickle)."""
     ops = _numpy_ops
-    name = name or _auto_name("broadcast_object", _pset(process_set))
+    name = name or auto_name("broadcast_object", _pset(process_set))
     me = state.rank()
     payload = np.frombuffer(cloudpickle.dumps(obj), np.uint8) if me == root_rank else None
     length = np.array([len(payload) if payload is not None else 0], np.int64)
@@ -401,7 +402,7 @@ def broadcast_object(obj=None, root_rank: int = 0, name=None, process_set=global
 def allgather_object(obj, name=None, process_set=global_process_set) -> list:
     """A list with every member's ``obj``, in rank order."""
     ops = _numpy_ops
-    name = name or _auto_name("allgather_object", _pset(process_set))
+    name = name or auto_name("allgather_object", _pset(process_set))
     data = np.frombuffer(cloudpickle.dumps(obj), np.uint8).copy()
     sizes = synchronize(allgather_async(ops, np.array([len(data)], np.int64),
                                         name=name + ".sizes", process_set=process_set))

@@ -1,7 +1,8 @@
-# The control channel's transport (see _channel.pyx).
+# The control channel's transport (see channel.pyx).
 from libcpp.deque cimport deque
 from libcpp.string cimport string
 from libcpp.vector cimport vector
+from libcpp cimport bool as cbool
 
 cdef extern from "idle_wait.h" namespace "fuse" nogil:
     cppclass IdleWait:
@@ -24,6 +25,9 @@ cdef class ControlChannel:
     cdef vector[int] fds                # per peer: its socket, -1 once closed
     cdef vector[string] inbox           # per peer: bytes received that are not a whole frame yet
     cdef vector[int] state              # per peer: a PeerState
+    cdef vector[cbool] unanswered       # per peer: its connection failed for want of answers
+                                        # (the keep-alive probes or sent data went unacknowledged)
+    cdef vector[string] hosts           # per rank: its host name (set_hosts; empty: unknown)
     cdef deque[string] local_frames     # rank 0: frames from its coordinator to itself
     cdef int wake_fd                    # eventfd: any thread signals work (wake)
     cdef IdleWait* idle                 # what the idle engine thread sleeps on (sleep)
@@ -35,6 +39,8 @@ cdef class ControlChannel:
     cdef int close(self, int peer) noexcept nogil
     cdef void mark_leaving(self, int peer) noexcept nogil
     cdef bint rank_gone(self, int rank) noexcept nogil
+    cdef bint stopped_answering(self, int peer) noexcept nogil
+    cdef string who(self, int rank) noexcept nogil
     cdef void send_to(self, int rank, const string& frame) noexcept nogil
     cdef void send_all(self, const string& frame, int skip) noexcept nogil
     cdef int send_up(self, const string& frame) noexcept nogil

@@ -14,6 +14,7 @@ eventfd that any thread signals when there is work (csrc/idle_wait.h).
 from posix.unistd cimport close as c_close
 
 from libc.stdint cimport uint32_t
+from libc.errno cimport errno, ETIMEDOUT
 
 from fuse.engine.protocol cimport _int_str
 from fuse.engine.csupport cimport (send_frame, recv_some, pop_frame, frame_length, kMaxFrameBytes,
@@ -59,6 +60,7 @@ cdef class ControlChannel:
             self.fds.push_back(fd)
             self.inbox.push_back(string(b""))
             self.state.push_back(live)
+            self.unanswered.push_back(False)
         self.wake_fd = wake_fd_new()
         self.idle = idle_new(self.wake_fd)
         if self.idle == NULL:
@@ -76,6 +78,21 @@ cdef class ControlChannel:
             if self.fds[i] >= 0:
                 c_close(self.fds[i])
 
+    def set_hosts(self, names):
+        """Every rank's host name, by rank: what messages about a peer name it with (who)."""
+        self.hosts.clear()
+        for name in names:
+            self.hosts.push_back(str(name).encode(errors="replace"))
+
+    cdef string who(self, int rank) noexcept nogil:
+        """``rank R (host H)``, or ``rank R`` when the host is not known."""
+        cdef string out = string(b"rank ") + _int_str(rank)
+        if 0 <= rank < <int>self.hosts.size() and self.hosts[rank].size():
+            out.append(b" (host ")
+            out.append(self.hosts[rank])
+            out.append(b")")
+        return out
+
     # ---- reading (whoever holds the loop)
 
     cdef bint readable(self, int peer) noexcept nogil:
@@ -86,7 +103,15 @@ cdef class ControlChannel:
         """Read what ``peer`` sent, without blocking, into its inbox (see next_frame).  False
         when its connection closed or failed: call close() once its frames are handled."""
         cdef ssize_t n = recv_some(self.fds[peer], self.inbox[peer])
+        if n == -1 and errno == ETIMEDOUT:
+            self.unanswered[peer] = True
         return not (n == 0 or n == -1)
+
+    cdef bint stopped_answering(self, int peer) noexcept nogil:
+        """Whether ``peer``'s connection failed because the peer stopped answering (its host
+        is unreachable or down: see fuse.worker.control_handshake.watch_peer), rather than
+        closing or resetting it."""
+        return self.unanswered[peer]
 
     cdef int next_frame(self, int peer, string& frame) noexcept nogil:
         """Take the next whole frame ``peer`` sent: 1, or 0 when there is none, or -1 when

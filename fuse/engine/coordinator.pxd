@@ -1,4 +1,4 @@
-# The coordinator (see _coordinator.pyx) and the interface it uses to reach its engine.
+# The coordinator (see coordinator.pyx) and the interface it uses to reach its engine.
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp cimport bool as cbool
 from libcpp.string cimport string

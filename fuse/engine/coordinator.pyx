@@ -12,7 +12,7 @@ add/remove, and names the ranks that keep others waiting (the stall inspector).
 
 It does no I/O of its own: the engine (_core) reads the workers' sockets and hands it request
 messages; it sends frames to a rank and asks whether a rank is gone through the control
-channel (_channel), and fails the whole job through the one-method :class:`CoordinatorLink`
+channel (engine/channel.pyx), and fails the whole job through the one-method :class:`CoordinatorLink`
 the engine implements.  That is the whole seam, so the negotiation logic reads without the
 transport around it.  Every
 rank builds one (its knobs answer ``Engine.tuning()``); only rank 0's receives requests.
@@ -70,18 +70,16 @@ cdef class Coordinator:
         cdef Request req
         cdef string frame
         cdef string data
-        n = get[uint32_t](rd)
+        n = read_count(rd)
         for i in range(n):
             req = _read_request(rd)
             if rd.bad:
                 break
             req.rank = rank
             self._add_request(req)
-        n = get[uint32_t](rd)
+        n = read_count(rd)
         for i in range(n):
-            slot = get[uint32_t](rd)
-            gen = get[uint32_t](rd)
-            data = get_str(rd)
+            read_cache_hit(rd, &slot, &gen, &data)
             if rd.bad:
                 break
             if slot < self.cache.size() and self.cache[slot].used and self.cache[slot].gen == gen:
@@ -91,9 +89,7 @@ cdef class Coordinator:
                 self._add_request(req)
             else:
                 frame.clear()
-                put[uint8_t](frame, MSG_STALE)
-                put[uint32_t](frame, slot)
-                put[uint32_t](frame, gen)
+                frame_stale(frame, slot, gen)
                 self.channel.send_to(rank, frame)
         if rd.bad:
             self.link.abort_job(rank, _str("sent a corrupt request message"), ERR_INTERNAL)
@@ -285,8 +281,8 @@ cdef class Coordinator:
         """An error response for one request, sent to its rank only."""
         cdef Response resp
         cdef string frame
-        resp.kind = req.kind
-        resp.pset = req.pset
+        cdef string body
+        _sign_response(resp, req)
         resp.names.push_back(req.name)
         resp.shapes.push_back(req.shape)
         resp.slots.push_back(NO_SLOT)
@@ -294,9 +290,9 @@ cdef class Coordinator:
         resp.error = why
         resp.error_kind = ERR_INTERNAL
         resp.last_joined = -1
-        put[uint8_t](frame, MSG_RESPONSES)
-        put[uint32_t](frame, 1)
-        _write_response(frame, resp)
+        resp.inline_data = False
+        _write_response(body, resp)
+        frame_responses(frame, 1, body)
         self.channel.send_to(req.rank, frame)
 
     cdef void _recheck_pset(self, int pset) noexcept nogil:
@@ -335,6 +331,8 @@ cdef class Coordinator:
             if ps.joined[i] and first.kind != K_JOIN:
                 if first.kind != K_ALLREDUCE:
                     joined_problem = _str(_kind_name(first.kind))
+                elif first.on_device:   # a joined rank has no device buffer to add zeros from
+                    joined_problem = _str("a device (GPU) allreduce")
                 continue
             complete = False
             if ps.ranks[i] != 0 and self.channel.rank_gone(ps.ranks[i]):
@@ -401,6 +399,11 @@ cdef class Coordinator:
             if b.kind != a.kind:
                 return _str("Mismatched operations") + what + _str(": rank ") + _int_str(ra) + _str(" did ") + \
                     _str(_kind_name(a.kind)) + _str(", rank ") + _int_str(b.rank) + _str(" did ") + _str(_kind_name(b.kind))
+            if b.on_device != a.on_device:
+                return _str("Mismatched tensor placement") + what + _str(": rank ") + _int_str(ra) + \
+                    _str(" sent a ") + _str(b"device (GPU)" if a.on_device else b"host (CPU)") + \
+                    _str(" tensor, rank ") + _int_str(b.rank) + _str(" a ") + \
+                    _str(b"device (GPU)" if b.on_device else b"host (CPU)") + _str(" one")
             if b.dtype != a.dtype:
                 return _str("Mismatched data types") + what + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
                     _str(dtype_name(a.dtype)) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + _str(dtype_name(b.dtype))
@@ -489,13 +492,7 @@ cdef class Coordinator:
         cdef PSet* ps = &self.psets.map[a.pset]
         cdef size_t i, j
         cdef int64_t n
-        resp.kind = a.kind
-        resp.dtype = a.dtype
-        resp.op = a.op
-        resp.pset = a.pset
-        resp.root = a.root
-        resp.prescale = a.prescale
-        resp.postscale = a.postscale
+        _sign_response(resp, a[0])
         resp.last_joined = -1
         resp.names.push_back(a.name)
         resp.shapes.push_back(a.shape)
@@ -541,7 +538,7 @@ cdef class Coordinator:
         cdef Request* b = self._first(entry)
         if entry.error.size() or b.kind != K_ALLREDUCE:
             return False
-        if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset:
+        if b.dtype != r.dtype or b.op != r.op or b.pset != r.pset or b.on_device != r.on_device:
             return False
         if b.prescale != r.prescale or b.postscale != r.postscale:
             return False
@@ -669,17 +666,15 @@ cdef class Coordinator:
             if counts[k] == 0:
                 continue
             frame.clear()
-            put[uint8_t](frame, MSG_RESPONSES)
-            put[uint32_t](frame, counts[k])
-            frame.append(bodies[k])
+            frame_responses(frame, counts[k], bodies[k])
             self.channel.send_to(<int>k, frame)
         self.last_emit = now_seconds()
 
     cdef void _send_alive(self) noexcept nogil:
         """Tell the workers rank 0 is alive while requests wait: a worker that stops hearing
-        it while its own requests wait knows rank 0 is stopped or hung (_liveness.pyx)."""
+        it while its own requests wait knows rank 0 is stopped or hung (liveness.pyx)."""
         cdef string frame
-        put[uint8_t](frame, MSG_ALIVE)
+        frame_signal(frame, MSG_ALIVE)
         self.channel.send_all(frame, -1)
 
     cdef void _check_stalls(self, double now) noexcept nogil:
@@ -726,8 +721,8 @@ cdef class Coordinator:
                 fatal = a.name
         for i in range(<size_t>self.size):
             if per_rank_n[i]:
-                report.append(b"\n  rank ")
-                report.append(_int_str(i))
+                report.append(b"\n  ")
+                report.append(self.channel.who(<int>i))
                 report.append(b": [")
                 report.append(per_rank[i])
                 report.append(b"]")

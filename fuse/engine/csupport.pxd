@@ -36,6 +36,9 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     T get[T](Reader&)
     string get_str(Reader&)
     cbool reader_done(const Reader&)
+    void copy_signature[To, From](To&, const From&)
+    void put_signature[T](string&, const T&)
+    void get_signature[T](Reader&, T&)
 
 cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
     size_t kShmHeaderBytes

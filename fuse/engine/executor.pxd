@@ -1,4 +1,4 @@
-# The executor (see _executor.pyx): runs a response's data movement on this rank.
+# The executor (see executor.pyx): runs a response's data movement on this rank.
 from libc.stdint cimport int64_t, uint64_t
 from libcpp.string cimport string
 from libcpp.vector cimport vector

@@ -26,7 +26,7 @@ from fuse.engine.request cimport RequestSpec
 
 import numpy as np
 
-from fuse.engine.protocol import DTYPE_NAMES, DTYPE_CODES, _BACKEND_OPS
+from fuse.engine.protocol import DTYPE_NAMES, DTYPE_CODES, BACKEND_OPS
 from fuse.backends.base import dtype_name_to_numpy
 
 cdef extern from "<stdlib.h>" nogil:
@@ -104,7 +104,7 @@ cdef int _b_allreduce(PSet* ps, void* buf, size_t count, int dtype, int op,
     with gil:
         return _py_invoke((<object>ps.pygroup).allreduce,
                           (_view(buf, count * dtype_size(dtype), dtype), DTYPE_NAMES[dtype],
-                           _BACKEND_OPS[op]), err)
+                           BACKEND_OPS[op]), err)
 
 
 cdef int _b_broadcast(PSet* ps, void* buf, size_t nbytes, int root,
@@ -163,7 +163,7 @@ cdef int _b_reducescatter(PSet* ps, void* buf, vector[size_t]& counts, int dtype
     with gil:
         return _py_invoke((<object>ps.pygroup).reducescatter,
                           (_view(buf, _total(counts) * dtype_size(dtype), dtype), list(counts),
-                           DTYPE_NAMES[dtype], _BACKEND_OPS[op]), err)
+                           DTYPE_NAMES[dtype], BACKEND_OPS[op]), err)
 
 
 cdef bint _back_to_back(vector[Request*]& reqs, vector[size_t]& offsets) noexcept nogil:
@@ -295,7 +295,7 @@ cdef class SharedSegments:
             raise RuntimeError("these shared-memory segments belong to the engine; "
                                "use fuse.allreduce")
         cdef int dcode = DTYPE_CODES[dtype]
-        cdef int ocode = _BACKEND_OPS.index(op)
+        cdef int ocode = BACKEND_OPS.index(op)
         cdef Py_buffer view
         cdef char err[ERRLEN]
         cdef int rc
@@ -715,7 +715,7 @@ def reduce_arrays(dst, src, str dtype, str op):
     reference reduction, for backends written in Python."""
     cdef Py_buffer d, s
     cdef int code = DTYPE_CODES[dtype]
-    cdef int opc = _BACKEND_OPS.index(op)
+    cdef int opc = BACKEND_OPS.index(op)
     cdef size_t count
     PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
     try:

@@ -1,4 +1,4 @@
-# The handle table and the engine's failure state (see _handles.pyx).
+# The handle table and the engine's failure state (see handles.pyx).
 from libc.stdint cimport int64_t
 from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map
@@ -31,8 +31,24 @@ cdef class HandleTable:
     cdef void fail_locked(self, const string& why, int kind) noexcept nogil
     cdef void amend_failure_locked(self, const string& detail, int kind) noexcept nogil
     cdef void fail_pending_locked(self) noexcept nogil
-    cdef int current_state(self) noexcept nogil
+    cdef int current_state(self, string* failure=*) noexcept nogil
     cdef bint has_work(self) noexcept nogil
     cdef object failure_text(self)
     cdef object refusal_locked(self, vector[Request]& reqs, unordered_map[int, PSet]& psets,
                                int rank)
+    # the rules of the table, each taking the lock (the loop's and the Python threads' doors)
+    cdef list admit(self, vector[Request]& reqs, vector[char]& drivable,
+                    unordered_map[int, PSet]& psets, int rank)
+    cdef int take_queue(self, vector[Request]& batch) noexcept nogil
+    cdef int status_of(self, int64_t handle) noexcept nogil
+    cdef int wait_step(self, int64_t handle, double ms, HandleState* out) noexcept nogil
+    cdef bint driving_alone(self, int64_t handle) noexcept nogil
+    cdef void set_value(self, int64_t handle, int64_t value) noexcept nogil
+    cdef void set_aux(self, int64_t handle, vector[int64_t]& aux) noexcept nogil
+    cdef void retire(self, const string& key, int64_t handle, int status, const string& error,
+                     int error_kind) noexcept nogil
+    cdef bint begin_stop(self) noexcept nogil
+    cdef void end_stop(self) noexcept nogil
+    cdef bint fail_if_running(self, const string& why, int kind) noexcept nogil
+    cdef bint is_failed(self) noexcept nogil
+    cdef void fail_or_amend(self, const string& why, const string& detail, int kind) noexcept nogil

@@ -11,6 +11,16 @@ from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 
 
+cdef inline void _acquire_released(Lock* lock):
+    """Take ``lock`` from code that holds the GIL, releasing the GIL while waiting: the engine
+    thread and Python threads only ever wait for the lock without the GIL, so a thread that
+    holds the lock and wants the GIL can never meet one that holds the GIL and wants the
+    lock."""
+    if not lock_try(lock):
+        with nogil:
+            lock_acquire(lock)
+
+
 cdef class HandleTable:
     """Args:
         channel: the engine's control channel (woken when the engine fails).
@@ -85,10 +95,13 @@ cdef class HandleTable:
         self.names_in_flight.clear()
         lock_notify_all(self.lock)
 
-    cdef int current_state(self) noexcept nogil:
+    cdef int current_state(self, string* failure=NULL) noexcept nogil:
+        """The engine's state; with ``failure``, also why it stopped (empty while running)."""
         cdef int s
         lock_acquire(self.lock)
         s = self.state
+        if failure != NULL:
+            failure[0] = self.failure
         lock_release(self.lock)
         return s
 
@@ -129,3 +142,152 @@ cdef class HandleTable:
             if psets.count(reqs[i].pset) and psets[reqs[i].pset].index < 0:
                 return f"this rank ({rank}) is not a member of process set {reqs[i].pset}"
         return None
+
+    # ---- the rules of the table: each method takes the lock itself
+
+    cdef list admit(self, vector[Request]& reqs, vector[char]& drivable,
+                    unordered_map[int, PSet]& psets, int rank):
+        """Queue one call's bound requests atomically and return their handles: raises
+        ShutdownError once the engine has stopped or failed, ValueError with refusal_locked's
+        reason."""
+        cdef list handles = []
+        cdef size_t i
+        _acquire_released(self.lock)
+        if self.state != S_RUNNING:
+            msg = self.failure_text()
+            lock_release(self.lock)
+            from fuse.exceptions import ShutdownError
+            raise ShutdownError(msg)
+        refusal = self.refusal_locked(reqs, psets, rank)
+        if refusal is not None:
+            lock_release(self.lock)
+            raise ValueError(refusal)
+        for i in range(reqs.size()):
+            reqs[i].handle = self.next_handle
+            self.next_handle += 1
+            self.names_in_flight.insert(_key(reqs[i].pset, reqs[i].name))
+            self.handles[reqs[i].handle].status = H_PENDING
+            self.handles[reqs[i].handle].drivable = drivable[i] != 0
+            self.npending += 1
+            self.queue.push_back(reqs[i])
+            handles.append(reqs[i].handle)
+        lock_release(self.lock)
+        return handles
+
+    cdef int take_queue(self, vector[Request]& batch) noexcept nogil:
+        """The loop takes what was queued (into ``batch``) and learns the state; once not
+        running, what was queued fails with the failure instead and ``batch`` stays empty."""
+        cdef int state
+        cdef Request r
+        lock_acquire(self.lock)
+        state = self.state
+        batch.swap(self.queue)
+        if state != S_RUNNING:
+            for r in batch:
+                self.complete_locked(r.handle, H_ERROR, self.failure, self.failure_kind)
+            batch.clear()
+        lock_release(self.lock)
+        return state
+
+    cdef int status_of(self, int64_t handle) noexcept nogil:
+        """H_PENDING, H_DONE or H_ERROR; -1 for a handle the table does not know."""
+        cdef int status = -1
+        lock_acquire(self.lock)
+        if self.handles.count(handle):
+            status = self.handles[handle].status
+        lock_release(self.lock)
+        return status
+
+    cdef int wait_step(self, int64_t handle, double ms, HandleState* out) noexcept nogil:
+        """Wait up to ``ms`` for ``handle`` to complete; once it has, copy its state to
+        ``out`` and forget it.  Returns its status, -1 if unknown."""
+        cdef int status = -1
+        lock_acquire(self.lock)
+        if self.handles.count(handle):
+            status = self.handles[handle].status
+            if status == H_PENDING:
+                lock_wait_ms(self.lock, ms)
+                status = self.handles[handle].status
+            if status != H_PENDING:
+                out[0] = self.handles[handle]
+                self.handles.erase(handle)
+        lock_release(self.lock)
+        return status
+
+    cdef bint driving_alone(self, int64_t handle) noexcept nogil:
+        """Whether a waiting thread may run the loop for ``handle`` (Engine._drive): it is the
+        only collective pending, it is drivable, and the engine runs."""
+        cdef bint ok
+        lock_acquire(self.lock)
+        ok = (self.npending == 1 and self.state == S_RUNNING and self.handles.count(handle) != 0
+              and self.handles[handle].status == H_PENDING and self.handles[handle].drivable)
+        lock_release(self.lock)
+        return ok
+
+    cdef void set_value(self, int64_t handle, int64_t value) noexcept nogil:
+        """What wait() returns as the handle's value (join's last rank, a new set's id)."""
+        lock_acquire(self.lock)
+        if self.handles.count(handle):
+            self.handles[handle].value = value
+        lock_release(self.lock)
+
+    cdef void set_aux(self, int64_t handle, vector[int64_t]& aux) noexcept nogil:
+        """What wait() returns beside the value (alltoall's received splits); takes ``aux``."""
+        lock_acquire(self.lock)
+        if self.handles.count(handle):
+            self.handles[handle].aux.swap(aux)
+        lock_release(self.lock)
+
+    cdef void retire(self, const string& key, int64_t handle, int status, const string& error,
+                     int error_kind) noexcept nogil:
+        """The request ``key`` is over on this rank: its name may be used again, and its
+        handle completes."""
+        lock_acquire(self.lock)
+        self.names_in_flight.erase(key)
+        self.complete_locked(handle, status, error, error_kind)
+        lock_release(self.lock)
+
+    cdef bint begin_stop(self) noexcept nogil:
+        """shutdown(): a running engine starts stopping.  Whether it was running."""
+        cdef bint was = False
+        lock_acquire(self.lock)
+        if self.state == S_RUNNING:
+            self.state = S_STOPPING
+            was = True
+        lock_release(self.lock)
+        return was
+
+    cdef void end_stop(self) noexcept nogil:
+        """After shutdown: the engine has stopped (unless it failed meanwhile) and whatever is
+        still pending fails with the reason."""
+        lock_acquire(self.lock)
+        if self.state == S_STOPPING:
+            self.state = S_STOPPED
+            self.failure = _str("fuse has been shut down on this rank (fuse.shutdown() was called)")
+            self.failure_kind = ERR_SHUTDOWN
+        self.fail_pending_locked()
+        lock_release(self.lock)
+
+    cdef bint fail_if_running(self, const string& why, int kind) noexcept nogil:
+        """Fail with ``why`` unless the engine already stopped or failed (a later, lesser
+        reason must not replace the first).  Whether this call failed it."""
+        cdef bint failed_now = False
+        lock_acquire(self.lock)
+        if self.state == S_RUNNING:
+            self.fail_locked(why, kind)
+            failed_now = True
+        lock_release(self.lock)
+        return failed_now
+
+    cdef bint is_failed(self) noexcept nogil:
+        return self.current_state() == S_FAILED
+
+    cdef void fail_or_amend(self, const string& why, const string& detail, int kind) noexcept nogil:
+        """Fail with ``why``; if the engine failed already (the cause arrived first), add
+        ``detail`` to that failure instead and make ``kind`` its ErrorKind."""
+        lock_acquire(self.lock)
+        if self.state == S_FAILED:
+            self.amend_failure_locked(detail, kind)
+        else:
+            self.fail_locked(why, kind)
+        lock_release(self.lock)

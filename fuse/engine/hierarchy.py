@@ -70,7 +70,7 @@ class Layout:
 
 
 def _describe(config) -> dict:
-    return {"host": config.hostname, "kernel": shm._host_id(), "local_rank": config.local_rank,
+    return {"host": config.hostname, "kernel": shm.host_id(), "local_rank": config.local_rank,
             "local_size": config.local_size,
             "mode": f"allreduce {config.hierarchical_allreduce}, "
                     f"allgather {config.hierarchical_allgather}"}
@@ -113,17 +113,17 @@ def _map_host_segments(config, exchange: Callable[[bytes], list[bytes]],
                        layout: Layout) -> shm.SharedSegments | None:
     """Shared-memory segments among this host's ranks, or None when one rank of the job could
     not map its host's (then nobody uses them).  Collective over the world."""
-    fd, path = shm._new_segment()
+    fd, path = shm.new_segment()
     maps = []
     try:
         paths = [raw.decode() for raw in exchange((path or "").encode())]
         mine = [paths[r] for r in layout.local_ranks]
         if all(mine):
-            maps = shm._map_all(mine)
+            maps = shm.map_all(mine)
         agreed = all(raw == b"1" for raw in exchange(b"1" if maps else b"0"))
     finally:
         if fd >= 0:
-            shm._discard(fd, path)
+            shm.discard(fd, path)
     if not agreed:
         for m in maps:
             m.close()
@@ -137,7 +137,7 @@ NEVER = (1 << 64) - 1
 
 @dataclasses.dataclass
 class Hierarchy:
-    """What the engine needs (Engine._install_hierarchy)."""
+    """What the engine needs (Engine.install_hierarchy)."""
     layout: Layout
     segments: shm.SharedSegments
     cross_group: object

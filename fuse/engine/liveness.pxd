@@ -1,4 +1,4 @@
-# A worker's watch on the coordinator's silence (see _liveness.pyx).
+# A worker's watch on the coordinator's silence (see liveness.pyx).
 from libcpp cimport bool as cbool
 
 

@@ -56,15 +56,15 @@ cdef class CoordinatorWatch:
         """How long an idle worker may sleep before it must check again (-1: no limit)."""
         return 1000 if self.enabled and waiting else -1
 
-    def warning_text(self, int rank, size_t waiting):
-        return (f"rank 0 (the coordinator) has not answered for {self.silent_s:.0f} seconds "
+    def warning_text(self, int rank, size_t waiting, str rank0="rank 0"):
+        return (f"{rank0}, the coordinator, has not answered for {self.silent_s:.0f} seconds "
                 f"while rank {rank} waits for {waiting} collective(s); rank 0 may be stopped, "
                 f"hung or unreachable (FUSE_STALL_CHECK_TIME_SECONDS={self.warn_s:g}"
                 + (f"; the job fails after FUSE_STALL_SHUTDOWN_TIME_SECONDS={self.fail_s:g})"
                    if self.fail_s else ")"))
 
-    def failure_text(self, int rank, size_t waiting):
-        return (f"stall: rank 0 (the coordinator) has not answered for {self.silent_s:.0f} "
+    def failure_text(self, int rank, size_t waiting, str rank0="rank 0"):
+        return (f"stall: {rank0}, the coordinator, has not answered for {self.silent_s:.0f} "
                 f"seconds while rank {rank} waited for {waiting} collective(s) "
                 f"(FUSE_STALL_SHUTDOWN_TIME_SECONDS={self.fail_s:g}); rank 0 is stopped, hung "
                 f"or unreachable; shutting down")

@@ -2,7 +2,7 @@
 # structs that travel between ranks (Request, Response) or between the engine's parts (Pending,
 # CacheEntry, WorkerCache, HandleState, PSet), and the small helpers all of them use.  Inline
 # helpers are defined here so that each module compiles them in; the (de)serialization and
-# message formatting live in _protocol.pyx.
+# message formatting live in protocol.pyx.
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy
@@ -21,7 +21,7 @@ cdef extern from * nogil:
     """
     cbool vec_eq "fuse_vec_eq"(const vector[int64_t]&, const vector[int64_t]&)
 
-# ---- constants (the Python-level names are in _protocol.pyx) ----
+# ---- constants (the Python-level names are in protocol.pyx) ----
 # Collective kinds (values follow Horovod's request types where they exist).
 cdef enum: K_ALLREDUCE = 0
 cdef enum: K_ALLGATHER = 1
@@ -49,7 +49,7 @@ cdef enum: MSG_RESPONSES = 11
 cdef enum: MSG_STALE = 12
 cdef enum: MSG_ABORT_ALL = 13
 cdef enum: MSG_COORD_BYE = 14
-cdef enum: MSG_ALIVE = 15     # the coordinator is alive (sent while requests wait; _liveness.pyx)
+cdef enum: MSG_ALIVE = 15     # the coordinator is alive (sent while requests wait; liveness.pyx)
 
 # Handle states.
 cdef enum: H_PENDING = 0
@@ -95,6 +95,7 @@ cdef struct Request:
     string group_key
     int group_size
     int rank            # who sent it (filled in by the coordinator)
+    cbool on_device     # a device (GPU) tensor: the device executor runs it (fuse/engine/device.py)
     string data         # small allreduce/broadcast: the (prescaled) values ride along
     # local only: where the data is
     void* inp
@@ -119,6 +120,7 @@ cdef struct Response:
     string error
     int error_kind              # an ErrorKind
     int last_joined
+    cbool on_device             # device tensors: this rank's device executor runs it
     cbool inline_data           # the coordinator computed the result: it is in payloads
     vector[string] payloads
 
@@ -171,7 +173,7 @@ cdef struct PSet:
     fuse_group_ops* native
     fuse_group_ops* twin   # a second native connection to the same ranks, or NULL (Executor)
     ShmAllreduce* shm      # the members' shared-memory segments when they share a host, or NULL
-    PyObject* pygroup      # borrowed; Engine._groups keeps it alive
+    PyObject* pygroup      # borrowed, or NULL; ProcessSets.groups keeps it alive
     Hierarchy* hier        # how the set's allreduces go hierarchically, or NULL (Executor)
 
 
@@ -216,6 +218,24 @@ cdef const char* _kind_name(int kind) noexcept nogil
 cdef const char* _op_name(int op) noexcept nogil
 cdef string _shape_str(const vector[int64_t]& shape) noexcept nogil
 cdef string _exc_text(object e)
+
+# ---- control frames: every one is built and read here (a frame: its MSG_* type byte, then
+# its body; readers start after the type byte, see _frame_type)
+cdef void frame_requests(string& out, uint32_t nfull, const string& full, uint32_t nhits,
+                         const string& hits) noexcept nogil
+cdef void write_cache_hit(string& out, uint32_t slot, uint32_t gen,
+                          const string& data) noexcept nogil
+cdef void read_cache_hit(Reader& rd, uint32_t* slot, uint32_t* gen, string* data) noexcept nogil
+cdef void frame_responses(string& out, uint32_t count, const string& bodies) noexcept nogil
+cdef void frame_stale(string& out, uint32_t slot, uint32_t gen) noexcept nogil
+cdef void read_stale(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil
+cdef void frame_abort(string& out, const string& why) noexcept nogil
+cdef string read_abort(Reader& rd) noexcept nogil
+cdef void frame_abort_all(string& out, int who, int kind, const string& why) noexcept nogil
+cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why) noexcept nogil
+cdef void frame_signal(string& out, uint8_t msg_type) noexcept nogil
+cdef uint8_t read_type(Reader& rd) noexcept nogil
+cdef uint32_t read_count(Reader& rd) noexcept nogil
 
 
 # ---- inline helpers
@@ -269,7 +289,23 @@ cdef inline string _str(const char* s) noexcept nogil:
 cdef inline cbool _same_signature(const Request& a, const Request& b) noexcept nogil:
     return (a.kind == b.kind and a.dtype == b.dtype and a.op == b.op and a.pset == b.pset
             and a.root == b.root and a.prescale == b.prescale and a.postscale == b.postscale
-            and vec_eq(a.shape, b.shape))
+            and a.on_device == b.on_device and vec_eq(a.shape, b.shape))
+
+
+cdef inline void _sign_response(Response& resp, const Request& a) noexcept nogil:
+    """A response answers a request of ``a``'s signature (kind, dtype, op, set, root, scales,
+    placement)."""
+    copy_signature(resp, a)
+
+
+cdef inline Request _response_signature(const Response& resp,
+                                        const vector[int64_t]& shape) noexcept nogil:
+    """The signature of the requests ``resp`` answers (one tensor's ``shape``), as the worker's
+    side of the response cache compares it (_same_signature)."""
+    cdef Request sig
+    copy_signature(sig, resp)
+    sig.shape = shape
+    return sig
 
 
 cdef inline int _backend_op(int op) noexcept nogil:

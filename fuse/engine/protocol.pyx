@@ -5,8 +5,9 @@
 A worker sends its requests (a full description the first time a name is seen, a cache slot
 afterwards) to the coordinator; the coordinator sends back one ordered stream of responses.
 This module serializes both, and names kinds, ops and shapes for error messages.  It holds no
-state; the structs and constants are declared in _protocol.pxd so the engine (_core), the
-coordinator (_coordinator) and the executor (_executor) share one definition of each.
+state; the structs and constants are declared in protocol.pxd so the engine (fuse/_core.pyx),
+the coordinator and the executor share one definition of each.  Every control frame is built
+and read here (frame_* and read_*).
 """
 
 from libc.stdint cimport int64_t, uint8_t, uint32_t
@@ -15,43 +16,43 @@ from libcpp.vector cimport vector
 
 from fuse.engine.csupport cimport *
 
+cdef extern from *:
+    """
+    // indexed by K_* and OP_* (protocol.pxd)
+    static const char* const fuse_kind_names[] = {
+        "allreduce", "allgather", "broadcast", "alltoall", "reducescatter", "barrier", "join",
+        "add_process_set", "remove_process_set"};
+    static const char* const fuse_op_names[] = {
+        "Average", "Sum", "Adasum", "Min", "Max", "Product"};
+    """
+    const char** kind_names "fuse_kind_names"
+    const char** op_names "fuse_op_names"
+
+
 cdef const char* _kind_name(int kind) noexcept nogil:
-    if kind == K_ALLREDUCE: return "allreduce"
-    if kind == K_ALLGATHER: return "allgather"
-    if kind == K_BROADCAST: return "broadcast"
-    if kind == K_ALLTOALL: return "alltoall"
-    if kind == K_REDUCESCATTER: return "reducescatter"
-    if kind == K_BARRIER: return "barrier"
-    if kind == K_JOIN: return "join"
-    if kind == K_PSET_ADD: return "add_process_set"
-    return "remove_process_set"
+    if 0 <= kind <= K_PSET_REMOVE:
+        return kind_names[kind]
+    return "unknown collective"
+
 
 cdef const char* _op_name(int op) noexcept nogil:
-    if op == OP_AVERAGE: return "Average"
-    if op == OP_SUM: return "Sum"
-    if op == OP_ADASUM: return "Adasum"
-    if op == OP_MIN: return "Min"
-    if op == OP_MAX: return "Max"
-    return "Product"
+    if 0 <= op <= OP_PRODUCT:
+        return op_names[op]
+    return "unknown op"
 
-# The Python-level names of the constants in _protocol.pxd (fuse._core re-exports them).
+
+# The Python-level names of the constants in protocol.pxd (fuse._core re-exports them).
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
 AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
 KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
 OP_NAMES = tuple(_op_name(op).decode() for op in range(OP_PRODUCT + 1))
 DTYPE_NAMES = {code: dtype_name(code).decode() for code in range(FUSE_BFLOAT16 + 1)}
 DTYPE_CODES = {v: k for k, v in DTYPE_NAMES.items()}
-_BACKEND_OPS = ("sum", "min", "max", "product")
+BACKEND_OPS = ("sum", "min", "max", "product")
 
 
 cdef void _write_request(string& out, const Request& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
+    put_signature(out, r)
     put[uint32_t](out, <uint32_t>r.shape.size())
     cdef size_t i
     for i in range(r.shape.size()):
@@ -62,18 +63,13 @@ cdef void _write_request(string& out, const Request& r) noexcept nogil:
     put_str(out, r.name)
     put_str(out, r.group_key)
     put[int](out, r.group_size)
+    put[uint8_t](out, 1 if r.on_device else 0)
     put_str(out, r.data)
 
 
 cdef Request _read_request(Reader& rd) noexcept nogil:
     cdef Request r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
+    get_signature(rd, r)
     cdef uint32_t n = get[uint32_t](rd)
     cdef uint32_t i
     for i in range(n):
@@ -88,6 +84,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
     r.name = get_str(rd)
     r.group_key = get_str(rd)
     r.group_size = get[int](rd)
+    r.on_device = get[uint8_t](rd) != 0
     r.data = get_str(rd)
     r.inp = NULL
     r.out = NULL
@@ -96,13 +93,7 @@ cdef Request _read_request(Reader& rd) noexcept nogil:
 
 
 cdef void _write_response(string& out, const Response& r) noexcept nogil:
-    put[uint8_t](out, <uint8_t>r.kind)
-    put[uint8_t](out, <uint8_t>r.dtype)
-    put[uint8_t](out, <uint8_t>r.op)
-    put[int](out, r.pset)
-    put[int](out, r.root)
-    put[double](out, r.prescale)
-    put[double](out, r.postscale)
+    put_signature(out, r)
     put[uint32_t](out, <uint32_t>r.names.size())
     cdef size_t i, j
     for i in range(r.names.size()):
@@ -118,6 +109,7 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
     put_str(out, r.error)
     put[int](out, r.error_kind)
     put[int](out, r.last_joined)
+    put[uint8_t](out, 1 if r.on_device else 0)
     put[uint8_t](out, 1 if r.inline_data else 0)
     if r.inline_data:
         for i in range(r.payloads.size()):
@@ -126,13 +118,7 @@ cdef void _write_response(string& out, const Response& r) noexcept nogil:
 
 cdef Response _read_response(Reader& rd) noexcept nogil:
     cdef Response r
-    r.kind = get[uint8_t](rd)
-    r.dtype = get[uint8_t](rd)
-    r.op = get[uint8_t](rd)
-    r.pset = get[int](rd)
-    r.root = get[int](rd)
-    r.prescale = get[double](rd)
-    r.postscale = get[double](rd)
+    get_signature(rd, r)
     cdef uint32_t n = get[uint32_t](rd)
     cdef uint32_t i, j, m
     cdef vector[int64_t] shape
@@ -157,6 +143,7 @@ cdef Response _read_response(Reader& rd) noexcept nogil:
     r.error = get_str(rd)
     r.error_kind = get[int](rd)
     r.last_joined = get[int](rd)
+    r.on_device = get[uint8_t](rd) != 0
     r.inline_data = get[uint8_t](rd) != 0
     if r.inline_data:
         for i in range(r.names.size()):
@@ -181,11 +168,102 @@ cdef string _exc_text(object e):
     return (f"{type(e).__name__}: {e}").encode(errors="replace")
 
 
+# ---- control frames
+
+cdef void frame_requests(string& out, uint32_t nfull, const string& full, uint32_t nhits,
+                         const string& hits) noexcept nogil:
+    """MSG_REQUESTS (a worker, or rank 0 itself, to the coordinator): ``nfull`` requests
+    written by _write_request, then ``nhits`` cache hits written by write_cache_hit."""
+    put[uint8_t](out, MSG_REQUESTS)
+    put[uint32_t](out, nfull)
+    out.append(full)
+    put[uint32_t](out, nhits)
+    out.append(hits)
+
+
+cdef void write_cache_hit(string& out, uint32_t slot, uint32_t gen,
+                          const string& data) noexcept nogil:
+    """One cached request inside MSG_REQUESTS: its slot, the slot's generation, and the
+    values of a small collective that travel inline (else empty)."""
+    put[uint32_t](out, slot)
+    put[uint32_t](out, gen)
+    put_str(out, data)
+
+
+cdef void read_cache_hit(Reader& rd, uint32_t* slot, uint32_t* gen, string* data) noexcept nogil:
+    slot[0] = get[uint32_t](rd)
+    gen[0] = get[uint32_t](rd)
+    data[0] = get_str(rd)
+
+
+cdef void frame_responses(string& out, uint32_t count, const string& bodies) noexcept nogil:
+    """MSG_RESPONSES (the coordinator to a member): ``count`` responses written by
+    _write_response, in the order every member runs them."""
+    put[uint8_t](out, MSG_RESPONSES)
+    put[uint32_t](out, count)
+    out.append(bodies)
+
+
+cdef void frame_stale(string& out, uint32_t slot, uint32_t gen) noexcept nogil:
+    """MSG_STALE (the coordinator to a worker): the cache slot it used was reused since;
+    send that request in full."""
+    put[uint8_t](out, MSG_STALE)
+    put[uint32_t](out, slot)
+    put[uint32_t](out, gen)
+
+
+cdef void read_stale(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil:
+    slot[0] = get[uint32_t](rd)
+    gen[0] = get[uint32_t](rd)
+
+
+cdef void frame_abort(string& out, const string& why) noexcept nogil:
+    """MSG_ABORT (a worker to rank 0): this rank is failing, and why."""
+    put[uint8_t](out, MSG_ABORT)
+    put_str(out, why)
+
+
+cdef string read_abort(Reader& rd) noexcept nogil:
+    return get_str(rd)
+
+
+cdef void frame_abort_all(string& out, int who, int kind, const string& why) noexcept nogil:
+    """MSG_ABORT_ALL (rank 0 to every worker): the job failed because of rank ``who`` (< 0:
+    the job itself, a stall), with ErrorKind ``kind`` and message ``why``."""
+    put[uint8_t](out, MSG_ABORT_ALL)
+    put[int](out, who)
+    put[int](out, kind)
+    put_str(out, why)
+
+
+cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why) noexcept nogil:
+    who[0] = get[int](rd)
+    kind[0] = get[int](rd)
+    why[0] = get_str(rd)
+
+
+cdef void frame_signal(string& out, uint8_t msg_type) noexcept nogil:
+    """A frame with no body: MSG_BYE (a worker leaves cleanly), MSG_COORD_BYE (rank 0 does),
+    MSG_ALIVE (rank 0 is alive while requests wait)."""
+    put[uint8_t](out, msg_type)
+
+
+cdef uint8_t read_type(Reader& rd) noexcept nogil:
+    """A frame's MSG_* type: its first byte (the reader then stands at its body)."""
+    return get[uint8_t](rd)
+
+
+cdef uint32_t read_count(Reader& rd) noexcept nogil:
+    """How many requests (or cache hits, or responses) follow in a MSG_REQUESTS or
+    MSG_RESPONSES body."""
+    return get[uint32_t](rd)
+
+
 # ---- the decoder as Python sees it: for the property-based tests of the wire format
 
 def encode_request(*, int kind, int dtype, int op, int pset, int root, double prescale,
                    double postscale, shape, args, bytes name, bytes group_key, int group_size,
-                   bytes data):
+                   bytes data, bint on_device=False):
     """One request as a worker writes it into a MSG_REQUESTS frame."""
     cdef Request r
     cdef string out
@@ -194,6 +272,7 @@ def encode_request(*, int kind, int dtype, int op, int pset, int root, double pr
     r.shape = shape
     r.args = args
     r.name, r.group_key, r.group_size, r.data = name, group_key, group_size, data
+    r.on_device = on_device
     _write_request(out, r)
     return bytes(out)
 
@@ -212,7 +291,7 @@ def decode_requests(bytes body, int count):
         out.append(dict(kind=r.kind, dtype=r.dtype, op=r.op, pset=r.pset, root=r.root,
                         prescale=r.prescale, postscale=r.postscale, shape=list(r.shape),
                         args=list(r.args), name=bytes(r.name), group_key=bytes(r.group_key),
-                        group_size=r.group_size, data=bytes(r.data)))
+                        group_size=r.group_size, data=bytes(r.data), on_device=r.on_device))
     return out
 
 

@@ -1,4 +1,4 @@
-# The engine's process sets (see _psets.pyx).
+# The engine's process sets (see psets.pyx).
 from libc.stdint cimport int64_t
 from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map

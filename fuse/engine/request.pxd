@@ -1,4 +1,4 @@
-# A collective as its caller asked for it (see _request.pyx).
+# A collective as its caller asked for it (see request.pyx).
 from fuse.engine.protocol cimport Request
 
 
@@ -20,6 +20,8 @@ cdef class RequestSpec:
     cdef readonly int pset
     cdef readonly object allocator      # shape -> (result, writable buffer), or None
     cdef readonly str group_key         # grouped calls: the group's name, else None
+    cdef readonly object device         # a device tensor's DeviceRequest (fuse/engine/device.py)
+                                        # or None: a host tensor
     # filled in while the collective runs; released by release()
     cdef readonly object result         # what the allocator made (allgather, alltoall, ...)
     cdef Py_buffer _views[3]            # input, output, the allocator's buffer

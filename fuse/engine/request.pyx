@@ -41,12 +41,15 @@ cdef class RequestSpec:
         allocator: ``shape -> (result, writable buffer)`` for outputs whose size negotiation
             decides (allgather, alltoall, reducescatter); ``result`` is kept in :attr:`result`.
         group_key: grouped calls: the group's name, the same for each of its tensors.
+        device: for a device (GPU) tensor, its :class:`fuse.engine.device.DeviceRequest`
+            (``input``, ``output`` and ``allocator`` stay None: the engine negotiates it like
+            any tensor, and this rank's device executor moves its data).
     """
 
     def __init__(self, int kind, str name, int dtype, shape, int pset=0, *, input=None,
                  output=None, int op=OP_SUM, double prescale=1.0, double postscale=1.0,
                  int root=-1, splits=None, ranks=None, int removed_set=0, allocator=None,
-                 str group_key=None):
+                 str group_key=None, device=None):
         self.kind = kind
         self.name = name
         self.dtype = dtype
@@ -63,6 +66,9 @@ cdef class RequestSpec:
         self.removed_set = removed_set
         self.allocator = allocator
         self.group_key = group_key
+        self.device = device
+        if device is not None and (input is not None or output is not None or allocator is not None):
+            raise ValueError(f"tensor {name!r}: a device request's memory is its DeviceRequest's")
 
     def __dealloc__(self):
         self.release()
@@ -101,6 +107,7 @@ cdef class RequestSpec:
         r.group_key = self.group_key.encode() if self.group_key else b""
         r.group_size = <int>group_size if self.group_key else 0
         r.rank = rank
+        r.on_device = self.device is not None
         r.inp = NULL
         r.out = NULL
         nbytes = <size_t>_numel(r.shape) * dtype_size(self.dtype)

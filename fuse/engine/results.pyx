@@ -20,12 +20,11 @@ from fuse.engine.executor cimport EX_OK, EX_BACKEND, EX_LOCAL
 
 
 cdef class ResponseRunner:
-    """Args: the engine's parts (see _results.pxd)."""
+    """Args: the engine's parts (see results.pxd)."""
 
     def __init__(self, HandleTable table, Submitter submitter, ProcessSets psets,
                  Executor executor):
         self.table = table
-        self.lock = table.lock
         self.submitter = submitter
         self.psets = psets
         self.executor = executor
@@ -67,6 +66,8 @@ cdef class ResponseRunner:
         if ps.index < 0:
             return EX_OK
         self.submitter.learn(resp)
+        if resp.on_device and resp.kind <= K_REDUCESCATTER:
+            return self._device(resp, ps, err)
         if resp.kind == K_ALLREDUCE:
             return self._allreduce(resp, ps, err)
         elif resp.kind <= K_REDUCESCATTER:
@@ -112,10 +113,7 @@ cdef class ResponseRunner:
             rc = self.executor.allgather(resp, ps, r, err)
         elif resp.kind == K_ALLTOALL:
             rc = self.executor.alltoall(resp, ps, r, recv_splits, err)
-            lock_acquire(self.lock)         # wait() returns the received splits
-            if self.table.handles.count(r.handle):
-                self.table.handles[r.handle].aux.swap(recv_splits)
-            lock_release(self.lock)
+            self.table.set_aux(r.handle, recv_splits)     # wait() returns the received splits
         else:
             rc = self.executor.reducescatter(resp, ps, r, err)
         if rc == EX_LOCAL:
@@ -123,6 +121,52 @@ cdef class ResponseRunner:
         elif rc == EX_OK:
             self.finish(key, H_DONE, string(b""), 0)
         return rc
+
+    cdef int _device(self, Response& resp, PSet* ps, string& err) noexcept nogil:
+        """A response on device tensors: the device executor enqueues it on the GPU backend's
+        stream (it never waits for the device) and the handles complete; whoever waits for
+        one orders its stream after the collective's event."""
+        cdef size_t i
+        cdef unordered_map[string, Request].iterator it
+        cdef vector[int64_t] handles
+        cdef vector[int64_t] recv_splits
+        cdef bint spans = resp.kind == K_ALLREDUCE and tl_on(self.tl)
+        for i in range(resp.names.size()):
+            it = self.submitter.inflight.find(_key(resp.pset, resp.names[i]))
+            if it == self.submitter.inflight.end():
+                err = _str("device ") + _str(_kind_name(resp.kind)) + _str(" of tensor '") + \
+                    resp.names[i] + _str("': this rank has no request for it")
+                self._finish_all(resp, H_ERROR, err, ERR_INTERNAL)
+                return EX_OK
+            handles.push_back(deref_req(it).handle)
+        if spans:
+            self._tl_all(resp, b'B', TLW_BACKEND)
+        with gil:
+            try:
+                if self.device_executor is None:
+                    raise RuntimeError("no device executor on this rank (the GPU backend "
+                                       "could not start here)")
+                received = self.device_executor.run(
+                    resp.kind, [self.executor.records[h].device for h in handles], resp.dtype,
+                    resp.op, resp.prescale, resp.postscale, _position(ps, resp.root),
+                    list(ps.ranks), ps.index, list(resp.args), resp.pset,
+                    <object>ps.pygroup if ps.pygroup != NULL else None)
+                if received is not None:
+                    for v in received:
+                        recv_splits.push_back(v)
+            except BaseException as e:
+                err = _str("device ") + _str(_kind_name(resp.kind)) + _str(" of tensor '") + \
+                    resp.names[0] + _str("' failed: ") + _exc_text(e)
+                return EX_BACKEND
+        if resp.kind == K_ALLTOALL:
+            self.table.set_aux(handles[0], recv_splits)   # wait() returns the received splits
+        elif resp.kind == K_ALLREDUCE:      # the autotuner scores allreduced bytes
+            self.executor.st_allreduces += 1
+            self.executor.st_tensors += resp.names.size()
+            for i in range(resp.shapes.size()):
+                self.executor.st_bytes += <size_t>_numel(resp.shapes[i]) * dtype_size(resp.dtype)
+        self._finish_all(resp, H_DONE, string(b""), 0)
+        return EX_OK
 
     cdef void _add_set(self, Response& resp) noexcept nogil:
         cdef string key = _key(resp.pset, resp.names[0])
@@ -136,6 +180,9 @@ cdef class ResponseRunner:
     cdef void _remove_set(self, Response& resp) noexcept nogil:
         cdef int pset_id = <int>resp.args[0]
         self.psets.remove(pset_id)
+        with gil:
+            if self.device_executor is not None:
+                self.device_executor.forget_set(pset_id)
         self._finish_ok(_key(resp.pset, resp.names[0]), pset_id)
 
     # ---- completing handles
@@ -150,19 +197,13 @@ cdef class ResponseRunner:
         if tl_on(self.tl):          # before the handle completes (see tl_close)
             self._tl_close(deref_req(it).name, deref_req(it).dtype, deref_req(it).shape)
         self.submitter.inflight.erase(it)
-        lock_acquire(self.lock)
-        self.table.names_in_flight.erase(key)
-        self.table.complete_locked(handle, status, error, error_kind)
-        lock_release(self.lock)
+        self.table.retire(key, handle, status, error, error_kind)
 
     cdef void _finish_ok(self, const string& key, int64_t value) noexcept nogil:
         cdef unordered_map[string, Request].iterator it = self.submitter.inflight.find(key)
         if it == self.submitter.inflight.end():
             return
-        lock_acquire(self.lock)
-        if self.table.handles.count(deref_req(it).handle):
-            self.table.handles[deref_req(it).handle].value = value
-        lock_release(self.lock)
+        self.table.set_value(deref_req(it).handle, value)
         self.finish(key, H_DONE, string(b""), 0)
 
     cdef void _finish_all(self, Response& resp, int status, const string& error,

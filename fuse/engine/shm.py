@@ -66,7 +66,7 @@ def _shm_dir() -> str:
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
-def _host_id() -> str:
+def host_id() -> str:
     """The same for every process under one running kernel, different on other machines."""
     try:
         with open("/proc/sys/kernel/random/boot_id") as f:
@@ -82,7 +82,7 @@ def _host_id() -> str:
 _memfd_create = getattr(os, "memfd_create", None)
 
 
-def _new_segment(nbytes: int = SEGMENT_BYTES, header: bool = True) -> tuple[int, str | None]:
+def new_segment(nbytes: int = SEGMENT_BYTES, header: bool = True) -> tuple[int, str | None]:
     """A zeroed segment, with this process's pid in its header if ``header``: (fd, the path
     other processes open it by), or (-1, None) when there is no room for it."""
     fd, path = -1, None
@@ -100,18 +100,18 @@ def _new_segment(nbytes: int = SEGMENT_BYTES, header: bool = True) -> tuple[int,
         return fd, path
     except OSError:
         if fd >= 0:
-            _discard(fd, path)
+            discard(fd, path)
         return -1, None
 
 
-def _discard(fd: int, path: str | None) -> None:
+def discard(fd: int, path: str | None) -> None:
     """Drop our handle on a segment we made (peers that mapped it keep their mapping)."""
     os.close(fd)
     if path is not None and not path.startswith("/proc/"):
         os.unlink(path)
 
 
-def _map_all(paths: list[str]) -> list[mmap.mmap]:
+def map_all(paths: list[str]) -> list[mmap.mmap]:
     """Every rank's segment, mapped; [] if one cannot be opened or its owner's pid is not
     visible from here (another pid namespace: the liveness check would misfire)."""
     maps: list[mmap.mmap] = []
@@ -133,18 +133,18 @@ def connect(config, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments 
     every rank calls it at start-up with ``exchange`` = the backend's allgather of bytes."""
     if config.shm_threshold <= 0 or config.size < 2 or config.local_size != config.size:
         return None
-    fd, path = _new_segment()
+    fd, path = new_segment()
     maps: list[mmap.mmap] = []
     try:
-        mine = json.dumps({"path": path, "host": _host_id()}).encode()
+        mine = json.dumps({"path": path, "host": host_id()}).encode()
         peers = [json.loads(raw) for raw in exchange(mine)]
         if all(p["path"] for p in peers) and len({p["host"] for p in peers}) == 1:
-            maps = _map_all([p["path"] for p in peers])
+            maps = map_all([p["path"] for p in peers])
         # everyone opened everything, or nobody uses it; afterwards the files can go
         agreed = all(raw == b"1" for raw in exchange(b"1" if maps else b"0"))
     finally:
         if fd >= 0:
-            _discard(fd, path)
+            discard(fd, path)
     if not agreed:
         for m in maps:
             m.close()
@@ -160,7 +160,7 @@ def share_regions(engine, sizes: list[int], allgather: Callable[[object], list])
     ``allgather`` is an allgather of Python objects through the engine."""
     if engine.shared_memory is None:
         return None
-    files = [_new_segment(max(int(n), 1), header=False) for n in sizes]
+    files = [new_segment(max(int(n), 1), header=False) for n in sizes]
     maps: list[list[mmap.mmap]] = []
     try:
         peers = allgather({"paths": [path for _fd, path in files], "sizes": list(sizes)})
@@ -179,7 +179,7 @@ def share_regions(engine, sizes: list[int], allgather: Callable[[object], list])
     finally:
         for fd, path in files:
             if fd >= 0:
-                _discard(fd, path)
+                discard(fd, path)
     if not agreed:
         for row in maps:
             for m in row:

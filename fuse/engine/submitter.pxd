@@ -1,4 +1,4 @@
-# This rank's side of negotiation (see _submitter.pyx).
+# This rank's side of negotiation (see submitter.pyx).
 from libc.stdint cimport int64_t, uint32_t, uint64_t
 from libcpp.string cimport string
 from libcpp.unordered_map cimport unordered_map

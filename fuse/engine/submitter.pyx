@@ -45,19 +45,13 @@ cdef class Submitter:
             it = self.wcache.find(key)
             if (self.cache_capacity and it != self.wcache.end()
                     and _same_signature(r, deref_wc(it).sig) and r.group_key.size() == 0):
-                put[uint32_t](hits, deref_wc(it).slot)
-                put[uint32_t](hits, deref_wc(it).gen)
-                put_str(hits, r.data)
+                write_cache_hit(hits, deref_wc(it).slot, deref_wc(it).gen, r.data)
                 self.sent_hits[(<uint64_t>deref_wc(it).slot << 32) | deref_wc(it).gen] = key
                 nhits += 1
             else:
                 _write_request(full, r)
                 nfull += 1
-        put[uint8_t](msg, MSG_REQUESTS)
-        put[uint32_t](msg, nfull)
-        msg.append(full)
-        put[uint32_t](msg, nhits)
-        msg.append(hits)
+        frame_requests(msg, nfull, full, nhits, hits)
 
     cdef bint repack(self, uint32_t slot, uint32_t gen, string& msg) noexcept nogil:
         """The coordinator evicted a cache slot we used: write the full request into ``msg``
@@ -72,10 +66,9 @@ cdef class Submitter:
             self.wcache.erase(key)
         if self.inflight.count(key) == 0:
             return False
-        put[uint8_t](msg, MSG_REQUESTS)
-        put[uint32_t](msg, 1)
-        _write_request(msg, self.inflight[key])
-        put[uint32_t](msg, 0)
+        cdef string full
+        _write_request(full, self.inflight[key])
+        frame_requests(msg, 1, full, 0, string(b""))
         return True
 
     cdef void learn(self, const Response& resp) noexcept nogil:
@@ -94,14 +87,7 @@ cdef class Submitter:
                     self.wcache.erase(old)
             wc.slot = resp.slots[i]
             wc.gen = resp.gens[i]
-            wc.sig.kind = resp.kind
-            wc.sig.dtype = resp.dtype
-            wc.sig.op = resp.op
-            wc.sig.pset = resp.pset
-            wc.sig.root = resp.root
-            wc.sig.prescale = resp.prescale
-            wc.sig.postscale = resp.postscale
-            wc.sig.shape = resp.shapes[i]
+            wc.sig = _response_signature(resp, resp.shapes[i])
             self.wcache[key] = wc
             self.wslot_owner[resp.slots[i]] = key
 
@@ -118,6 +104,8 @@ cdef class Submitter:
         if self.inline_threshold == 0 or self.psets.map.count(r.pset) == 0:
             return
         if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
+            return
+        if r.on_device:         # the values are in device memory: the device executor moves them
             return
         members = self.psets.map[r.pset].ranks.size()
         nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)

@@ -12,7 +12,7 @@ class NumpyAdapter(FrameworkAdapter):
     module = "numpy"
 
     api_module = "fuse._api"
-    ops_object = "fuse._api:_ops"
+    ops_object = "fuse._api:ops"
 
     @classmethod
     def version(cls) -> str | None:

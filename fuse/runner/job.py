@@ -32,12 +32,17 @@ from fuse.cluster import thread_budget
 from fuse.cluster.hosts import Slot, is_local_host, loopback_interface, store_address
 from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
-# Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then):
-# util-linux's setpriv asks the kernel to send SIGTERM when the parent goes away.  Where it is
-# missing, the launcher's own signal handling is all there is.
-_SETPRIV = "/usr/bin/setpriv"
-_ORPHAN_GUARD = ([_SETPRIV, "--pdeathsig", "TERM", "--"]
-                 if sys.platform.startswith("linux") and os.access(_SETPRIV, os.X_OK) else [])
+# Local workers die with the launcher even when it is SIGKILLed (it cannot clean up then), and
+# so does everything they started: a small guard process leads each worker's process group,
+# the kernel tells it when the launcher dies, and it signals the group (orphan_guard.py).
+_GUARD_SCRIPT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "orphan_guard.py")
+
+
+def _orphan_guard() -> list[str]:
+    """The argv prefix that runs a local worker under the orphan guard (Linux only)."""
+    if not sys.platform.startswith("linux"):
+        return []
+    return [sys.executable, "-I", "-S", _GUARD_SCRIPT, str(os.getpid()), "--"]
 
 
 def _findable(program: str, env: Mapping[str, str], cwd: str | None) -> bool:
@@ -445,10 +450,11 @@ class Job:
                 w.start_deadline = time.monotonic() + st.start_timeout
             else:
                 self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: {shlex.join(self.command)}")
-                if _ORPHAN_GUARD and not _findable(self.command[0], env, st.cwd):
-                    # say it as Popen would, not as setpriv does
+                guard = _orphan_guard()
+                if guard and not _findable(self.command[0], env, st.cwd):
+                    # say it as Popen would, not as the guard does
                     raise FileNotFoundError(2, "No such file or directory", self.command[0])
-                w.proc = subprocess.Popen(_ORPHAN_GUARD + self.command, env=env, cwd=st.cwd,
+                w.proc = subprocess.Popen(guard + self.command, env=env, cwd=st.cwd,
                                           stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                           stderr=subprocess.PIPE, start_new_session=True)
         except OSError as err:

@@ -347,16 +347,27 @@ def network_interfaces(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(nics))
 
 
-def start_timeout(value: float | None, environ=os.environ) -> float:
+def seconds_setting(value: float | None, env_names: Sequence[str], default: float,
+                    environ=os.environ) -> float:
+    """A number of seconds: the flag's ``value`` when given, else the first of ``env_names``
+    set (fuse's name, then Horovod's), else ``default``; ValueError names the variable."""
     if value is not None:
         return float(value)
-    for var in ("FUSE_START_TIMEOUT", "HOROVOD_START_TIMEOUT"):
+    for var in env_names:
         if environ.get(var, "").strip():
             try:
                 return float(environ[var])
             except ValueError:
-                raise UsageError(f"{var}={environ[var]!r} is not a number of seconds") from None
-    return 30.0
+                raise ValueError(f"{var}={environ[var]!r} is not a number of seconds") from None
+    return default
+
+
+def start_timeout(value: float | None, environ=os.environ) -> float:
+    try:
+        return seconds_setting(value, ("FUSE_START_TIMEOUT", "HOROVOD_START_TIMEOUT"), 30.0,
+                               environ)
+    except ValueError as err:
+        raise UsageError(str(err)) from None
 
 
 def host_specs(hosts: str | None, hostfile: str | None,

@@ -55,16 +55,16 @@ def main(argv: list[str] | None = None) -> int:
 
 def _final_rank(launched_as: int) -> int:
     """The rank the function ended with: an elastic job's may differ from the launcher's."""
-    basics = sys.modules.get("fuse.worker.lifecycle")
-    config = getattr(getattr(basics, "_state", None), "config", None)
+    job_state = sys.modules.get("fuse.worker.state")   # loaded only if the function used fuse
+    config = job_state.last_config() if job_state is not None else None
     return config.rank if config is not None and config.elastic else launched_as
 
 
 def _tell_peers(exc: BaseException) -> None:
     """If the function started fuse, let the other ranks fail with this rank's message."""
-    basics = sys.modules.get("fuse.worker.lifecycle")
-    if basics is not None:
-        basics.report_failure(exc)
+    lifecycle = sys.modules.get("fuse.worker.lifecycle")
+    if lifecycle is not None:
+        lifecycle.report_failure(exc)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ __all__ = _export_api("tensorflow", globals())
 
 # Horovod's package exposes its util module and this private helper; its suite calls both
 from fuse.tensorflow import util  # noqa: E402,F401
-_executing_eagerly = util._executing_eagerly
+_executing_eagerly = util.executing_eagerly
 
 __all__ += ["util"]
 

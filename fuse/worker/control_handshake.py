@@ -29,6 +29,25 @@ HANDSHAKE_SECONDS = 5.0                 # a peer that has not answered by then i
 _MAX_PENDING = 64                       # half-open handshakes at once; more are refused
 
 
+def watch_peer(conn: socket.socket, peer_timeout: float) -> None:
+    """Make the kernel notice a peer that stops answering, alive or not (its host down or cut
+    off by the network), within about ``peer_timeout`` seconds, whatever the engine is doing:
+    keep-alive probes while the connection is quiet, a limit on unacknowledged data while it is
+    not.  The connection then fails with ETIMEDOUT, which the engine reports naming the rank
+    (fuse.engine.channel).  Without this, a partition is noticed only by ssh's keep-alive, or
+    never."""
+    idle = max(1, int(peer_timeout / 3))
+    probes = 4
+    interval = max(1, int((peer_timeout - idle) / probes))
+    conn.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+    for name, value in (("TCP_KEEPIDLE", idle), ("TCP_KEEPINTVL", interval),
+                        ("TCP_KEEPCNT", probes),
+                        ("TCP_USER_TIMEOUT", int(peer_timeout * 1000))):
+        option = getattr(socket, name, None)
+        if option is not None:      # Linux has them all; elsewhere the defaults stay
+            conn.setsockopt(socket.IPPROTO_TCP, option, value)
+
+
 def make_key() -> bytes:
     return secrets.token_bytes(32)
 
@@ -38,7 +57,7 @@ def proof(key: bytes, nonce: bytes, rank: int) -> bytes:
 
 
 def accept_ranks(listener: socket.socket, size: int, key: bytes, timeout: float,
-                 report: Callable[[str], None]) -> list[int]:
+                 report: Callable[[str], None], peer_timeout: float = 15.0) -> list[int]:
     """Rank 0: accept one proven connection from each of ranks 1 .. size-1 within ``timeout``
     seconds; returns their file descriptors indexed by rank (-1 for rank 0).  Connections that
     fail the handshake are closed and passed to ``report`` in one line each."""
@@ -96,6 +115,7 @@ def accept_ranks(listener: socket.socket, size: int, key: bytes, timeout: float,
                     sel.unregister(conn)
                     conn.setblocking(True)
                     conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                    watch_peer(conn, peer_timeout)
                     fds[rank] = conn.detach()
         return fds
     except BaseException:
@@ -130,7 +150,8 @@ def _accept_one(listener, pending, sel, report) -> None:
     sel.register(conn, selectors.EVENT_READ)
 
 
-def join_coordinator(addr: tuple[str, int], rank: int, key: bytes, timeout: float) -> int:
+def join_coordinator(addr: tuple[str, int], rank: int, key: bytes, timeout: float,
+                     peer_timeout: float = 15.0) -> int:
     """Ranks > 0: connect to rank 0, prove the key, and return the connection's descriptor."""
     conn = socket.create_connection(addr, timeout=timeout)
     try:
@@ -142,6 +163,7 @@ def join_coordinator(addr: tuple[str, int], rank: int, key: bytes, timeout: floa
             nonce += chunk
         conn.sendall(_ANSWER.pack(rank, proof(key, nonce, rank)))
         conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        watch_peer(conn, peer_timeout)
         conn.settimeout(None)
         return conn.detach()
     except BaseException:

@@ -26,6 +26,8 @@ import time
 import numpy as np
 
 from fuse.worker import lifecycle
+from fuse.cluster.store import StoreUnreachable
+from fuse.worker import state as job_state
 from fuse.exceptions import FuseInternalError, HostsUpdatedInterrupt
 
 __all__ = ["State", "ObjectState", "run_fn", "run"]
@@ -48,7 +50,7 @@ class _HostUpdates:
     def _poll(self) -> None:
         from fuse.cluster import elastic_protocol as protocol
         from fuse.cluster.store import store_from_config
-        cfg = lifecycle._state.config
+        cfg = job_state.config()
         if self._store is None or self._store_of is not cfg:
             self._store, self._store_of = store_from_config(cfg), cfg
         raw = self._store.try_get(protocol.GENERATION_KEY)
@@ -61,9 +63,9 @@ class _HostUpdates:
     def check(self) -> None:
         """Collective: raise HostsUpdatedInterrupt on every rank when the driver has formed a
         generation newer than the one this job runs."""
-        if not lifecycle._state.config.elastic:
+        if not job_state.config().elastic:
             return
-        current = lifecycle._state.generation
+        current = job_state.rendezvous_generation()
         msg = np.zeros(2, np.int64)
         if lifecycle.rank() == 0:
             now = time.monotonic()
@@ -171,6 +173,8 @@ def _reform(reset):
         try:
             reset()
             return
+        except StoreUnreachable:
+            raise       # cut off from the launcher: no generation will ever come
         except (FuseInternalError, ConnectionError):
             if attempt + 1 == REFORM_ATTEMPTS:
                 raise

@@ -41,12 +41,21 @@ def _int(raw: bytes | None, default: int = -1) -> int:
     return int(raw.decode()) if raw else default
 
 
-def join(config, after: int) -> dict:
+# The store is the launcher's, on the launcher's host: a request it does not answer within
+# this bound (a few tries) means this worker is cut off from it, and waiting longer would only
+# keep a cut-off worker alive (StoreUnreachable ends it).
+STORE_TIMEOUT_S = 5.0
+STORE_ATTEMPTS = 2
+
+
+def join(config, after: int, lost: list[int] | None = None) -> dict:
     """Wait for a generation newer than ``after`` that includes this worker and for all its
     workers to be ready; return the Config fields of this worker's identity in it (with
-    ``rendezvous_generation``).  Raises :class:`WorkerRemoved` when the newest plan leaves this
-    worker out, TimeoutError when the driver forms none for twice ``config.elastic_timeout``."""
-    store = store_from_config(config)
+    ``rendezvous_generation``).  ``lost``: ranks of generation ``after`` that stopped answering
+    (reported with the reset request).  Raises :class:`WorkerRemoved` when the newest plan
+    leaves this worker out, TimeoutError when the driver forms none for twice
+    ``config.elastic_timeout``, StoreUnreachable when the launcher's store does not answer."""
+    store = store_from_config(config, timeout=STORE_TIMEOUT_S, attempts=STORE_ATTEMPTS)
     if store is None:
         raise ValueError("FUSE_ELASTIC=1 needs the elastic launcher's rendezvous store: start "
                          "the job with fuserun --min-np/--max-np/--host-discovery-script or "
@@ -64,7 +73,8 @@ def join(config, after: int) -> dict:
             # The collective failed but no worker has left (yet): ask for a new generation;
             # the driver makes one (after a moment in which a dying worker's exit shows).
             if asked_for != g:
-                store.set(protocol.RESET_KEY.format(g=g, worker=me), b"1")
+                store.set(protocol.RESET_KEY.format(g=g, worker=me),
+                          protocol.encode_reset(lost or []))
                 asked_for = g
         else:
             workers, _added = protocol.decode_plan(store.get(protocol.PLAN_KEY.format(g=g)))

@@ -21,7 +21,7 @@ from fuse.cluster import thread_budget
 from fuse.worker.process_sets import (ProcessSet, global_process_set,  # noqa: F401
                                       process_set_by_id, process_set_id)
 from fuse.worker import state
-from fuse.worker.state import _state, engine, is_initialized, rank, size  # noqa: F401
+from fuse.worker.state import engine, is_initialized, job, rank, size  # noqa: F401
 from fuse.config import Config, launched_by_mpi
 from fuse.exceptions import ShutdownError
 
@@ -29,7 +29,7 @@ from fuse.exceptions import ShutdownError
 _require = state.require
 
 
-# The backend group id of the world's twin connection (see Engine._install_twin): far above
+# The backend group id of the world's twin connection (see Engine.install_twin): far above
 # the ids dynamic process sets take.
 TWIN_GROUP_ID = 1 << 30
 
@@ -48,8 +48,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
     from fuse._core import Engine
     from fuse.backends import load_backend
 
-    with _state.lock:
-        if _state.engine is not None:
+    with job.lock:
+        if job.engine is not None:
             return
         if process_sets == "dynamic":
             overrides.setdefault("dynamic_process_sets", True)
@@ -84,7 +84,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         ignored_knobs.warn_ignored_knobs(config.local_rank, log)
         backend = backend_cls(config, **backend_kwargs)
         world = backend.create_group(list(range(config.size)), 0)
-        ctl_fd, worker_fds = _connect_control_channel(backend, config, log)
+        ctl_fd, worker_fds, hosts = _connect_control_channel(backend, config, log)
 
         def create_group(ranks, group_id):
             return backend.create_group(ranks, group_id)
@@ -93,19 +93,20 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         segments = shm.connect(config, backend.exchange)    # None unless one host
         hier = hierarchy.connect(config, backend, log)      # None unless several hosts
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
+        engine._set_hosts(hosts)
         if segments is not None:
-            engine._install_shm(0, segments)
+            engine.install_shm(0, segments)
         if hier is not None:
-            engine._install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
-                                      hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
-                                      hier.local_index(config.size))
+            engine.install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
+                                     hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
+                                     hier.local_index(config.size))
         # the twin connection is only worth building for sizes shared memory (or the
         # hierarchical allreduce) leaves to it
         splits = config.split_threshold > 0 and (
             segments is None or config.split_threshold < config.shm_threshold) and (
             hier is None or config.split_threshold < hier.min_bytes)
         if splits and config.size > 1 and world.native_ops() is not None:
-            engine._install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
+            engine.install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
         if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
             # before the engine runs, so that the first negotiation is on it
             try:
@@ -117,19 +118,21 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         _pin_engine_thread(engine, config, log)
         if config.autotune and config.rank == 0:
             from fuse.engine.autotune import Autotuner
-            _state.autotuner = Autotuner(engine, config, log)
-            _state.autotuner.start()
+            job.autotuner = Autotuner(engine, config, log)
+            job.autotuner.start()
         # Automatic collective names count from zero in every job the engine forms, so that
         # a process that joins a re-formed (elastic) job derives the names the others do.
         from fuse.collectives import calls as collectives
         collectives.reset_auto_names()
-        _state.engine, _state.config, _state.backend = engine, config, backend
+        job.install(engine, config, backend)
+        job.forked_from = None
         if config.rendezvous_generation >= 0:
-            _state.generation = config.rendezvous_generation
-        _state.dynamic = config.dynamic_process_sets
-        _state.process_sets = {}
-        if _state.prev_excepthook is None:
-            _state.prev_excepthook = sys.excepthook
+            job.rendezvous_generation = config.rendezvous_generation
+            from fuse.worker import generation_watch
+            generation_watch.start(engine, config)
+        job.dynamic = config.dynamic_process_sets
+        if job.prev_excepthook is None:
+            job.prev_excepthook = sys.excepthook
             sys.excepthook = _excepthook
             atexit.register(shutdown)       # once, however often an elastic job re-forms
         log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
@@ -144,10 +147,13 @@ def _join_elastic(config: Config, overrides: dict) -> Config:
     from fuse.worker import elastic_rendezvous
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
-    identity = elastic_rendezvous.join(config, after=_state.generation)
+    from fuse.cluster import elastic_protocol
+    identity = elastic_rendezvous.join(
+        config, after=job.rendezvous_generation,
+        lost=elastic_protocol.unanswering_ranks(job.last_failure))
     # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
     # newer generation instead of joining this one again
-    _state.generation = identity["rendezvous_generation"]
+    job.rendezvous_generation = identity["rendezvous_generation"]
     return Config.from_env(**{**overrides, **identity})
 
 
@@ -234,11 +240,12 @@ def _local_address_towards(addr: str) -> str:
 
 def _connect_control_channel(backend, config: Config, log):
     """Rank 0 listens; every other rank connects and proves it belongs to the job
-    (fuse.worker.control_handshake).  Returns the engine's (ctl_fd, worker_fds)."""
+    (fuse.worker.control_handshake).  Returns the engine's (ctl_fd, worker_fds) and every
+    rank's host name (what the engine names a rank with)."""
     from fuse.worker import control_handshake as handshake
 
     if config.size == 1:
-        return -1, [-1]
+        return -1, [-1], [config.hostname]
     timeout = max(config.gloo_timeout_seconds, 10.0)
     listener = None
     if config.rank == 0:
@@ -248,22 +255,26 @@ def _connect_control_channel(backend, config: Config, log):
                                         backlog=max(config.size, 128))
         key = handshake.make_key()
         # the key travels over the backend's connections, which the job already trusts
-        payload = pickle.dumps((host, listener.getsockname()[1], key))
+        payload = pickle.dumps((config.hostname, host, listener.getsockname()[1], key))
     else:
-        payload = b""
-    host, port, key = pickle.loads(backend.exchange(payload)[0])
+        payload = pickle.dumps((config.hostname,))
+    everyone = [pickle.loads(p) for p in backend.exchange(payload)]
+    hosts = [p[0] for p in everyone]
+    _, host, port, key = everyone[0]
     if config.rank == 0:
         try:
-            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning)
+            return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning,
+                                              config.peer_timeout_seconds), hosts
         finally:
             listener.close()
-    return handshake.join_coordinator((host, port), config.rank, key, timeout), []
+    return handshake.join_coordinator((host, port), config.rank, key, timeout,
+                                      config.peer_timeout_seconds), [], hosts
 
 
 def report_failure(exc: BaseException) -> None:
     """This rank is about to die of ``exc``: tell the other ranks (and the launcher) why, so
     they fail at once with our message instead of waiting for a timeout."""
-    engine = _state.engine
+    engine = job.engine
     if engine is None or isinstance(exc, KeyboardInterrupt):
         return
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
@@ -271,6 +282,9 @@ def report_failure(exc: BaseException) -> None:
         _report_error(text, "".join(traceback.format_exception(type(exc), exc,
                                                                exc.__traceback__)),
                       consequence=isinstance(exc, ShutdownError))
+    except Exception:
+        pass        # the launcher is out of reach: the other ranks still hear it from us
+    try:
         engine.abort(text)
     except Exception:
         pass
@@ -279,17 +293,25 @@ def report_failure(exc: BaseException) -> None:
 def _excepthook(exc_type, exc, tb):
     """An uncaught exception on this rank."""
     report_failure(exc)
-    (_state.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+    (job.prev_excepthook or sys.__excepthook__)(exc_type, exc, tb)
+
+
+# A failing rank's report to the launcher is best-effort and short: a rank cut off from the
+# launcher's host must still exit soon (with the store's usual 20 tries of up to 30 s each it
+# lingered ~10 minutes).  At most REPORT_ATTEMPTS tries of REPORT_TIMEOUT_S each.
+REPORT_TIMEOUT_S = 1.5
+REPORT_ATTEMPTS = 2
 
 
 def _report_error(summary: str, full: str, consequence: bool = False) -> None:
     """Leave this rank's error in the launcher's store.  ``consequence``: we fail because
-    another rank did (a ShutdownError), so the launcher looks for that rank's own error."""
-    cfg = _state.config
+    another rank did (a ShutdownError), so the launcher looks for that rank's own error.
+    Raises ConnectionError when the store cannot be reached within the short bound."""
+    cfg = job.config
     if cfg is None:
         return
     from fuse.cluster.store import store_from_config
-    store = store_from_config(cfg)
+    store = store_from_config(cfg, timeout=REPORT_TIMEOUT_S, attempts=REPORT_ATTEMPTS)
     if store is not None:
         if consequence:
             store.set(f"errors/{cfg.rank}/consequence", b"1")
@@ -298,19 +320,21 @@ def _report_error(summary: str, full: str, consequence: bool = False) -> None:
 
 def shutdown() -> None:
     """Stop the engine.  Safe to call more than once; registered with atexit by init()."""
-    with _state.lock:
-        engine, backend = _state.engine, _state.backend
-        timeline = _state.timeline
-        tuner = _state.autotuner
-        _state.autotuner = None
-        _state.engine = None
-        _state.backend = None
-        _state.timeline = None
+    with job.lock:
+        engine, backend = job.engine, job.backend
+        timeline = job.timeline
+        tuner = job.autotuner
+        job.autotuner = None
+        job.engine = None
+        job.backend = None
+        job.timeline = None
     if tuner is not None:
         tuner.stop()
     if engine is not None:
+        # what failed the job, if anything: an elastic re-init tells the driver who was lost
+        job.last_failure = engine.failure if engine.failed else None
         engine.shutdown()
-        # the device path's flush threads negotiate through the engine: they stop with it
+        # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.worker.device_path")
         if device_path is not None:
             device_path.reset()
@@ -330,7 +354,7 @@ def autotune_state(wait: float | None = 0) -> dict | None:
     other ranks and without autotune: only the coordinator's values are used, so every rank
     runs with these.  ``wait``: seconds to wait for the tuner to finish (None: forever)."""
     _require()
-    tuner = _state.autotuner
+    tuner = job.autotuner
     if tuner is None:
         return None
     if wait is None or wait > 0:
@@ -396,7 +420,7 @@ def mpi_threads_supported() -> bool:
     """True if MPI runs at MPI_THREAD_MULTIPLE, so mpi4py may be used alongside fuse."""
     if not mpi_enabled():
         raise ValueError("mpi_threads_supported() needs the MPI backend (FUSE_BACKEND=mpi)")
-    return bool(_state.backend.threads_supported())
+    return bool(job.backend.threads_supported())
 
 
 def nccl_built() -> int:
@@ -425,10 +449,10 @@ def ccl_built() -> bool:
 
 def _start_timeline_locked(engine, config: Config, file_path: str, mark_cycles: bool) -> None:
     from fuse.engine.timeline import TimelineWriter
-    if _state.timeline is not None:
-        _state.timeline.stop()
-        _state.timeline = None
-    _state.timeline = TimelineWriter(engine, file_path, mark_cycles, config.backend)
+    if job.timeline is not None:
+        job.timeline.stop()
+        job.timeline = None
+    job.timeline = TimelineWriter(engine, file_path, mark_cycles, config.backend)
 
 
 def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
@@ -438,18 +462,18 @@ def start_timeline(file_path: str, mark_cycles: bool = False) -> None:
     _require()
     if not file_path:
         raise ValueError("start_timeline needs a file path")
-    with _state.lock:
-        if _state.config.rank != 0:
+    with job.lock:
+        if job.config.rank != 0:
             return
-        _start_timeline_locked(_state.engine, _state.config, str(file_path), mark_cycles)
+        _start_timeline_locked(job.engine, job.config, str(file_path), mark_cycles)
 
 
 def stop_timeline() -> None:
     """Stop the timeline and close its file (valid JSON).  No-op if none is being written and
     on ranks other than 0."""
     _require()
-    with _state.lock:
-        timeline, _state.timeline = _state.timeline, None
+    with job.lock:
+        timeline, job.timeline = job.timeline, None
     if timeline is not None:
         timeline.stop()
 
@@ -457,11 +481,11 @@ def stop_timeline() -> None:
 # ---- process sets
 
 def _add_process_set(ps: ProcessSet) -> ProcessSet:
-    if ps.process_set_id is not None and ps.process_set_id in _state.process_sets:
+    if ps.process_set_id is not None and ps.process_set_id in job.process_sets:
         raise ValueError(f"{ps} is already registered")
     new_id = collectives.submit_control("add_process_set", ranks=ps.ranks)
     ps.process_set_id = new_id
-    _state.process_sets[new_id] = ps
+    job.process_sets[new_id] = ps
     return ps
 
 
@@ -469,13 +493,13 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
     """Register a process set after init.  Every rank must call it, with the same ranks.
     Needs dynamic process sets: ``init(process_sets="dynamic")`` or FUSE_DYNAMIC_PROCESS_SETS=1."""
     _require()
-    if not _state.dynamic:
+    if not job.dynamic:
         raise ValueError("add_process_set needs dynamic process sets: call "
                          "init(process_sets='dynamic') or set FUSE_DYNAMIC_PROCESS_SETS=1")
     ps = process_set if isinstance(process_set, ProcessSet) else ProcessSet(process_set)
     if ps.mpi_comm is not None:
         raise ValueError("a process set cannot be made from an MPI communicator after init")
-    for known in _state.process_sets.values():
+    for known in job.process_sets.values():
         if known.process_set_id != 0 and known.ranks == ps.ranks:
             raise ValueError(f"a process set with ranks {ps.ranks} already exists: {known}")
     return _add_process_set(ps)
@@ -484,15 +508,15 @@ def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:
 def remove_process_set(process_set: ProcessSet) -> bool:
     """Remove a process set (collective over all ranks).  The global set cannot be removed."""
     _require()
-    if not _state.dynamic:
+    if not job.dynamic:
         raise ValueError("remove_process_set needs dynamic process sets")
     pid = process_set.process_set_id
     if pid == 0:
         raise ValueError("the global process set cannot be removed")
-    if pid is None or pid not in _state.process_sets:
+    if pid is None or pid not in job.process_sets:
         return False
     collectives.submit_control("remove_process_set", ranks=[pid])
-    del _state.process_sets[pid]
+    del job.process_sets[pid]
     process_set.process_set_id = None
     return True
 

@@ -77,7 +77,7 @@ def _translate(comm) -> list[int]:
     """The fuse ranks of a communicator's members: positions in fuse's world communicator
     (the MPI backend's), or in MPI_COMM_WORLD before fuse runs on MPI."""
     from mpi4py import MPI  # only reachable when the user passed a communicator
-    world = getattr(getattr(state._state.backend, "world", None), "comm", None) or MPI.COMM_WORLD
+    world = getattr(getattr(state.backend(), "world", None), "comm", None) or MPI.COMM_WORLD
     group = comm.Get_group()
     ranks = MPI.Group.Translate_ranks(group, list(range(group.Get_size())), world.Get_group())
     if any(r == MPI.UNDEFINED for r in ranks):
@@ -125,7 +125,7 @@ def process_set_id(process_set: ProcessSet | None) -> int:
     """The id of a registered process set (None: the global set)."""
     ps = global_process_set if process_set is None else process_set
     pid = ps._id()
-    if pid != 0 and pid not in state._state.process_sets:
+    if pid != 0 and state.registered_process_set(pid) is None:
         raise ValueError(f"{ps} has been removed or was never registered")
     return pid
 
@@ -135,7 +135,7 @@ def process_set_by_id(pid: int) -> ProcessSet:
     TensorFlow's ``size_op(process_set_id)``)."""
     if int(pid) == 0:
         return global_process_set
-    found = state._state.process_sets.get(int(pid))
+    found = state.registered_process_set(int(pid))
     if found is None:
         raise ValueError(f"no process set with id {pid} is registered")
     return found

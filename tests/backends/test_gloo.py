@@ -641,6 +641,15 @@ def test_argument_errors(solo):
         solo.world.allreduce(buf[:3], "int64", "sum")
     with pytest.raises(ValueError, match="recvbytes has 2 entries"):
         solo.world.allgatherv(buf, buf, [8, 8])
+    with pytest.raises(ValueError, match="allgatherv: recvbuf has 8 bytes, recvbytes add up "
+                       "to 16"):
+        solo.world.allgatherv(np.zeros(16, np.uint8), buf[:2], [16])
+    with pytest.raises(ValueError, match="alltoallv: sendbuf has 16 bytes, sendbytes add up "
+                       "to 20"):
+        solo.world.alltoallv(buf, [20], buf, [4])
+    with pytest.raises(ValueError, match=r"reducescatter: buffer has 16 bytes, recvcounts \(times "
+                       r"the float32 item size\) add up to 20"):
+        solo.world.reducescatter(buf, [5], "float32", "sum")
     with pytest.raises(ValueError, match=r"invalid ranks \[1\] for a world of 1"):
         solo.create_group([1], 4)
     with pytest.raises((ValueError, BufferError), match="contiguous"):

@@ -12,7 +12,8 @@ import sys
 
 import pytest
 
-from elastic_util import (HERE, check_training, fuserun, grow_and_shrink, job_env)
+from elastic_util import (HERE, check_training, fuserun, grow_and_shrink, job_env, progress,
+                          set_hosts, wait_for, write_discovery)
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -100,3 +101,43 @@ def test_a_blacklisted_host_comes_back_after_its_cooldown(tmp_path):
     assert "generation 2: 4 workers" in proc.stderr and "cool-down ended" in proc.stderr
     res = check_training(tmp_path, 150, expect_workers=4)
     assert {r["generation"] for r in res} == {2}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_generation_without_a_silent_worker_fails_the_survivors_collectives(tmp_path):
+    # rank 2 stops (SIGSTOP) before its allreduce of batch 20: alive, its connections open, so
+    # nothing in the engine notices with the default settings and the others wait for it.
+    # Discovery then drops its host: the driver forms generation 1 without it, and the
+    # survivors' pending allreduce fails at once (fuse.worker.generation_watch), so they
+    # re-form and finish.  Before, they waited for good.
+    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1",
+                                                    "127.0.0.2:1"])
+    argv = fuserun("-np", "3", "--min-np", "2", "--host-discovery-script", str(script),
+                   sys.executable, WORKER, str(tmp_path), "60", "stop:0:2:20")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env(), cwd=str(tmp_path))
+    try:
+        wait_for(lambda: any(n >= 20 for _g, _s, n in progress(tmp_path)), 60, proc,
+                 "20 batches on 3 workers")
+        stopped = int((tmp_path / "stopped.pid").read_text())
+        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1"])
+        wait_for(lambda: any(g == 1 for g, _s, _n in progress(tmp_path)), 60, proc,
+                 "a commit of generation 1")
+        # the survivors went on while the stopped worker still lived (the driver stops a
+        # worker left out only after 10 s): they did not wait for its connections to close
+        assert _alive(stopped)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    res = check_training(tmp_path, 60, expect_workers=2)
+    assert {r["generation"] for r in res} == {1}

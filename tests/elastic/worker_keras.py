@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 import fuse.keras as hvd
-from fuse.worker import lifecycle
+from fuse.worker.state import rendezvous_generation
 from elastic_util import DIM, batch_rows
 
 out_dir, epochs, steps_per_epoch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
@@ -48,7 +48,7 @@ state = hvd.elastic.KerasState(model, batch=0, epoch=0, step=0)
 class CountSteps(keras.callbacks.Callback):
     def on_batch_begin(self, batch, logs=None):
         for kind, g, r, at in faults:
-            if int(g) == lifecycle._state.generation and state.step >= int(at) \
+            if int(g) == rendezvous_generation() and state.step >= int(at) \
                     and int(r) == hvd.rank():
                 os.kill(os.getpid(), signal.SIGKILL)
 
@@ -61,7 +61,7 @@ class Progress(keras.callbacks.Callback):
     def on_batch_end(self, batch, logs=None):
         if hvd.rank() == 0:
             with open(os.path.join(out_dir, "progress.txt"), "a") as f:
-                f.write(f"{lifecycle._state.generation} {hvd.size()} {state.step}\n")
+                f.write(f"{rendezvous_generation()} {hvd.size()} {state.step}\n")
 
 
 def batches(first_step):
@@ -77,7 +77,7 @@ class Trace(keras.callbacks.Callback):
     """TRACE=1: say what Keras calls, for debugging."""
 
     def _say(self, what, *args):
-        print(f"gen {lifecycle._state.generation} rank {hvd.rank()} step {state.step} {what} {args}",
+        print(f"gen {rendezvous_generation()} rank {hvd.rank()} step {state.step} {what} {args}",
               file=sys.stderr, flush=True)
 
     def on_epoch_begin(self, epoch, logs=None):
@@ -104,6 +104,6 @@ def train(state):
 
 train(state)
 with open(os.path.join(out_dir, f"result.{hvd.rank()}.json"), "w") as f:
-    json.dump({"rank": hvd.rank(), "size": hvd.size(), "generation": lifecycle._state.generation,
+    json.dump({"rank": hvd.rank(), "size": hvd.size(), "generation": rendezvous_generation(),
                "w": model.get_weights()[0].ravel().tolist(), "step": state.step,
                "epoch": state.epoch}, f)

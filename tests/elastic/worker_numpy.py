@@ -6,7 +6,8 @@ A FAULT is ``kind:generation:rank:batch``: in that generation, from that batch o
 with that rank
 ``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
 its allreduce of the batch in flight; ``killreset`` (batch ignored): dies as soon as that
-generation formed, while the others sync.  ``all`` as rank: every worker.
+generation formed, while the others sync; ``stop``: stops itself (SIGSTOP) before the batch's
+allreduce, alive but silent.  ``all`` as rank: every worker.
 """
 
 import json
@@ -19,7 +20,7 @@ import numpy as np
 
 import fuse
 import fuse.elastic
-from fuse.worker import lifecycle
+from fuse.worker.state import rendezvous_generation
 from elastic_util import DIM, apply_batch, batch_rows
 
 out_dir, batches = sys.argv[1], int(sys.argv[2])
@@ -31,11 +32,15 @@ state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
 
 
 def maybe_fail(b: int, partial: np.ndarray) -> None:
-    gen = lifecycle._state.generation
+    gen = rendezvous_generation()
     for kind, g, r, at in faults:
         if int(g) == gen and b >= int(at) and (r == "all" or int(r) == fuse.rank()):
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
+            if kind == "stop":
+                with open(os.path.join(out_dir, "stopped.pid"), "w") as f:
+                    f.write(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGSTOP)
             if kind == "raise":
                 raise RuntimeError(f"injected failure at batch {b}")
             if kind == "killin":
@@ -47,7 +52,7 @@ def on_reset():
     # "killreset:G:R:0": the worker that has rank R in generation G dies as soon as that
     # generation has formed, while the others start syncing the state
     for kind, g, r, _at in faults:
-        if kind == "killreset" and int(g) == lifecycle._state.generation and int(r) == fuse.rank():
+        if kind == "killreset" and int(g) == rendezvous_generation() and int(r) == fuse.rank():
             os.kill(os.getpid(), signal.SIGKILL)
 
 
@@ -68,10 +73,10 @@ def train(state):
         state.commit()
         if fuse.rank() == 0:
             with open(os.path.join(out_dir, "progress.txt"), "a") as f:
-                f.write(f"{lifecycle._state.generation} {fuse.size()} {state.batch}\n")
+                f.write(f"{rendezvous_generation()} {fuse.size()} {state.batch}\n")
 
 
 train(state)
 with open(os.path.join(out_dir, f"result.{fuse.rank()}.json"), "w") as f:
     json.dump({"rank": fuse.rank(), "size": fuse.size(), "w": state.w.tolist(),
-               "done": state.done, "generation": lifecycle._state.generation}, f)
+               "done": state.done, "generation": rendezvous_generation()}, f)

@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 import fuse.torch as hvd
-from fuse.worker import lifecycle
+from fuse.worker.state import rendezvous_generation
 from elastic_util import DIM
 
 SAMPLES = 60
@@ -48,7 +48,7 @@ def fail_before_backward(step: int) -> None:
     until the engine has seen it go, so that the failure reaches them inside backward(), from
     the DistributedOptimizer's gradient hook (the restored loop must start clean)."""
     for kind, g, r, at in faults:
-        if kind == "raisefirst" and int(g) == lifecycle._state.generation and int(at) == step:
+        if kind == "raisefirst" and int(g) == rendezvous_generation() and int(at) == step:
             if int(r) == hvd.rank():
                 raise RuntimeError(f"injected failure before backward at step {step}")
             time.sleep(3.0)
@@ -58,7 +58,7 @@ def maybe_fail(step: int) -> None:
     for kind, g, r, at in faults:
         if kind == "raisefirst":
             continue
-        if int(g) == lifecycle._state.generation and int(at) == step and int(r) == hvd.rank():
+        if int(g) == rendezvous_generation() and int(at) == step and int(r) == hvd.rank():
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             raise RuntimeError(f"injected failure at step {step}")
@@ -82,7 +82,7 @@ def train(state):
             state.commit()
             if hvd.rank() == 0:
                 with open(os.path.join(out_dir, "progress.txt"), "a") as f:
-                    f.write(f"{lifecycle._state.generation} {hvd.size()} {len(state.log)}\n")
+                    f.write(f"{rendezvous_generation()} {hvd.size()} {len(state.log)}\n")
         state.sampler.set_epoch(state.epoch + 1)
         state.epoch += 1
         state.commit()
@@ -90,6 +90,6 @@ def train(state):
 
 train(state)
 with open(os.path.join(out_dir, f"result.{hvd.rank()}.json"), "w") as f:
-    json.dump({"rank": hvd.rank(), "size": hvd.size(), "generation": lifecycle._state.generation,
+    json.dump({"rank": hvd.rank(), "size": hvd.size(), "generation": rendezvous_generation(),
                "w": model.weight.detach().numpy().ravel().tolist(), "log": state.log,
                "epoch": state.epoch}, f)

@@ -33,7 +33,7 @@ def train(out_dir: str, epochs: int, faults=(), step_sleep: float = 0.02) -> dic
     import torch
 
     import fuse.torch as hvd
-    from fuse.worker import lifecycle
+    from fuse.worker.state import rendezvous_generation
 
     hvd.init()
     data = torch.from_numpy(_data())
@@ -48,7 +48,7 @@ def train(out_dir: str, epochs: int, faults=(), step_sleep: float = 0.02) -> dic
 
     def maybe_fail(step: int) -> None:
         for kind, g, r, at in faults:
-            if (g, r, at) == (lifecycle._state.generation, hvd.rank(), step):
+            if (g, r, at) == (rendezvous_generation(), hvd.rank(), step):
                 # "killparent": the process that started this one (a Spark task's worker)
                 os.kill(os.getppid() if kind == "killparent" else os.getpid(), signal.SIGKILL)
 
@@ -70,14 +70,14 @@ def train(out_dir: str, epochs: int, faults=(), step_sleep: float = 0.02) -> dic
                 state.commit()
                 if hvd.rank() == 0:
                     with open(os.path.join(out_dir, "progress.txt"), "a") as f:
-                        f.write(f"{lifecycle._state.generation} {hvd.size()} {len(state.log)} "
+                        f.write(f"{rendezvous_generation()} {hvd.size()} {len(state.log)} "
                                 f"{time.time()!r}\n")
             state.sampler.set_epoch(state.epoch + 1)
             state.epoch += 1
             state.commit()
 
     loop(state)
-    return {"rank": hvd.rank(), "size": hvd.size(), "generation": lifecycle._state.generation,
+    return {"rank": hvd.rank(), "size": hvd.size(), "generation": rendezvous_generation(),
             "w": model.weight.detach().numpy().ravel().tolist(), "log": state.log,
             "epoch": state.epoch}
 

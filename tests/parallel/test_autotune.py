@@ -28,10 +28,11 @@ def _workload(compare_rounds=0):
     the same steps timed on rank 0 in alternating blocks with the setting the engine started
     with (the defaults) and the tuned one."""
     import fuse
+    from fuse.worker import state as job_state
 
     fuse.init()
     rank, size = fuse.rank(), fuse.size()
-    engine = fuse.worker.lifecycle._state.engine
+    engine = job_state.engine()
     initial = engine.tuning() if rank == 0 else None
     check = Checker(rank)
     inputs = [np.full(n, float(rank + 1 + i), np.float32) for i, n in enumerate(SIZES)]

@@ -1,7 +1,8 @@
 """The engine re-forms in the same process, as an elastic job's survivors do: ``shutdown()``
 then ``init()`` with a new rendezvous generation and a new rank and size, twenty times, with
 collectives (shared memory, or the twin connection and a timeline), a process set and the
-control channel made anew each time; afterwards the process holds as many threads, file
+control channel made anew each time (the job state counts one more engine generation each
+time); afterwards the process holds as many threads, file
 descriptors and shared-memory mappings as after the first round, and has no file in /dev/shm."""
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def _resources() -> dict:
 
 def _reform_many_times():
     import fuse
-    from fuse.worker import lifecycle
+    from fuse.worker import state as job_state
 
     fuse.init()
     me = fuse.rank()            # the launcher's rank: this process's identity here
@@ -52,9 +53,12 @@ def _reform_many_times():
             continue
         rank = (me + gen) % size
         pset = fuse.ProcessSet([0, 1]) if size > 2 else None     # (2: the global set)
+        engines_before = job_state.engine_generation()
         fuse.init(rank=rank, size=size, local_rank=rank, local_size=size,
                   rendezvous_generation=gen, process_sets=[pset] if pset else None)
-        assert (fuse.rank(), fuse.size(), lifecycle._state.generation) == (rank, size, gen)
+        assert (fuse.rank(), fuse.size(), job_state.rendezvous_generation()) == (rank, size, gen)
+        # what the torch optimizer watches to drop the old engine's handles: one new engine
+        assert job_state.engine_generation() == engines_before + 1
         total = fuse.allreduce(np.full(300_000, rank + 1.0, np.float32), op=fuse.Sum,
                                name="big")
         assert total[0] == size * (size + 1) / 2, total[:3]

@@ -99,12 +99,13 @@ def _check_survivors(proc, reports, stopped_at, victim: int, np_: int, pattern: 
 
 def test_a_stopped_coordinator_is_named_by_the_waiting_workers(tmp_path):
     proc, elapsed, stopped_at, reports = _run(tmp_path, "coordinator", 0, 3)
-    _check_survivors(proc, reports, stopped_at, 0, 3, r"rank 0 \(the coordinator\) has not "
-                                                      r"answered")
+    _check_survivors(proc, reports, stopped_at, 0, 3, r"rank 0 \(host [^)]+\), the coordinator, "
+                                                      r"has not answered")
     for r in (1, 2):
         # warned first, at the stall-check time, then failed at the stall-shutdown time
         warned = [line for line in rank_lines(proc.stderr, r)
-                  if "rank 0 (the coordinator) has not answered" in line and "WARNING" in line]
+                  if re.search(r"rank 0 \(host [^)]+\), the coordinator, has not answered",
+                                    line) and "WARNING" in line]
         assert warned, "\n".join(rank_lines(proc.stderr, r))
         assert "StallError" in reports[r]["types"], reports[r]
     # the launcher ended the stopped rank 0 too, and blamed a stall, not a victim
@@ -124,4 +125,5 @@ def test_a_rank_stopped_inside_a_shared_memory_allreduce_is_named(tmp_path):
 def test_a_stopped_coordinator_inside_a_shared_memory_allreduce_is_named(tmp_path):
     proc, elapsed, stopped_at, reports = _run(tmp_path, "shm", 0, 2)
     _check_survivors(proc, reports, stopped_at, 0, 2,
-                     r"rank 0 \(pid \d+\) has not arrived|rank 0 \(the coordinator\)")
+                     r"rank 0 \(pid \d+\) has not arrived|rank 0 \(host [^)]+\), the "
+                     r"coordinator")

@@ -112,7 +112,7 @@ def _elastic_train(batches):
 
     import fuse
     import fuse.elastic
-    from fuse.worker import lifecycle
+    from fuse.worker.state import rendezvous_generation
 
     fuse.init()
     state = fuse.elastic.ObjectState(batch=0, total=0.0)
@@ -120,7 +120,7 @@ def _elastic_train(batches):
     @fuse.elastic.run
     def train(state):
         while state.batch < batches:
-            if state.batch == 3 and lifecycle._state.generation == 0 and fuse.rank() == 1:
+            if state.batch == 3 and rendezvous_generation() == 0 and fuse.rank() == 1:
                 os.kill(os.getpid(), signal.SIGKILL)
             state.total += float(fuse.allreduce(np.array([state.batch + 1.0]), op=fuse.Sum,
                                                 name="x")[0]) / fuse.size()

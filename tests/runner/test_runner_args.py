@@ -49,6 +49,14 @@ def test_network_interfaces_and_timeout():
     assert start_timeout(None, {"HOROVOD_START_TIMEOUT": "7"}) == 7.0
     assert start_timeout(None, {"FUSE_START_TIMEOUT": "5", "HOROVOD_START_TIMEOUT": "7"}) == 5.0
     assert start_timeout(12, {"FUSE_START_TIMEOUT": "5"}) == 12.0
+    with pytest.raises(UsageError, match="FUSE_START_TIMEOUT='soon' is not a number"):
+        start_timeout(None, {"FUSE_START_TIMEOUT": "soon"})
+    # the elastic launcher's timeout is read by the same rule, with its own names and default
+    from fuse.runner.elastic.launch import elastic_timeout
+    assert elastic_timeout(None, {}) == 600.0
+    assert elastic_timeout(None, {"HOROVOD_ELASTIC_TIMEOUT": "9"}) == 9.0
+    with pytest.raises(ValueError, match="HOROVOD_ELASTIC_TIMEOUT=' x' is not a number"):
+        elastic_timeout(None, {"HOROVOD_ELASTIC_TIMEOUT": " x"})
 
 
 def test_hosts_flags_exclusive():

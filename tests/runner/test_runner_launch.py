@@ -206,15 +206,17 @@ def test_sigint_stops_everything(script, tmp_path):
     assert wait_dead(pids, 5) == []
 
 
-@pytest.mark.skipif(not os.access("/usr/bin/setpriv", os.X_OK),
-                    reason="util-linux setpriv is missing: workers cannot follow a killed launcher")
-def test_workers_die_with_a_sigkilled_launcher(script, tmp_path):
+@pytest.mark.parametrize("wrapped", [False, True], ids=["direct", "shell"])
+def test_workers_die_with_a_sigkilled_launcher(script, tmp_path, wrapped):
+    # "shell": the command is a shell that does not exec its Python worker (it has more to do
+    # after it), so a signal to the launcher's child alone would reach only the shell
     path = script("""
         import os, time
         print(os.getpid(), flush=True)
         time.sleep(60)
     """)
-    proc = subprocess.Popen(fuserun_argv("-np", "2", PY, path), stdout=subprocess.PIPE,
+    command = ["bash", "-c", f"{PY} {path}; echo done"] if wrapped else [PY, path]
+    proc = subprocess.Popen(fuserun_argv("-np", "2", *command), stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     pids: list[int] = []
     deadline = time.monotonic() + 15

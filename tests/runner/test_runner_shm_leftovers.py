@@ -57,7 +57,7 @@ def test_killed_workers_leave_no_segment_files(script, tmp_path):
 MAKER = """
 import sys, time
 from fuse.engine import shm
-fd, path = shm._new_segment()
+fd, path = shm.new_segment()
 print(path, flush=True)
 time.sleep(120)        # killed here: between making a segment and the peers opening it
 """

@@ -11,6 +11,7 @@ import socket
 import subprocess
 import sys
 import threading
+import textwrap
 import time
 
 import pytest
@@ -104,6 +105,56 @@ def test_bad_or_huge_lengths_are_refused_before_any_body_is_read(server, length,
         assert time.monotonic() - t0 < 1.5      # answered at once, not after reading a body
     assert server.get("k") is None
     assert len(server.lines) == 1 and "Traceback" not in server.lines[0]
+
+
+def test_the_job_is_served_while_strangers_hold_every_connection(server):
+    # 40 idle connections that never prove the secret, against a limit of 16: the oldest make
+    # room, so the job's own requests get through at once (before: refused until the
+    # strangers' connections timed out)
+    strangers = [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+    try:
+        store = HTTPStore("127.0.0.1", server.port, secret=server.secret, attempts=1)
+        for i in range(3):
+            store.set(f"k{i}", b"v")
+            assert store.try_get(f"k{i}") == b"v"
+        # and a rank that connects after more strangers arrived still gets in
+        strangers += [socket.create_connection(("127.0.0.1", server.port)) for _ in range(40)]
+        other = HTTPStore("127.0.0.1", server.port, secret=server.secret, attempts=1)
+        assert other.try_get("k0") == b"v"
+        assert store.try_get("k1") == b"v"      # the first one's proven connection stayed
+    finally:
+        for s in strangers:
+            s.close()
+
+
+def test_a_live_job_trains_while_a_local_process_holds_300_connections(tmp_path):
+    # the issue's case: another local process holds 300 idle connections to the job's store
+    # before the ranks rendezvous through it; the job starts and trains all the same
+    worker = tmp_path / "worker.py"
+    worker.write_text(textwrap.dedent("""
+        import os, socket, sys, time
+        import numpy as np
+        flag = sys.argv[1]
+        addr = os.environ["FUSE_GLOO_RENDEZVOUS_ADDR"]
+        port = int(os.environ["FUSE_GLOO_RENDEZVOUS_PORT"])
+        if os.environ["FUSE_RANK"] == "0":
+            held = [socket.create_connection((addr, port)) for _ in range(300)]
+            open(flag, "w").close()
+        else:
+            while not os.path.exists(flag):
+                time.sleep(0.01)
+        import fuse
+        fuse.init()
+        for i in range(20):
+            y = fuse.allreduce(np.full(100, fuse.rank() + 1.0), name=f"t{i % 3}", op=fuse.Sum)
+            assert (y == 3.0).all(), y
+        print("trained", flush=True)
+        fuse.shutdown()
+    """))
+    r = run_fuserun("-np", "2", sys.executable, str(worker), str(tmp_path / "held"),
+                    timeout=90)
+    assert r.returncode == 0, r.stderr.decode()[-3000:]
+    assert r.stdout.decode().count("trained") == 2
 
 
 def test_idle_connections_are_bounded_and_time_out(server):

@@ -43,6 +43,27 @@ def test_standin_wiring_every_collective_without_host_copies(tmp_path):
     assert res[1]["alltoall"] == ([1.0, 2.0, 12.0], [2, 1])
 
 
+def test_standin_wiring_one_engine_fuses_with_live_threshold_and_timeline(tmp_path):
+    """Stand-in (no GPU): device tensors go through the one coordinator: its fusion threshold
+    in force (lowered at run time, as the autotuner does) decides how a grouped allreduce is
+    fused into NCCL calls, and the engine's timeline records device collectives."""
+    import json
+
+    import workers_gpu_standin as w
+    path = tmp_path / "timeline.json"
+    res = run_job(w.one_engine, args=(str(path),),
+                  env={"PYTHONPATH": os.pathsep.join([HERE, SUPPORT]),
+                       "FUSE_FAKE_NCCL_DIR": str(tmp_path)})
+    for out in res:
+        assert out["wide"] == 1, "three 16-byte tensors fused into one call"
+        assert out["narrow"] == 2, "a 32-byte threshold: two tensors, then one"
+        assert out["values"] == [[4.0] * 4] * 3
+    text = path.read_text()
+    events = json.loads(text if text.rstrip().endswith("]") else text.rstrip().rstrip(",") + "]")
+    named = [e for e in events if "timed.on.device" in json.dumps(e)]
+    assert named, "the timeline shows the device allreduce"
+
+
 def test_standin_wiring_stream_and_event_order(tmp_path):
     """Stand-in (no GPU): the producer's stream records an event at submission, the collective
     stream waits for it before the NCCL call and records its own event after, and the
@@ -64,20 +85,25 @@ def test_standin_wiring_stream_and_event_order(tmp_path):
 
 
 def test_standin_wiring_mismatch_names_tensor_and_ranks(tmp_path):
-    """Stand-in (no GPU): a shape that differs across ranks fails on every rank with the
-    tensor's name, both ranks and both shapes, instead of reaching NCCL; a name only one rank
-    submits fails after FUSE_STALL_SHUTDOWN_TIME_SECONDS naming the rank that lacks it; and
-    the device path works on afterwards."""
+    """Stand-in (no GPU): device tensors are checked by the one coordinator with every other
+    tensor: a shape that differs across ranks, or a tensor on the device on one rank and on the
+    host on the other, fails on every rank with the tensor's name, both ranks and both values,
+    instead of reaching NCCL, and the job goes on; a name only one rank submits ends the job
+    after FUSE_STALL_SHUTDOWN_TIME_SECONDS with a StallError naming the rank that lacks it, as
+    for host tensors."""
     import workers_gpu_standin as w
     res = _run(w.mismatches, tmp_path, FUSE_STALL_CHECK_TIME_SECONDS=1,
                FUSE_STALL_SHUTDOWN_TIME_SECONDS=2)
     assert res[0]["shape"] == res[1]["shape"]
-    assert "bad.shape" in res[0]["shape"] and "ranks 0 and 1" in res[0]["shape"]
-    assert "(2,)" in res[0]["shape"] and "(3,)" in res[0]["shape"]
+    assert "MismatchError" in res[0]["shape"] and "'bad.shape'" in res[0]["shape"]
+    assert "rank 0 sent [2], rank 1 sent [3]" in res[0]["shape"], res[0]["shape"]
+    assert res[0]["placement"] == res[1]["placement"]
+    assert "'bad.placement'" in res[0]["placement"], res[0]["placement"]
+    assert "rank 0 sent a device (GPU) tensor, rank 1 a host (CPU) one" in res[0]["placement"]
     for r, out in enumerate(res):
-        assert f"'only.on.{r}' stalled" in out["stall"], out["stall"]
-        assert f"ranks [{1 - r}] never submitted it" in out["stall"], out["stall"]
         assert out["after"] == [2.0, 2.0]
+        assert "StallError" in out["stall"], out["stall"]
+        assert f"rank {1 - r} (host localhost): [only.on.{r}]" in out["stall"], out["stall"]
 
 
 def test_standin_wiring_distributed_optimizer(tmp_path):

@@ -56,6 +56,29 @@ def collectives():
     return out
 
 
+def one_engine(timeline_path):
+    """What the device path shares with host tensors now that one coordinator negotiates both:
+    the fusion threshold in force (rank 0 lowers it the way the autotuner does) splits a
+    grouped allreduce into more NCCL calls, and the timeline records device collectives."""
+    _setup()
+    from fuse.worker import state
+    engine = state.engine()
+    g = [torch.ones(4) for _ in range(3)]          # 16 bytes each
+    hvd.grouped_allreduce_(g, op=hvd.Sum, name="wide")
+    wide = len(_calls({"allReduce"}))
+    if hvd.rank() == 0:
+        engine.set_tuning(32, engine.tuning()[1], engine.tuning()[2])
+    hvd.barrier()                                   # the new threshold is in force on rank 0
+    mark = len(_calls({"allReduce"}))
+    hvd.grouped_allreduce_(g, op=hvd.Sum, name="narrow")
+    narrow = len(_calls({"allReduce"})) - mark
+    hvd.start_timeline(timeline_path)
+    hvd.allreduce(torch.ones(3), name="timed.on.device")
+    hvd.barrier()
+    hvd.stop_timeline()
+    return {"wide": wide, "narrow": narrow, "values": [x.tolist() for x in g]}
+
+
 def order_of_calls():
     """The stream/event/NCCL calls of one allreduce, in order."""
     _setup()
@@ -74,14 +97,20 @@ def _error(fn):
 
 
 def mismatches():
-    """A shape that differs between ranks, then names no other rank submits (run with stall
-    times of 1 and 2 s): every rank's errors."""
+    """A shape that differs between ranks, a tensor on the device on one rank and on the host
+    on the other, a collective that works afterwards, then names no other rank submits (run
+    with stall times of 1 and 2 s): every rank's errors."""
     _setup()
     r = hvd.rank()
     shape = _error(lambda: hvd.allreduce(torch.ones(2 + r), name="bad.shape"))
-    stall = _error(lambda: hvd.allreduce(torch.ones(2), name=f"only.on.{r}"))
+    from fuse.frameworks.torch import device
+    if r == 1:          # this rank's "device" tensors take the host path for one call
+        device.cuda.device_type = "none"
+    placement = _error(lambda: hvd.allreduce(torch.ones(2), name="bad.placement"))
+    device.cuda.device_type = "cpu"
     after = hvd.allreduce(torch.ones(2), name="after", op=hvd.Sum).tolist()
-    return {"shape": shape, "stall": stall, "after": after}
+    stall = _error(lambda: hvd.allreduce(torch.ones(2), name=f"only.on.{r}"))
+    return {"shape": shape, "placement": placement, "after": after, "stall": stall}
 
 
 def optimizer_step():

@@ -69,7 +69,7 @@ def test_a_rank_that_cannot_map_a_segment_turns_it_off_for_everyone():
         if not made:
             made.append(data)
             return [data, b'{"path": "/nonexistent/fuse-shm", "host": "%s"}'
-                    % shm._host_id().encode()]
+                    % shm.host_id().encode()]
         return [data, b"0"]
 
     config = SimpleNamespace(rank=0, size=2, local_size=2, shm_threshold=1 << 18)
@@ -97,9 +97,9 @@ def small_shm_dir(tmp_path, monkeypatch):
 def test_no_room_in_dev_shm_means_no_segment_rather_than_sigbus_later(small_shm_dir):
     """A segment bigger than what /dev/shm has left is refused when it is made (its pages
     are reserved), not mapped sparse to raise SIGBUS when training first touches it."""
-    assert shm._new_segment(8 << 20, header=False) == (-1, None)
+    assert shm.new_segment(8 << 20, header=False) == (-1, None)
     assert os.listdir(small_shm_dir) == []
-    fd, path = shm._new_segment(64 << 10, header=False)     # what fits still works
+    fd, path = shm.new_segment(64 << 10, header=False)     # what fits still works
     assert fd >= 0 and os.path.getsize(path) == 64 << 10
     os.close(fd)
     os.unlink(path)
@@ -130,7 +130,7 @@ def test_segments_have_no_name_to_leave_behind():
     if shm._memfd_create is None:
         pytest.skip("this Python has no os.memfd_create (segments are /dev/shm files here)")
     before = set(os.listdir("/dev/shm"))
-    fd, path = shm._new_segment()
+    fd, path = shm.new_segment()
     try:
         assert path == f"/proc/{os.getpid()}/fd/{fd}"
         assert set(os.listdir("/dev/shm")) == before
@@ -139,7 +139,7 @@ def test_segments_have_no_name_to_leave_behind():
         assert struct.unpack_from("<q", m, shm.PID_OFFSET)[0] == os.getpid()
         m.close()
     finally:
-        shm._discard(fd, path)
+        shm.discard(fd, path)
     assert not os.path.exists(path)
 
 

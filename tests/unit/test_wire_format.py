@@ -24,7 +24,7 @@ requests = st.fixed_dictionaries(dict(
     root=int32, prescale=st.floats(allow_nan=False), postscale=st.floats(allow_nan=False),
     shape=st.lists(int64, max_size=6), args=st.lists(int64, max_size=6),
     name=st.binary(max_size=40), group_key=st.binary(max_size=10), group_size=int32,
-    data=st.binary(max_size=64)))
+    data=st.binary(max_size=64), on_device=st.booleans()))
 
 
 def frame(payload: bytes) -> bytes:

@@ -79,6 +79,14 @@ cdef vector[size_t] _sizes(object values, int n, str what) except *:
 
 # ---- rendezvous: the C++ store calls these, each taking the GIL ----
 
+cdef int _check_holds(str call, str buffer, Py_ssize_t have, size_t need, str sizes) except -1:
+    """ValueError unless ``buffer`` (``have`` bytes) holds the ``need`` bytes ``sizes`` ask
+    for: Gloo would read or write past its end."""
+    if need > <size_t>have:
+        raise ValueError(f"gloo {call}: {buffer} has {have} bytes, {sizes} add up to {need}")
+    return 0
+
+
 cdef class _StoreAdapter:
     """Wraps a Python Store for the C++ layer; keeps the first exception it raised."""
     cdef object store
@@ -251,9 +259,7 @@ cdef class GlooContext:
         if <size_t>s.view.len != sizes[self.rank]:
             raise ValueError(f"gloo allgatherv: sendbuf has {s.view.len} bytes but "
                              f"recvbytes[{self.rank}] is {sizes[self.rank]}")
-        if sum(sizes) > <size_t>r.view.len:
-            raise ValueError(f"gloo allgatherv: recvbuf has {r.view.len} bytes, "
-                             f"needs {sum(sizes)}")
+        _check_holds("allgatherv", "recvbuf", r.view.len, sum(sizes), "recvbytes")
         cdef char err[ERRLEN]
         cdef int rc
         with nogil:
@@ -276,12 +282,8 @@ cdef class GlooContext:
         cdef vector[size_t] rsizes = _sizes(recvbytes, self.size, "recvbytes")
         cdef _Buffer s = _Buffer(sendbuf, False)
         cdef _Buffer r = _Buffer(recvbuf, True)
-        if sum(ssizes) > <size_t>s.view.len:
-            raise ValueError(f"gloo alltoallv: sendbuf has {s.view.len} bytes, "
-                             f"sendbytes add up to {sum(ssizes)}")
-        if sum(rsizes) > <size_t>r.view.len:
-            raise ValueError(f"gloo alltoallv: recvbuf has {r.view.len} bytes, "
-                             f"recvbytes add up to {sum(rsizes)}")
+        _check_holds("alltoallv", "sendbuf", s.view.len, sum(ssizes), "sendbytes")
+        _check_holds("alltoallv", "recvbuf", r.view.len, sum(rsizes), "recvbytes")
         cdef char err[ERRLEN]
         cdef int rc
         with nogil:
@@ -295,9 +297,8 @@ cdef class GlooContext:
         cdef int d = _dtype_code(dtype)
         cdef int o = _op_code(op)
         cdef _Buffer b = _Buffer(buf, True)
-        if sum(counts) * _ITEMSIZE[dtype] > <size_t>b.view.len:
-            raise ValueError(f"gloo reducescatter: buffer has {b.view.len} bytes, recvcounts "
-                             f"need {sum(counts) * _ITEMSIZE[dtype]}")
+        _check_holds("reducescatter", "buffer", b.view.len, sum(counts) * _ITEMSIZE[dtype],
+                     f"recvcounts (times the {dtype} item size)")
         cdef char err[ERRLEN]
         cdef int rc
         with nogil:

@@ -48,11 +48,11 @@ __all__ = ["MPIBackend", "MPIGroup", "MpiError", "launched_by_mpi"]
 
 
 def _threads_disabled(environ=os.environ) -> bool:
-    from fuse.config import _parse_bool
+    from fuse.config import parse_bool
 
     for var in ("FUSE_MPI_THREADS_DISABLE", "HOROVOD_MPI_THREADS_DISABLE"):
         if var in environ:
-            return _parse_bool(environ[var])
+            return parse_bool(environ[var])
     return False
 
 

@@ -161,4 +161,38 @@ inline std::string get_str(Reader& r) {
 }
 inline bool reader_done(const Reader& r) { return r.pos >= r.s->size(); }
 
+// ---- a collective's signature: the fields a Request and a Response share (protocol.pxd) ----
+// copied between them, and written and read at the head of each on the wire
+template <typename To, typename From>
+inline void copy_signature(To& to, const From& from) {
+  to.kind = from.kind;
+  to.dtype = from.dtype;
+  to.op = from.op;
+  to.pset = from.pset;
+  to.root = from.root;
+  to.prescale = from.prescale;
+  to.postscale = from.postscale;
+  to.on_device = from.on_device;
+}
+template <typename T>
+inline void put_signature(std::string& out, const T& r) {
+  put<uint8_t>(out, (uint8_t)r.kind);
+  put<uint8_t>(out, (uint8_t)r.dtype);
+  put<uint8_t>(out, (uint8_t)r.op);
+  put<int>(out, r.pset);
+  put<int>(out, r.root);
+  put<double>(out, r.prescale);
+  put<double>(out, r.postscale);
+}
+template <typename T>
+inline void get_signature(Reader& rd, T& r) {
+  r.kind = get<uint8_t>(rd);
+  r.dtype = get<uint8_t>(rd);
+  r.op = get<uint8_t>(rd);
+  r.pset = get<int>(rd);
+  r.root = get<int>(rd);
+  r.prescale = get<double>(rd);
+  r.postscale = get<double>(rd);
+}
+
 }  // namespace fuse

@@ -110,20 +110,28 @@ inline void tl_stop(Timeline* t) {
       tl_push_locked(t, now, (int32_t)pid, 'E', t->open[pid].back().first, t->open[pid].back().second);
 }
 
-// One span boundary for one tensor.  An 'E' without its 'B' (the timeline started while the
+// Keeps the stack of open spans of tensor `pid`: a 'B' opens one, an 'E' closes the innermost.
+// False for an 'E' without its 'B' (the timeline started while the tensor was in flight),
+// which is then not written.
+inline bool tl_track_locked(Timeline* t, int32_t pid, char ph, uint8_t what, int kind) {
+  if (ph == 'B') {
+    t->open[pid].emplace_back(what, kind);
+    return true;
+  }
+  if (t->open[pid].empty()) return false;
+  t->open[pid].pop_back();
+  return true;
+}
+
+// One span boundary for one tensor (kept by tl_track_locked).
 // tensor was in flight) is dropped.  `args` (final E only): dtype, then shape.
 inline void tl_span(Timeline* t, const std::string& name, char ph, uint8_t what, int kind,
                     const std::string& args = std::string()) {
   std::lock_guard<std::mutex> g(t->m);
   if (!t->active.load(std::memory_order_relaxed)) return;
   int32_t pid = tl_pid_locked(t, name);
-  if (ph == 'B') {
-    t->open[pid].emplace_back(what, kind);
-  } else {
-    if (t->open[pid].empty()) return;
-    t->open[pid].pop_back();
-  }
-  tl_push_locked(t, tl_now_locked(t), pid, ph, what, kind, args);
+  if (tl_track_locked(t, pid, ph, what, kind))
+    tl_push_locked(t, tl_now_locked(t), pid, ph, what, kind, args);
 }
 
 // The same boundary for every tensor of a fused response: one lock, one timestamp.
@@ -134,13 +142,7 @@ inline void tl_span_all(Timeline* t, const std::vector<std::string>& names, char
   int64_t now = tl_now_locked(t);
   for (const std::string& name : names) {
     int32_t pid = tl_pid_locked(t, name);
-    if (ph == 'B') {
-      t->open[pid].emplace_back(what, kind);
-    } else {
-      if (t->open[pid].empty()) continue;
-      t->open[pid].pop_back();
-    }
-    tl_push_locked(t, now, pid, ph, what, kind);
+    if (tl_track_locked(t, pid, ph, what, kind)) tl_push_locked(t, now, pid, ph, what, kind);
   }
 }
 

@@ -20,4 +20,4 @@ class MxnetAdapter(FrameworkAdapter):
     extra = "mxnet"
 
     api_module = "fuse.frameworks.mxnet.api"
-    ops_object = "fuse.frameworks.mxnet.mpi_ops:_ops"
+    ops_object = "fuse.frameworks.mxnet.mpi_ops:ops"

@@ -21,7 +21,7 @@ from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.mxnet.tensors import (MxnetOps, check_ndarray, ready_for_read,
                                            ready_for_write)
 
-_ops = MxnetOps()
+ops = MxnetOps()
 
 
 class CollectiveArgumentError(MXNetError, ValueError):
@@ -30,24 +30,25 @@ class CollectiveArgumentError(MXNetError, ValueError):
     this is one, and a ``ValueError`` as fuse raises elsewhere."""
 
 
-def _inputs(tensors):
-    """Check the NDArrays a collective only reads and wait until they are ready to read."""
+def _checked(tensors, wait_until):
+    """Check the NDArrays and wait until MXNet lets the collective at them
+    (``ready_for_read`` for what it reads, ``ready_for_write`` for what it overwrites)."""
     tensors = list(tensors)
     for i, t in enumerate(tensors):
         check_ndarray(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
     for t in tensors:
-        ready_for_read(t)
+        wait_until(t)
     return tensors
+
+
+def _inputs(tensors):
+    """The NDArrays a collective only reads."""
+    return _checked(tensors, ready_for_read)
 
 
 def _in_place(tensors):
-    """Check the NDArrays a collective overwrites and wait until MXNet has let go of them."""
-    tensors = list(tensors)
-    for i, t in enumerate(tensors):
-        check_ndarray(t, f"tensor {i}" if len(tensors) > 1 else "tensor")
-    for t in tensors:
-        ready_for_write(t)
-    return tensors
+    """The NDArrays a collective overwrites."""
+    return _checked(tensors, ready_for_write)
 
 
 # ------------------------------------------------------------------ handles (internal)
@@ -58,7 +59,7 @@ def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0, postscale_
                      process_set=global_process_set):
     """Start an in-place allreduce of a ready NDArray; returns a handle for :func:`wait`."""
     (t,) = _in_place([tensor])
-    return _c.allreduce_async(_ops, t, output=t, name=name, op=op,
+    return _c.allreduce_async(ops, t, output=t, name=name, op=op,
                               prescale_factor=prescale_factor,
                               postscale_factor=postscale_factor, process_set=process_set)
 
@@ -66,7 +67,7 @@ def allreduce_async_(tensor, name=None, op=None, prescale_factor=1.0, postscale_
 def grouped_allreduce_async_(tensors, name=None, op=None, prescale_factor=1.0,
                              postscale_factor=1.0, process_set=global_process_set):
     ts = _in_place(tensors)
-    return _c.grouped_allreduce_async(_ops, ts, inplace=True, name=name, op=op,
+    return _c.grouped_allreduce_async(ops, ts, inplace=True, name=name, op=op,
                                       prescale_factor=prescale_factor,
                                       postscale_factor=postscale_factor,
                                       process_set=process_set)
@@ -75,7 +76,7 @@ def grouped_allreduce_async_(tensors, name=None, op=None, prescale_factor=1.0,
 def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_set):
     """Start an in-place broadcast of an NDArray; returns a handle for :func:`wait`."""
     (t,) = _in_place([tensor])
-    return _c.broadcast_async(_ops, t, root_rank, output=t, name=name,
+    return _c.broadcast_async(ops, t, root_rank, output=t, name=name,
                               process_set=process_set)
 
 
@@ -92,7 +93,7 @@ def allreduce(tensor, average=None, name=None, priority=0, prescale_factor=1.0,
     Average)."""
     op = resolve_op(op, average)
     (t,) = _inputs([tensor])
-    return wait(_c.allreduce_async(_ops, t, name=name, op=op, prescale_factor=prescale_factor,
+    return wait(_c.allreduce_async(ops, t, name=name, op=op, prescale_factor=prescale_factor,
                                    postscale_factor=postscale_factor, process_set=process_set))
 
 
@@ -110,7 +111,7 @@ def grouped_allreduce(tensors, average=None, name=None, priority=0, prescale_fac
     """New NDArrays with the reductions of ``tensors`` (one grouped collective)."""
     op = resolve_op(op, average)
     ts = _inputs(tensors)
-    return wait(_c.grouped_allreduce_async(_ops, ts, name=name, op=op,
+    return wait(_c.grouped_allreduce_async(ops, ts, name=name, op=op,
                                            prescale_factor=prescale_factor,
                                            postscale_factor=postscale_factor,
                                            process_set=process_set))
@@ -131,12 +132,12 @@ def grouped_allreduce_(tensors, average=None, name=None, priority=0, prescale_fa
 def allgather(tensor, name=None, priority=0, process_set=global_process_set):
     """Every member's NDArray concatenated along axis 0 (axis 0 may differ between ranks)."""
     (t,) = _inputs([tensor])
-    return wait(_c.allgather_async(_ops, t, name=name, process_set=process_set))
+    return wait(_c.allgather_async(ops, t, name=name, process_set=process_set))
 
 
 def grouped_allgather(tensors, name=None, priority=0, process_set=global_process_set):
     ts = _inputs(tensors)
-    return wait(_c.grouped_allgather_async(_ops, ts, name=name, process_set=process_set))
+    return wait(_c.grouped_allgather_async(ops, ts, name=name, process_set=process_set))
 
 
 # ------------------------------------------------------------------ broadcast
@@ -144,7 +145,7 @@ def grouped_allgather(tensors, name=None, priority=0, process_set=global_process
 def broadcast(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
     """A new NDArray with ``root_rank``'s values (``root_rank`` is a global rank)."""
     (t,) = _inputs([tensor])
-    return wait(_c.broadcast_async(_ops, t, root_rank, name=name, process_set=process_set))
+    return wait(_c.broadcast_async(ops, t, root_rank, name=name, process_set=process_set))
 
 
 def broadcast_(tensor, root_rank, name=None, priority=0, process_set=global_process_set):
@@ -171,7 +172,7 @@ def alltoall(tensor, splits=None, name=None, priority=0, process_set=global_proc
     Returns the received rows, or ``(rows, received_splits)`` when ``splits`` is given."""
     (t,) = _inputs([tensor])
     try:
-        handle = _c.alltoall_async(_ops, t, _splits_list(splits), name=name,
+        handle = _c.alltoall_async(ops, t, _splits_list(splits), name=name,
                                    process_set=process_set)
     except ValueError as err:       # checked here, before anything is submitted
         raise CollectiveArgumentError(str(err)) from err
@@ -194,7 +195,7 @@ def reducescatter(tensor, op=Average, name=None, priority=0, process_set=global_
     """Reduce over the set, then give each member its block of axis-0 rows (the remainder to
     the first ranks).  Default op: Average."""
     (t,) = _not_scalar(_inputs([tensor]), "reducescatter")
-    return wait(_c.reducescatter_async(_ops, t, name=name, op=op, process_set=process_set,
+    return wait(_c.reducescatter_async(ops, t, name=name, op=op, process_set=process_set,
                                        prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor))
 
@@ -203,7 +204,7 @@ def grouped_reducescatter(tensors, op=Average, name=None, priority=0,
                           process_set=global_process_set, prescale_factor=1.0,
                           postscale_factor=1.0):
     ts = _not_scalar(_inputs(tensors), "grouped_reducescatter")
-    return wait(_c.grouped_reducescatter_async(_ops, ts, name=name, op=op,
+    return wait(_c.grouped_reducescatter_async(ops, ts, name=name, op=op,
                                                process_set=process_set,
                                                prescale_factor=prescale_factor,
                                                postscale_factor=postscale_factor))

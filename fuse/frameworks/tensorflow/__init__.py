@@ -21,7 +21,7 @@ class TensorflowAdapter(FrameworkAdapter):
     extra = "tensorflow"
 
     api_module = "fuse.frameworks.tensorflow.api"
-    ops_object = "fuse.frameworks.tensorflow.mpi_ops:_ops"
+    ops_object = "fuse.frameworks.tensorflow.mpi_ops:ops"
 
     @staticmethod
     def keras_api():

@@ -25,7 +25,7 @@ def broadcast_variables(variables, root_rank, process_set=global_process_set, in
     graph = in_tf1_graph()
     assigns = []
     for name, var in zip(names, variables):
-        value = mpi_ops._broadcast_raw(tf.convert_to_tensor(var), int(root_rank), name,
+        value = mpi_ops.broadcast_raw(tf.convert_to_tensor(var), int(root_rank), name,
                                        process_set)
         # a TF1 graph's assign op (not its read) is what tf.group must run; Keras 3
         # variables take no read_value

@@ -67,7 +67,7 @@ class DistributedGradientTape:
             else reduced[0]
 
 
-def _layer_weights(local_layers) -> list:
+def layer_weights(local_layers) -> list:
     if local_layers is None:
         return []
     layers = local_layers if isinstance(local_layers, (list, tuple)) else [local_layers]
@@ -92,5 +92,5 @@ class PartialDistributedGradientTape(DistributedGradientTape):
         super().__init__(gradtape, device_dense, device_sparse, compression, sparse_as_dense,
                          op, gradient_predivide_factor, num_groups, groups, process_set,
                          scale_local_gradients)
-        for weight in _layer_weights(local_layers):
+        for weight in layer_weights(local_layers):
             self.register_local_source(weight)

@@ -138,12 +138,12 @@ class GradientReducer:
             for members in groups:
                 if len(members) == 1:
                     k = members[0]
-                    h = _c.allreduce_async(mpi_ops._ops, arrays[k], name=names[k], op=op,
+                    h = _c.allreduce_async(mpi_ops.ops, arrays[k], name=names[k], op=op,
                                            prescale_factor=pre, postscale_factor=post,
                                            process_set=ps)
                 else:
                     h = _c.grouped_allreduce_async(
-                        mpi_ops._ops, [arrays[k] for k in members],
+                        mpi_ops.ops, [arrays[k] for k in members],
                         name=f"{names[members[0]]}.group", op=op, prescale_factor=pre,
                         postscale_factor=post, process_set=ps)
                 waits.append((members, h))

@@ -37,7 +37,7 @@ from fuse.frameworks.tensorflow.bridge import (build_time_name, in_tf1_graph, ru
                                                run_value)
 from fuse.frameworks.tensorflow.tensors import Compression, TensorflowOps, check_dtype
 
-_ops = TensorflowOps()
+ops = TensorflowOps()
 
 
 def _wait(handle):
@@ -65,7 +65,7 @@ def _allreduce_raw(tensor, name, op, prescale, postscale, process_set):
     name = _named("allreduce", name, process_set)
 
     def host(arrays):
-        return [_wait(_c.allreduce_async(_ops, arrays[0], name=name, op=op,
+        return [_wait(_c.allreduce_async(ops, arrays[0], name=name, op=op,
                                          prescale_factor=prescale, postscale_factor=postscale,
                                          process_set=process_set))]
     return run_host(host, [tensor], [tensor.dtype], [tensor.shape], "allreduce")[0]
@@ -103,7 +103,7 @@ def allreduce(tensor, average=None, device_dense="", device_sparse="",
     process set; default op Average.  Differentiable: the gradient is allreduced the same
     way.  ``device_*`` and ``ignore_name_scope`` are accepted for compatibility."""
     op = resolve_op(op, average)
-    _c._check_scale(op, prescale_factor, postscale_factor)
+    _c.check_scale(op, prescale_factor, postscale_factor)
     if isinstance(tensor, tf.IndexedSlices):
         if prescale_factor != 1.0 or postscale_factor != 1.0:
             raise NotImplementedError("prescale_factor/postscale_factor are not supported "
@@ -119,7 +119,7 @@ def _grouped_allreduce_raw(tensors, name, op, prescale, postscale, process_set):
     name = _named("grouped_allreduce", name, process_set)
 
     def host(arrays):
-        return _wait(_c.grouped_allreduce_async(_ops, arrays, name=name, op=op,
+        return _wait(_c.grouped_allreduce_async(ops, arrays, name=name, op=op,
                                                 prescale_factor=prescale,
                                                 postscale_factor=postscale,
                                                 process_set=process_set))
@@ -134,7 +134,7 @@ def grouped_allreduce(tensors, average=None, device_dense="", device_sparse="",
     """Reduce a list of tensors as one grouped collective (negotiated and fused together).
     ``tf.IndexedSlices`` in the list are reduced on their own.  Differentiable."""
     op = resolve_op(op, average)
-    _c._check_scale(op, prescale_factor, postscale_factor)
+    _c.check_scale(op, prescale_factor, postscale_factor)
     tensors = list(tensors)
     if not tensors:
         raise ValueError("grouped_allreduce needs at least one tensor")
@@ -170,7 +170,7 @@ def _allgather_raw(tensor, name, process_set):
     name = _named("allgather", name, process_set)
 
     def host(arrays):
-        return [_wait(_c.allgather_async(_ops, arrays[0], name=name,
+        return [_wait(_c.allgather_async(ops, arrays[0], name=name,
                                          process_set=process_set))]
     shape = tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else None
     return run_host(host, [tensor], [tensor.dtype], [shape], "allgather")[0]
@@ -211,7 +211,7 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
     name = _named("grouped_allgather", name, process_set)
 
     def host(arrays):
-        return _wait(_c.grouped_allgather_async(_ops, arrays, name=name,
+        return _wait(_c.grouped_allgather_async(ops, arrays, name=name,
                                                 process_set=process_set))
     shapes = [tf.TensorShape([None]).concatenate(t.shape[1:]) if t.shape.rank else None
               for t in tensors]
@@ -220,13 +220,13 @@ def grouped_allgather(tensors, name=None, ignore_name_scope=False,
 
 # ------------------------------------------------------------------ broadcast
 
-def _broadcast_raw(tensor, root_rank, name, process_set):
+def broadcast_raw(tensor, root_rank, name, process_set):
     if root_rank not in process_set.ranks:   # an argument error, found before running
         raise ValueError(f"broadcast root_rank {root_rank} is not a member of {process_set}")
     name = _named("broadcast", name, process_set)
 
     def host(arrays):
-        return [_wait(_c.broadcast_async(_ops, arrays[0], root_rank, name=name,
+        return [_wait(_c.broadcast_async(ops, arrays[0], root_rank, name=name,
                                          process_set=process_set))]
     return run_host(host, [tensor], [tensor.dtype], [tensor.shape], "broadcast")[0]
 
@@ -245,7 +245,7 @@ def broadcast(tensor, root_rank, name=None, ignore_name_scope=False,
             if lifecycle.rank() != root_rank:
                 reduced = reduced * 0
             return reduced
-        return _broadcast_raw(x, root_rank, name, process_set), grad
+        return broadcast_raw(x, root_rank, name, process_set), grad
     return bcast(tensor)
 
 
@@ -258,7 +258,7 @@ def broadcast_(variables, root_rank, name=None, process_set=global_process_set):
     variables = [variables] if single else list(variables)
     results = []
     for i, var in enumerate(variables):
-        value = _broadcast_raw(_tensor(var, "broadcast_"), int(root_rank),
+        value = broadcast_raw(_tensor(var, "broadcast_"), int(root_rank),
                                f"{name}.{i}" if name else None, process_set)
         assigned = var.assign(value)
         results.append(assigned if in_tf1_graph() else var)
@@ -274,7 +274,7 @@ def _alltoall_raw(tensor, splits, name, process_set):
 
     def host(arrays):
         split_list = arrays[1].tolist() if has_splits else None
-        out, received = _wait(_c.alltoall_async(_ops, arrays[0], split_list, name=name,
+        out, received = _wait(_c.alltoall_async(ops, arrays[0], split_list, name=name,
                                                 process_set=process_set))
         return [out, np.asarray(received, np.int32)]
     shape = tf.TensorShape([None]).concatenate(tensor.shape[1:]) if tensor.shape.rank else None
@@ -316,9 +316,9 @@ def _reducescatter_raw(tensors, name, op, prescale, postscale, process_set, grou
     def host(arrays):
         if grouped:
             return _wait(_c.grouped_reducescatter_async(
-                _ops, arrays, name=name, op=op, process_set=process_set,
+                ops, arrays, name=name, op=op, process_set=process_set,
                 prescale_factor=prescale, postscale_factor=postscale))
-        return [_wait(_c.reducescatter_async(_ops, arrays[0], name=name, op=op,
+        return [_wait(_c.reducescatter_async(ops, arrays[0], name=name, op=op,
                                              process_set=process_set,
                                              prescale_factor=prescale,
                                              postscale_factor=postscale))]

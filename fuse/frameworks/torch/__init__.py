@@ -16,4 +16,4 @@ class TorchAdapter(FrameworkAdapter):
     extra = "torch"
 
     api_module = "fuse.frameworks.torch.api"
-    ops_object = "fuse.frameworks.torch.mpi_ops:_ops"
+    ops_object = "fuse.frameworks.torch.mpi_ops:ops"

@@ -1,4 +1,5 @@
-"""torch CUDA tensors on fuse's device path (:mod:`fuse.worker.device_path`), without host copies.
+"""torch CUDA tensors on fuse's device path (:mod:`fuse.collectives.device`), without host
+copies.
 
 A CUDA tensor reaches the GPU backend as a flat device array over its own memory (DLPack:
 ``backend.from_dlpack``); outputs are allocated by torch on the tensor's device.  Ordering uses
@@ -19,12 +20,12 @@ import warnings
 import torch
 
 from fuse.collectives import calls as _c
-from fuse.worker import device_path as _dp
-from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum
-from fuse.worker.process_sets import process_set_id
+from fuse.collectives import device as _device
+from fuse.collectives.ops import Adasum, Sum
+from fuse.engine.device import DeviceRequest
 from fuse.frameworks.torch.tensors import dtype_name
-
-_OPS = {Average: "average", Sum: "sum", Min: "min", Max: "max", Product: "product"}
+from fuse.worker import device_path as _dp
+from fuse.worker.process_sets import process_set_id
 _VIEW_AS = {torch.bfloat16: (torch.int16, "uint16"), torch.bool: (torch.uint8, None)}
 
 
@@ -37,7 +38,7 @@ class _TorchCuda:
         return torch.cuda.current_stream(device).cuda_stream
 
     def record(self, tensor) -> None:
-        """``tensor`` (made by the flush thread, on the device's default stream) is used on
+        """``tensor`` (made by the engine thread, on the device's default stream) is used on
         the caller's current stream: torch's caching allocator must not reuse its memory
         before that stream is done with it."""
         tensor.record_stream(torch.cuda.current_stream(tensor.device))
@@ -73,63 +74,61 @@ def routes(tensors) -> bool:
     return True
 
 
-def _flat(path, tensor):
+def _flat(backend, tensor):
     """A flat device array over ``tensor``'s memory (no copy)."""
     v = tensor.detach().reshape(-1)
     view = _VIEW_AS.get(tensor.dtype)
     if view is not None:
         v = v.view(view[0])
-    arr = path.backend.from_dlpack(v)
+    arr = backend.from_dlpack(v)
     return arr.view(view[1]) if view is not None and view[1] else arr
 
 
-def _allocator(path, like):
+def _allocator(backend, like):
     def allocate(count):
         out = torch.empty(count, dtype=like.dtype, device=like.device)
-        return out, _flat(path, out)
+        return out, _flat(backend, out)
     return allocate
 
 
-def _span(path, tensor):
+def _span(backend, tensor):
     """``count -> flat array`` of ``count`` elements from ``tensor``'s start on (within its
     storage: torch's as_strided checks the bounds)."""
     def span(count):
-        return _flat(path, tensor.detach().as_strided((count,), (1,)))
+        return _flat(backend, tensor.detach().as_strided((count,), (1,)))
     return span
 
 
 def _names(name, kind, pset, count, grouped):
-    base = name if name is not None else _c._auto_name(kind, pset)
+    base = name if name is not None else _c.auto_name(kind, pset)
     return [f"{base}.{i}" for i in range(count)] if grouped else [base]
 
 
 def submit(kind: str, tensors, *, name=None, process_set, grouped=False, inplace=False,
            op=Sum, prescale=1.0, postscale=1.0, root=-1, splits=None):
     """Start a device collective on ``tensors``; a handle for :func:`wait`."""
-    path = _dp.get()
+    executor = _dp.get()
     if op == Adasum:    # (mpi_ops stages Adasum through host memory instead)
         raise ValueError("Adasum is not available on the device path")
     if kind in ("allreduce", "broadcast"):
         for t in tensors:
             if inplace and not t.is_contiguous():
                 raise ValueError("Tensor is required to be contiguous.")
+    backend = executor.backend
     pset = process_set_id(process_set)
     names = _names(name, ("grouped_" if grouped else "") + kind, pset, len(tensors), grouped)
     sources = [t if t.is_contiguous() else t.contiguous() for t in tensors]
-    requests, outs = [], []
-    group_root = process_set.ranks.index(root) if kind == "broadcast" else -1
+    requests = []
     for n, t in zip(names, sources):
-        src = _flat(path, t)
+        src = _flat(backend, t)
         out_obj = out = None
         if kind in ("allreduce", "broadcast"):
             out_obj = t if inplace else torch.empty_like(t, memory_format=torch.contiguous_format)
-            out = src if inplace else _flat(path, out_obj)
-        outs.append(out_obj)
-        requests.append(_dp.DeviceRequest(
-            kind, n, dtype_name(t.dtype), tuple(t.shape), cuda.device_index(t), src, out=out,
-            out_obj=out_obj, allocate=_allocator(path, t), op=_OPS.get(op, "sum"),
-            prescale=float(prescale), postscale=float(postscale), root=group_root,
-            splits=splits, span=_span(path, t) if inplace and kind == "allreduce" else None))
+            out = src if inplace else _flat(backend, out_obj)
+        requests.append(DeviceRequest(
+            n, dtype_name(t.dtype), tuple(t.shape), cuda.device_index(t), src, out=out,
+            out_obj=out_obj, allocate=_allocator(backend, t), splits=splits,
+            span=_span(backend, t) if inplace and kind == "allreduce" else None))
     shapes = [tuple(t.shape) for t in tensors]
     originals = list(tensors)
 
@@ -146,12 +145,14 @@ def submit(kind: str, tensors, *, name=None, process_set, grouped=False, inplace
                 cuda.record(r.out_obj)
                 results.append(r.out_obj.view(-1, *shape[1:]))
         return results if grouped else results[0]
-    producer = cuda.current_stream_ptr(requests[0].device)
-    return path.submit(requests, process_set, producer, build)
+    return _device.submit(kind, requests, process_set, op=op,
+                          prescale=prescale, postscale=postscale, root=root,
+                          producer_stream_ptr=cuda.current_stream_ptr(requests[0].device),
+                          build=build, group_key=names[0].rsplit(".", 1)[0] if grouped else None)
 
 
 def is_handle(handle) -> bool:
-    return isinstance(handle, _dp.DeviceHandle)
+    return isinstance(handle, _device.DeviceHandle)
 
 
 def wait(handle):

@@ -61,29 +61,30 @@ class _Slot:
         self.index, self.shape, self.dtype = index, shape, dtype
 
 
-def _strip(obj, tensors):
-    if isinstance(obj, torch.Tensor):
-        tensors.append(obj)
-        return _Slot(len(tensors) - 1, tuple(obj.shape), obj.dtype)
+def _map_leaves(obj, leaf):
+    """``obj`` rebuilt with ``leaf(x)`` for every x that is not a dict, list or tuple."""
     if isinstance(obj, dict):
-        return {k: _strip(v, tensors) for k, v in obj.items()}
+        return {k: _map_leaves(v, leaf) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_strip(v, tensors) for v in obj]
+        return [_map_leaves(v, leaf) for v in obj]
     if isinstance(obj, tuple):
-        return tuple(_strip(v, tensors) for v in obj)
-    return obj
+        return tuple(_map_leaves(v, leaf) for v in obj)
+    return leaf(obj)
+
+
+def _strip(obj, tensors):
+    """``obj`` with each tensor replaced by a _Slot, the tensors appended to ``tensors``."""
+    def slot(x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        tensors.append(x)
+        return _Slot(len(tensors) - 1, tuple(x.shape), x.dtype)
+    return _map_leaves(obj, slot)
 
 
 def _fill(obj, tensors):
-    if isinstance(obj, _Slot):
-        return tensors[obj.index]
-    if isinstance(obj, dict):
-        return {k: _fill(v, tensors) for k, v in obj.items()}
-    if isinstance(obj, list):
-        return [_fill(v, tensors) for v in obj]
-    if isinstance(obj, tuple):
-        return tuple(_fill(v, tensors) for v in obj)
-    return obj
+    """The inverse of _strip: each _Slot replaced by its tensor."""
+    return _map_leaves(obj, lambda x: tensors[x.index] if isinstance(x, _Slot) else x)
 
 
 def broadcast_optimizer_state(optimizer, root_rank, model=None,

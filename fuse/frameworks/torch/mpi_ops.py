@@ -31,7 +31,7 @@ from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.torch import device as _dev
 from fuse.frameworks.torch.tensors import Compression, TorchOps
 
-_ops = TorchOps()
+ops = TorchOps()
 
 
 # ------------------------------------------------------------------ handles and devices
@@ -126,7 +126,7 @@ def allreduce_async(tensor, average=None, name=None, op=None, prescale_factor=1.
         return _dev.submit("allreduce", [tensor], name=name, process_set=process_set, op=op,
                            prescale=prescale_factor, postscale=postscale_factor)
     (host,), device = _intake([tensor], inplace=False)
-    h = _c.allreduce_async(_ops, host, name=name, op=op, prescale_factor=prescale_factor,
+    h = _c.allreduce_async(ops, host, name=name, op=op, prescale_factor=prescale_factor,
                            postscale_factor=postscale_factor, process_set=process_set)
     return _wrap(h, device)
 
@@ -139,7 +139,7 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
         return _dev.submit("allreduce", [tensor], name=name, process_set=process_set, op=op,
                            prescale=prescale_factor, postscale=postscale_factor, inplace=True)
     (host,), device = _intake([tensor], inplace=True)
-    h = _c.allreduce_async(_ops, host, output=host, name=name, op=op,
+    h = _c.allreduce_async(ops, host, output=host, name=name, op=op,
                            prescale_factor=prescale_factor, postscale_factor=postscale_factor,
                            process_set=process_set)
     return _wrap(h, device, [tensor] if device is not None else None)
@@ -187,7 +187,7 @@ def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_
                            op=op, prescale=prescale_factor, postscale=postscale_factor,
                            grouped=True)
     hosts, device = _intake(list(tensors), inplace=False)
-    h = _c.grouped_allreduce_async(_ops, hosts, name=name, op=op,
+    h = _c.grouped_allreduce_async(ops, hosts, name=name, op=op,
                                    prescale_factor=prescale_factor,
                                    postscale_factor=postscale_factor, process_set=process_set)
     return _wrap(h, device)
@@ -202,7 +202,7 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                            prescale=prescale_factor, postscale=postscale_factor,
                            grouped=True, inplace=True)
     hosts, device = _intake(tensors, inplace=True)
-    h = _c.grouped_allreduce_async(_ops, hosts, inplace=True, name=name, op=op,
+    h = _c.grouped_allreduce_async(ops, hosts, inplace=True, name=name, op=op,
                                    prescale_factor=prescale_factor,
                                    postscale_factor=postscale_factor, process_set=process_set)
     return _wrap(h, device, tensors if device is not None else None)
@@ -277,7 +277,7 @@ def allgather_async(tensor, name=None, process_set=global_process_set):
         _check_not_scalar([tensor], "allgather")
         return _dev.submit("allgather", [tensor], name=name, process_set=process_set)
     (host,), device = _intake([tensor], inplace=False)
-    return _wrap(_c.allgather_async(_ops, host, name=name, process_set=process_set), device)
+    return _wrap(_c.allgather_async(ops, host, name=name, process_set=process_set), device)
 
 
 def _rows_of(tensor) -> int:
@@ -322,7 +322,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
         return _dev.submit("allgather", tensors, name=name, process_set=process_set,
                            grouped=True)
     hosts, device = _intake(list(tensors), inplace=False)
-    return _wrap(_c.grouped_allgather_async(_ops, hosts, name=name, process_set=process_set),
+    return _wrap(_c.grouped_allgather_async(ops, hosts, name=name, process_set=process_set),
                  device)
 
 
@@ -360,7 +360,7 @@ def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set
         return _dev.submit("broadcast", [tensor], name=name, process_set=process_set,
                            root=root_rank)
     (host,), device = _intake([tensor], inplace=False)
-    return _wrap(_c.broadcast_async(_ops, host, root_rank, name=name,
+    return _wrap(_c.broadcast_async(ops, host, root_rank, name=name,
                                     process_set=process_set), device)
 
 
@@ -372,7 +372,7 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
         return _dev.submit("broadcast", [tensor], name=name, process_set=process_set,
                            root=root_rank, inplace=True)
     (host,), device = _intake([tensor], inplace=True)
-    h = _c.broadcast_async(_ops, host, root_rank, output=host, name=name,
+    h = _c.broadcast_async(ops, host, root_rank, output=host, name=name,
                            process_set=process_set)
     return _wrap(h, device, [tensor] if device is not None else None)
 
@@ -437,7 +437,7 @@ def alltoall_async(tensor, splits=None, name=None, process_set=global_process_se
         return _dev.submit("alltoall", [tensor], name=name, process_set=process_set,
                            splits=_device_splits(tensor, _splits_list(splits), process_set))
     (host,), device = _intake([tensor], inplace=False)
-    h = _c.alltoall_async(_ops, host, _splits_list(splits), name=name, process_set=process_set)
+    h = _c.alltoall_async(ops, host, _splits_list(splits), name=name, process_set=process_set)
     return _wrap(h, device)
 
 
@@ -490,7 +490,7 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                            op=_reducescatter_op(op), prescale=prescale_factor,
                            postscale=postscale_factor)
     (host,), device = _intake([tensor], inplace=False)
-    h = _c.reducescatter_async(_ops, host, name=name, op=op, process_set=process_set,
+    h = _c.reducescatter_async(ops, host, name=name, op=op, process_set=process_set,
                                prescale_factor=prescale_factor,
                                postscale_factor=postscale_factor)
     return _wrap(h, device)
@@ -541,7 +541,7 @@ def grouped_reducescatter_async(tensors, name=None, op=Average,
                            op=_reducescatter_op(op), prescale=prescale_factor,
                            postscale=postscale_factor, grouped=True)
     hosts, device = _intake(tensors, inplace=False)
-    h = _c.grouped_reducescatter_async(_ops, hosts, name=name, op=op, process_set=process_set,
+    h = _c.grouped_reducescatter_async(ops, hosts, name=name, op=op, process_set=process_set,
                                        prescale_factor=prescale_factor,
                                        postscale_factor=postscale_factor)
     return _wrap(h, device)

@@ -29,6 +29,7 @@ import warnings
 import torch
 
 from fuse.worker import lifecycle
+from fuse.worker import state as job_state
 from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
 from fuse.collectives.ops import Adasum, Average
 from fuse.worker.process_sets import global_process_set
@@ -73,6 +74,14 @@ def _shared_allocator(engine):
         return shm.share_regions(engine, sizes, lambda obj: collectives.allgather_object(
             obj, name="fuse.shared_gradient_buffers"))
     return share
+
+
+def _wrapped_attribute(name: str) -> property:
+    """An attribute of the wrapped optimizer, read and assigned through the wrapper:
+    ``__getattr__`` forwards reads only, and an assignment would otherwise land on the
+    wrapper (``__setattr__`` hands properties their value)."""
+    return property(lambda self: getattr(self._opt, name),
+                    lambda self, value: setattr(self._opt, name, value))
 
 
 class DistributedOptimizer:
@@ -145,8 +154,8 @@ class DistributedOptimizer:
         d["_hook_handles"] = []
         # an elastic job may grow from one worker: hooks then, as in Horovod
         d["_active"] = process_set.included() and (len(process_set.ranks) > 1
-                                                   or lifecycle._state.config.elastic)
-        d["_engine"] = lifecycle._state.engine     # see _follow_engine
+                                                   or job_state.config().elastic)
+        d["_engine_generation"] = job_state.engine_generation()     # see _follow_engine
         # compressed gradients travel as new tensors, so only uncompressed ones get slots
         d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
                         else None)
@@ -165,29 +174,10 @@ class DistributedOptimizer:
         # only reached for names this wrapper does not define
         return getattr(self.__dict__["_opt"], name)
 
-    @property
-    def param_groups(self):
-        return self._opt.param_groups
-
-    @param_groups.setter
-    def param_groups(self, value):
-        self._opt.param_groups = value
-
-    @property
-    def state(self):
-        return self._opt.state
-
-    @state.setter
-    def state(self, value):
-        self._opt.state = value
-
-    @property
-    def defaults(self):
-        return self._opt.defaults
-
-    @defaults.setter
-    def defaults(self, value):
-        self._opt.defaults = value
+    # what schedulers and checkpoints read and assign on the optimizer they are given
+    param_groups = _wrapped_attribute("param_groups")
+    state = _wrapped_attribute("state")
+    defaults = _wrapped_attribute("defaults")
 
     def __repr__(self):
         return f"DistributedOptimizer({self._opt!r})"
@@ -215,11 +205,11 @@ class DistributedOptimizer:
         the handles in flight nor the shared gradient buffers.  Drop what was in flight and
         learn the gradient layout again, which every rank of the new job then builds
         together (new workers build theirs for the first time)."""
-        engine = lifecycle._state.engine
-        if engine is self._engine:
+        generation = job_state.engine_generation()
+        if generation == self._engine_generation:
             return
         d = self.__dict__
-        d["_engine"] = engine
+        d["_engine_generation"] = generation
         d["_handles"] = {}
         d["_densified"] = set()
         d["_group_ready"] = [0] * len(self._groups)
@@ -229,8 +219,7 @@ class DistributedOptimizer:
             d["_layout"] = GradientLayout()
 
     def _hook(self, p):
-        if lifecycle._state.engine is not self._engine:
-            self._follow_engine()
+        self._follow_engine()
         i = self._index[id(p)]
         if self._counter.record(i):
             g = self._group_of[i]
@@ -318,7 +307,7 @@ class DistributedOptimizer:
         self._densified.clear()
         if self._layout is not None and not self._layout.built:
             engine, pset = lifecycle.engine(), self._process_set.process_set_id
-            threshold = lifecycle._state.config.fusion_threshold
+            threshold = engine.tuning()[0]      # the coordinator's, autotuned or not
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
                                _shared_allocator(engine) if pset == 0 else None,

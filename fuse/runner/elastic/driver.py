@@ -360,6 +360,7 @@ class ElasticJob(Job):
         # hosts
         self._hosts_changed(now)
         # reset requests: a collective failed without anyone exiting (yet)
+        self._drop_unanswering()
         if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
             if self._reset_seen_at is None:
                 self._reset_seen_at = now
@@ -392,6 +393,22 @@ class ElasticJob(Job):
                 w.signal_group(signal.SIGKILL if now >= deadline + self.settings.grace_seconds
                                else signal.SIGTERM)
         return None
+
+    def _drop_unanswering(self) -> None:
+        """Workers whose peers report them unanswering (their host is cut off or down) fail
+        now, as if they had exited: their ssh session may take a minute to notice, and the
+        survivors would wait for them in the next generation.  Their ssh is stopped; a worker
+        cut off from the job exits by itself (it cannot reach the store either)."""
+        prefix = protocol.RESET_PREFIX.format(g=self.generation)
+        lost = {r for key in self.server.keys(prefix)
+                for r in protocol.decode_reset(self.server.get(key))}
+        for wid, slot in list(self.plan.items()):
+            w = self.live.get(wid)
+            if slot.rank in lost and w is not None and w.running:
+                del self.live[wid]
+                w.signal_group(signal.SIGKILL)
+                self._record(w, f"(rank {slot.rank}) stopped answering its peers: its host "
+                                "is cut off or down")
 
     def _dying(self) -> bool:
         """Whether a worker of this generation reported its own fatal error (not one caused by

@@ -6,19 +6,13 @@ import os
 import sys
 
 from fuse.cluster import hosts as _hosts
+from ..launch import seconds_setting
 from .driver import ElasticJob, ElasticJobError, ElasticSettings, discovery_from
 
 
 def elastic_timeout(value: float | None, environ=os.environ) -> float:
-    if value is not None:
-        return float(value)
-    for var in ("FUSE_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"):
-        if environ.get(var, "").strip():
-            try:
-                return float(environ[var])
-            except ValueError:
-                raise ValueError(f"{var}={environ[var]!r} is not a number of seconds") from None
-    return 600.0
+    return seconds_setting(value, ("FUSE_ELASTIC_TIMEOUT", "HOROVOD_ELASTIC_TIMEOUT"), 600.0,
+                           environ)
 
 
 def elastic_settings(np: int | None, min_np: int | None, max_np: int | None,

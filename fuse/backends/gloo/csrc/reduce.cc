@@ -20,17 +20,10 @@ ReduceFn gloo_kernel(int op) {
 }  // namespace
 
 ReduceFn reduce_function(int dtype, int op) {
-  switch (dtype) {
-    case FUSE_UINT8: return gloo_kernel<uint8_t>(op);
-    case FUSE_INT8: return gloo_kernel<int8_t>(op);
-    case FUSE_UINT16: return gloo_kernel<uint16_t>(op);
-    case FUSE_INT16: return gloo_kernel<int16_t>(op);
-    case FUSE_INT32: return gloo_kernel<int32_t>(op);
-    case FUSE_INT64: return gloo_kernel<int64_t>(op);
-    case FUSE_FLOAT32: return gloo_kernel<float>(op);
-    case FUSE_FLOAT64: return gloo_kernel<double>(op);
-    default: return fuse::reduce_kernel(dtype, op);   // float16, bfloat16, bool
-  }
+  ReduceFn plain = nullptr;
+  if (fuse::visit_plain_dtype(dtype, [&](auto zero) { plain = gloo_kernel<decltype(zero)>(op); }))
+    return plain;
+  return fuse::reduce_kernel(dtype, op);   // float16, bfloat16, bool
 }
 
 }  // namespace fuse_gloo

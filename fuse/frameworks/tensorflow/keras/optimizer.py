@@ -166,12 +166,12 @@ def PartialDistributedOptimizer(optimizer, name=None, device_dense="", device_sp
     """A :func:`DistributedOptimizer` whose gradients for the trainable weights of
     ``local_layers`` (a Keras layer or a list of them) stay on this worker, as Horovod's: for
     model-parallel parts of a model.  Other arguments as :func:`DistributedOptimizer`."""
-    from fuse.frameworks.tensorflow.gradient_tape import _layer_weights
+    from fuse.frameworks.tensorflow.gradient_tape import layer_weights
     opt = DistributedOptimizer(optimizer, name, device_dense, device_sparse, compression,
                                sparse_as_dense, gradient_predivide_factor, op,
                                backward_passes_per_step, average_aggregated_gradients, 0,
                                groups, process_set, scale_local_gradients)
-    for weight in _layer_weights(local_layers):
+    for weight in layer_weights(local_layers):
         opt.register_local_var(weight)
     return opt
 

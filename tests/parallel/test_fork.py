@@ -1,0 +1,74 @@
+"""os.fork() after init(): the child's engine thread did not come along and its connections
+are the parent's, so its first fuse call must fail at once with an error that says what to do
+(before: the child's first collective blocked with no message, or ran over the parent's
+connections).  The parent must not notice, and the child may start a job of its own.  Real
+workers over Gloo through fuse.run."""
+
+from __future__ import annotations
+
+import pytest
+
+from par_util import run_job
+
+pytestmark = pytest.mark.timeout(120)
+
+
+def _fork_after_init(mode: str):
+    import json
+    import os
+
+    import numpy as np
+    import fuse
+
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    first = fuse.allreduce(np.full(4, r + 1.0), name="before.fork", op=fuse.Sum)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:                # the child: report through the pipe, never return
+        os.close(read_end)
+        seen = {}
+        try:
+            fuse.allreduce(np.ones(4), name="in.child", op=fuse.Sum)
+            seen["allreduce"] = "returned"
+        except Exception as e:
+            seen["allreduce"] = f"{type(e).__name__}: {e}"
+        try:
+            fuse.rank()
+            seen["rank"] = "returned"
+        except Exception as e:
+            seen["rank"] = f"{type(e).__name__}: {e}"
+        if mode == "reinit":        # a job of its own: one rank, no launcher
+            fuse.init(rank=0, size=1, local_rank=0, local_size=1, cross_rank=0, cross_size=1)
+            seen["own_job"] = fuse.allreduce(np.full(3, 7.0), name="own", op=fuse.Sum).tolist()
+            fuse.shutdown()
+        os.write(write_end, json.dumps(seen).encode())
+        os.close(write_end)
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as f:
+        child = json.loads(f.read() or b"{}")
+    _, status = os.waitpid(pid, 0)
+    # the parent carries on over its own connections, with the right answers
+    after = [fuse.allreduce(np.full(1000, float(i + r)), name=f"after.fork.{i}", op=fuse.Sum)
+             for i in range(3)]
+    expect = [float(sum(i + k for k in range(n))) for i in range(3)]
+    fuse.shutdown()
+    return {"child": child, "status": os.waitstatus_to_exitcode(status),
+            "first_ok": bool((first == n * (n + 1) / 2).all()),
+            "after_ok": all(bool((a == e).all()) for a, e in zip(after, expect))}
+
+
+@pytest.mark.parametrize("mode", ["error", "reinit"])
+def test_fork_after_init(mode):
+    results = run_job(_fork_after_init, 2, args=(mode,), timeout=60)
+    for r, res in enumerate(results):
+        child = res["child"]
+        assert res["status"] == 0, (r, res)
+        assert res["first_ok"] and res["after_ok"], (r, res)
+        for call in ("allreduce", "rank"):
+            assert child[call].startswith("ValueError: fuse was initialized in process"), \
+                (r, call, child)
+            assert "call fuse.init() in the child" in child[call], (r, call, child)
+        if mode == "reinit":
+            assert child["own_job"] == [7.0, 7.0, 7.0], (r, child)
