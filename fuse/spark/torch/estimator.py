@@ -72,7 +72,7 @@ class TorchEstimator(FuseEstimator):
         model = copy.deepcopy(self.getModel())
         model.load_state_dict(result["model"])
         model.eval()
-        optimizer = remote._optimizer_for(model, self.getOptimizer())
+        optimizer = remote.optimizer_for(model, self.getOptimizer())
         optimizer.load_state_dict(result["optimizer"])
         return TorchModel(history=result["history"], model=model, optimizer=optimizer,
                           feature_columns=list(self.getFeatureCols()),

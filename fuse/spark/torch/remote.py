@@ -10,7 +10,7 @@ import copy
 import io
 import math
 
-__all__ = ["train", "loss_functions", "batch_tensors", "compute_loss"]
+__all__ = ["train", "loss_functions", "batch_tensors", "compute_loss", "optimizer_for"]
 
 
 def loss_functions(loss, loss_constructors, count: int) -> list:
@@ -77,7 +77,7 @@ def compute_loss(outputs, labels, loss_fns, loss_weights, sample_weights=None):
     return total
 
 
-def _optimizer_for(model, optimizer):
+def optimizer_for(model, optimizer):
     """The user's optimizer (class, settings, state) rebuilt on this rank's model (it may
     have been made on another instance of the model)."""
     if optimizer is None:
@@ -103,7 +103,7 @@ def train(spec):
     if spec.random_seed is not None:
         torch.manual_seed(spec.random_seed)
     model = spec.model
-    optimizer = (_optimizer_for(model, spec.optimizer) if spec.optimizer is not None
+    optimizer = (optimizer_for(model, spec.optimizer) if spec.optimizer is not None
                  else spec.make_optimizer(model))
     store, checkpoint = spec.store, spec.store.get_checkpoint_path(spec.run_id)
 
