@@ -43,18 +43,9 @@ def allreduce_async_(tensor, average=None, name=None, op=None, prescale_factor=1
                               postscale_factor=postscale_factor, process_set=process_set)
 
 
-def allreduce(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-              postscale_factor=1.0, process_set=global_process_set):
-    """A new array holding the reduction of ``tensor`` over the process set (op defaults to
-    Average)."""
-    return synchronize(allreduce_async(tensor, average, name, op, prescale_factor,
-                                       postscale_factor, process_set))
-
-
-def allreduce_(tensor, average=None, name=None, op=None, prescale_factor=1.0,
-               postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(allreduce_async_(tensor, average, name, op, prescale_factor,
-                                        postscale_factor, process_set))
+allreduce = _c.blocking(allreduce_async, synchronize, """A new array holding the reduction of
+``tensor`` over the process set (op defaults to Average).""")
+allreduce_ = _c.blocking(allreduce_async_, synchronize, "In-place allreduce; returns ``tensor``.")
 
 
 def grouped_allreduce_async(tensors, average=None, name=None, op=None, prescale_factor=1.0,
@@ -74,25 +65,16 @@ def grouped_allreduce_async_(tensors, average=None, name=None, op=None, prescale
                                       process_set=process_set)
 
 
-def grouped_allreduce(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                      postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async(tensors, average, name, op, prescale_factor,
-                                               postscale_factor, process_set))
-
-
-def grouped_allreduce_(tensors, average=None, name=None, op=None, prescale_factor=1.0,
-                       postscale_factor=1.0, process_set=global_process_set):
-    return synchronize(grouped_allreduce_async_(tensors, average, name, op, prescale_factor,
-                                                postscale_factor, process_set))
+grouped_allreduce = _c.blocking(grouped_allreduce_async, synchronize)
+grouped_allreduce_ = _c.blocking(grouped_allreduce_async_, synchronize)
 
 
 def allgather_async(tensor, name=None, process_set=global_process_set):
     return _c.allgather_async(ops, _arr(tensor), name=name, process_set=process_set)
 
 
-def allgather(tensor, name=None, process_set=global_process_set):
-    """Every member's array concatenated along dimension 0 (which may differ per rank)."""
-    return synchronize(allgather_async(tensor, name, process_set))
+allgather = _c.blocking(allgather_async, synchronize, """Every member's array concatenated
+along dimension 0 (which may differ per rank).""")
 
 
 def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
@@ -100,8 +82,7 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                                       process_set=process_set)
 
 
-def grouped_allgather(tensors, name=None, process_set=global_process_set):
-    return synchronize(grouped_allgather_async(tensors, name, process_set))
+grouped_allgather = _c.blocking(grouped_allgather_async, synchronize)
 
 
 def broadcast_async(tensor, root_rank, name=None, process_set=global_process_set):
@@ -113,13 +94,9 @@ def broadcast_async_(tensor, root_rank, name=None, process_set=global_process_se
     return _c.broadcast_async(ops, t, root_rank, output=t, name=name, process_set=process_set)
 
 
-def broadcast(tensor, root_rank, name=None, process_set=global_process_set):
-    """``root_rank``'s array on every member (``root_rank`` is a global rank)."""
-    return synchronize(broadcast_async(tensor, root_rank, name, process_set))
-
-
-def broadcast_(tensor, root_rank, name=None, process_set=global_process_set):
-    return synchronize(broadcast_async_(tensor, root_rank, name, process_set))
+broadcast = _c.blocking(broadcast_async, synchronize, """``root_rank``'s array on every member
+(``root_rank`` is a global rank).""")
+broadcast_ = _c.blocking(broadcast_async_, synchronize)
 
 
 def alltoall_async(tensor, splits=None, name=None, process_set=global_process_set):
@@ -140,11 +117,8 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                                   postscale_factor=postscale_factor)
 
 
-def reducescatter(tensor, name=None, op=Average, process_set=global_process_set,
-                  prescale_factor=1.0, postscale_factor=1.0):
-    """Reduce, then give each member its block of rows (the remainder to the first ranks)."""
-    return synchronize(reducescatter_async(tensor, name, op, process_set, prescale_factor,
-                                           postscale_factor))
+reducescatter = _c.blocking(reducescatter_async, synchronize, """Reduce, then give each member
+its block of rows (the remainder to the first ranks).""")
 
 
 def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=global_process_set,
@@ -155,7 +129,4 @@ def grouped_reducescatter_async(tensors, name=None, op=Average, process_set=glob
                                           postscale_factor=postscale_factor)
 
 
-def grouped_reducescatter(tensors, name=None, op=Average, process_set=global_process_set,
-                          prescale_factor=1.0, postscale_factor=1.0):
-    return synchronize(grouped_reducescatter_async(tensors, name, op, process_set,
-                                                   prescale_factor, postscale_factor))
+grouped_reducescatter = _c.blocking(grouped_reducescatter_async, synchronize)

@@ -100,11 +100,13 @@ def _java() -> tuple[str | None, str]:
 
 
 def integrations() -> dict[str, dict[str, Any]]:
-    """fuse.ray and fuse.spark: whether each can run here, from what is installed (Ray; PySpark
-    and a Java runtime), and the reason when it cannot.  Imports neither."""
+    """fuse.ray, fuse.spark and fuse.lightning: whether each can run here, from what is
+    installed (Ray; PySpark and a Java runtime; Lightning), and the reason when it cannot.
+    Imports none of them."""
     out: dict[str, dict[str, Any]] = {}
     for name, module, dist, extra in (("fuse.ray", "ray", "ray", "ray"),
-                                      ("fuse.spark", "pyspark", "pyspark", "spark")):
+                                      ("fuse.spark", "pyspark", "pyspark", "spark"),
+                                      ("fuse.lightning", "lightning", "lightning", "lightning")):
         version = _version(dist) if util.find_spec(module) is not None else None
         row: dict[str, Any] = {"available": version is not None, "package": dist,
                                "version": version,

@@ -76,8 +76,6 @@ PY
   # The autotuner's optimiser (optuna's GP sampler runs on torch): only next to the pinned
   # torch, since the `autotune` extra would otherwise pull an unpinned one.
   .venv/bin/python -m pip install -q "optuna>=3.6" scipy
-  # PyTorch Lightning for fuse.spark.lightning's test, pinned (it takes the torch above).
-  .venv/bin/python -m pip install -q "lightning==${FUSE_LIGHTNING_VERSION:-2.6.6}"
 fi
 # The Ray and Spark integrations (fuse.ray, fuse.spark) and their tests: Ray and PySpark share
 # .venv (neither pins NumPy or torch); Spark runs on a Java runtime, which Debian's
@@ -89,14 +87,21 @@ if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq default-jre-headless >/dev/null
   fi
   # pyarrow: the Spark estimators' stores and readers (pyarrow.fs, pyarrow.dataset).
-  if ! .venv/bin/python -c "import ray, pyspark, pyarrow" 2>/dev/null; then
-    .venv/bin/python -m pip install -q "ray==${FUSE_RAY_VERSION:-2.60.0}" \
+  if ! .venv/bin/python -c "import ray.train, ray.tune, pyspark, pyarrow" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "ray[train,tune]==${FUSE_RAY_VERSION:-2.60.0}" \
       "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" "pyarrow==${FUSE_PYARROW_VERSION:-26.0.1}" ||
       { echo "setup: FAILED to install ray and pyspark (FUSE_SKIP_INTEGRATIONS=1 skips them)" >&2
         exit 1; }
   fi
   .venv/bin/python -c "import ray, pyspark, pyarrow" && java -version >/dev/null 2>&1 ||
     { echo "setup: FAILED: ray, pyspark or java does not work" >&2; exit 1; }
+  # Lightning for fuse.lightning (FuseStrategy) and its tests, pinned; it runs on the torch above
+  # (Lightning 2.6 takes torch >= 2.1), so only where torch is installed.
+  if [ "${FUSE_SKIP_TORCH:-0}" != 1 ] && ! .venv/bin/python -c "import lightning" 2>/dev/null; then
+    .venv/bin/python -m pip install -q "lightning==${FUSE_LIGHTNING_VERSION:-2.6.6}" ||
+      { echo "setup: FAILED to install lightning (FUSE_SKIP_INTEGRATIONS=1 skips it)" >&2
+        exit 1; }
+  fi
 fi
 # What the main suite needs from .venv must be there now, or setup fails here rather than the
 # tests skipping later: MPI (mpi4py, and mpiexec from the mpich wheel), the autotuner's optimiser.
@@ -105,7 +110,7 @@ fi
 [ -x .venv/bin/mpiexec ] ||
   { echo "setup: FAILED: the mpich wheel installed no .venv/bin/mpiexec" >&2; exit 1; }
 if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
-  .venv/bin/python -c "import optuna, scipy, lightning" ||
-    { echo "setup: FAILED: optuna/scipy/lightning do not import" >&2; exit 1; }
+  .venv/bin/python -c "import optuna, scipy" ||
+    { echo "setup: FAILED: optuna/scipy do not import" >&2; exit 1; }
 fi
 echo "setup: fuse installed in $(pwd)/.venv"

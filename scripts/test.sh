@@ -7,11 +7,14 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # What setup.sh installed, the tests may not skip for lack of (tests/support/needs.py): MPI
 # always, torch and the autotuner's optimiser unless FUSE_SKIP_TORCH=1 left them out on purpose,
-# Ray and Spark (with Java) unless FUSE_SKIP_INTEGRATIONS=1 did, the ssh test's sshd where
-# setup.sh installs it (root, and CI=true or FUSE_INSTALL_SSHD=1).
+# Ray and Spark (with Java) unless FUSE_SKIP_INTEGRATIONS=1 did, Lightning unless either did,
+# the ssh test's sshd where setup.sh installs it (root, and CI=true or FUSE_INSTALL_SSHD=1).
 REQUIRE=mpi
 if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then REQUIRE=$REQUIRE,torch,autotune; fi
 if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then REQUIRE=$REQUIRE,ray,spark; fi
+if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ] && [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
+  REQUIRE=$REQUIRE,lightning
+fi
 if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${FUSE_INSTALL_SSHD:-0}" = 1 ]; }; then
   REQUIRE=$REQUIRE,ssh
 fi

@@ -7,6 +7,7 @@ op rules, validation, handles, grouped calls, object collectives) lives here.
 
 from __future__ import annotations
 
+import functools
 import threading
 from typing import Any, Callable, Sequence
 
@@ -105,6 +106,21 @@ def synchronize(handle):
         return None
     value, aux, record = state.engine().wait(handle)
     return finisher(value, aux, record)
+
+
+def blocking(async_fn: Callable, synchronize_fn: Callable = synchronize,
+             doc: str | None = None) -> Callable:
+    """The blocking form of ``async_fn`` (``allreduce`` from ``allreduce_async``): the same
+    parameters (``inspect.signature`` shows them), the handle synchronized with
+    ``synchronize_fn``.  Horovod pairs every ``*_async`` call with one of these."""
+    name = async_fn.__name__.replace("_async", "")
+
+    @functools.wraps(async_fn)
+    def call(*args, **kwargs):
+        return synchronize_fn(async_fn(*args, **kwargs))
+    call.__name__ = call.__qualname__ = name
+    call.__doc__ = doc if doc is not None else f"``{async_fn.__name__}``, waited for."
+    return call
 
 
 class _Group:

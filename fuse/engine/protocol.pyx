@@ -181,18 +181,27 @@ cdef void frame_requests(string& out, uint32_t nfull, const string& full, uint32
     out.append(hits)
 
 
-cdef void write_cache_hit(string& out, uint32_t slot, uint32_t gen,
-                          const string& data) noexcept nogil:
-    """One cached request inside MSG_REQUESTS: its slot, the slot's generation, and the
-    values of a small collective that travel inline (else empty)."""
+cdef inline void _put_slot(string& out, uint32_t slot, uint32_t gen) noexcept nogil:
+    """A response-cache slot as both sides name it: its index and the generation it holds."""
     put[uint32_t](out, slot)
     put[uint32_t](out, gen)
+
+
+cdef inline void _get_slot(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil:
+    slot[0] = get[uint32_t](rd)
+    gen[0] = get[uint32_t](rd)
+
+
+cdef void write_cache_hit(string& out, uint32_t slot, uint32_t gen,
+                          const string& data) noexcept nogil:
+    """One cached request inside MSG_REQUESTS: its slot, and the values of a small collective
+    that travel inline (else empty)."""
+    _put_slot(out, slot, gen)
     put_str(out, data)
 
 
 cdef void read_cache_hit(Reader& rd, uint32_t* slot, uint32_t* gen, string* data) noexcept nogil:
-    slot[0] = get[uint32_t](rd)
-    gen[0] = get[uint32_t](rd)
+    _get_slot(rd, slot, gen)
     data[0] = get_str(rd)
 
 
@@ -208,13 +217,11 @@ cdef void frame_stale(string& out, uint32_t slot, uint32_t gen) noexcept nogil:
     """MSG_STALE (the coordinator to a worker): the cache slot it used was reused since;
     send that request in full."""
     put[uint8_t](out, MSG_STALE)
-    put[uint32_t](out, slot)
-    put[uint32_t](out, gen)
+    _put_slot(out, slot, gen)
 
 
 cdef void read_stale(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil:
-    slot[0] = get[uint32_t](rd)
-    gen[0] = get[uint32_t](rd)
+    _get_slot(rd, slot, gen)
 
 
 cdef void frame_abort(string& out, const string& why) noexcept nogil:

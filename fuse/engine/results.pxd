@@ -29,6 +29,7 @@ cdef class ResponseRunner:
     cdef int _allreduce(self, Response& resp, PSet* ps, string& err) noexcept nogil
     cdef int _single(self, Response& resp, PSet* ps, string& err) noexcept nogil
     cdef int _device(self, Response& resp, PSet* ps, string& err) noexcept nogil
+    cdef int _settle(self, Response& resp, int rc, const string& err) noexcept nogil
     cdef void _add_set(self, Response& resp) noexcept nogil
     cdef void _remove_set(self, Response& resp) noexcept nogil
     cdef void finish(self, const string& key, int status, const string& error,

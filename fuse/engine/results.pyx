@@ -90,12 +90,7 @@ cdef class ResponseRunner:
         for i in range(resp.names.size()):
             it = self.submitter.inflight.find(_key(resp.pset, resp.names[i]))
             self.exec_reqs.push_back(&deref_req(it) if it != self.submitter.inflight.end() else NULL)
-        rc = self.executor.allreduce(resp, ps, self.exec_reqs, err)
-        if rc == EX_LOCAL:
-            self._finish_all(resp, H_ERROR, err, ERR_INTERNAL)
-        elif rc == EX_OK:
-            self._finish_all(resp, H_DONE, string(b""), 0)
-        return rc
+        return self._settle(resp, self.executor.allreduce(resp, ps, self.exec_reqs, err), err)
 
     cdef int _single(self, Response& resp, PSet* ps, string& err) noexcept nogil:
         """A collective of one tensor: broadcast, allgather, alltoall or reducescatter."""
@@ -116,10 +111,15 @@ cdef class ResponseRunner:
             self.table.set_aux(r.handle, recv_splits)     # wait() returns the received splits
         else:
             rc = self.executor.reducescatter(resp, ps, r, err)
+        return self._settle(resp, rc, err)
+
+    cdef int _settle(self, Response& resp, int rc, const string& err) noexcept nogil:
+        """Complete the response's handles as the executor's ``rc`` says: done, or this
+        rank's own error (a backend failure is the engine's to handle).  Returns ``rc``."""
         if rc == EX_LOCAL:
-            self.finish(key, H_ERROR, err, ERR_INTERNAL)
+            self._finish_all(resp, H_ERROR, err, ERR_INTERNAL)
         elif rc == EX_OK:
-            self.finish(key, H_DONE, string(b""), 0)
+            self._finish_all(resp, H_DONE, string(b""), 0)
         return rc
 
     cdef int _device(self, Response& resp, PSet* ps, string& err) noexcept nogil:

@@ -34,6 +34,8 @@ WHY = {
     "ray": "Ray is not installed (pip install 'fuse[ray]'; scripts/setup.sh installs it)",
     "spark": "PySpark or its Java runtime is missing (pip install 'fuse[spark]' and a Java 17+ "
              "runtime; scripts/setup.sh installs both)",
+    "lightning": "Lightning is not installed (pip install 'fuse[lightning]'; scripts/setup.sh "
+                 "installs it next to torch unless FUSE_SKIP_INTEGRATIONS=1)",
     "gpu": "no usable CUDA GPU with CuPy and NCCL (pip install 'fuse[nccl]' on a machine "
            "with NVIDIA GPUs; bash scripts/test_gpu.sh runs tests/gpu there)",
     "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/mxnet runs in .venv-mxnet "
