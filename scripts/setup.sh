@@ -124,14 +124,15 @@ if [ "${FUSE_SKIP_INTEGRATIONS:-0}" != 1 ]; then
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq default-jre-headless >/dev/null
   fi
-  if ! .venv/bin/python -c "import ray.train, ray.tune, pyspark" 2>/dev/null; then
-    say "installing Ray (Train, Tune) and PySpark with pip (FUSE_SKIP_INTEGRATIONS=1 leaves them out)"
+  # pyarrow: the Spark estimators' stores and readers (pyarrow.fs, pyarrow.dataset).
+  if ! .venv/bin/python -c "import ray.train, ray.tune, pyspark, pyarrow" 2>/dev/null; then
+    say "installing Ray (Train, Tune), PySpark and pyarrow with pip (FUSE_SKIP_INTEGRATIONS=1 leaves them out)"
     .venv/bin/python -m pip install -q "ray[train,tune]==${FUSE_RAY_VERSION:-2.60.0}" \
-      "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" ||
+      "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" "pyarrow==${FUSE_PYARROW_VERSION:-26.0.1}" ||
       { echo "setup: FAILED to install ray and pyspark (FUSE_SKIP_INTEGRATIONS=1 skips them)" >&2
         exit 1; }
   fi
-  .venv/bin/python -c "import ray, pyspark" && java -version >/dev/null 2>&1 ||
+  .venv/bin/python -c "import ray, pyspark, pyarrow" && java -version >/dev/null 2>&1 ||
     { echo "setup: FAILED: ray, pyspark or java does not work" >&2; exit 1; }
   # Lightning for fuse.lightning (FuseStrategy) and its tests, pinned; it runs on the torch above
   # (Lightning 2.6 takes torch >= 2.1), so only where torch is installed.

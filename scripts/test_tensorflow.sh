@@ -20,16 +20,22 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # meson-python finds meson, ninja and cython on PATH, at install time and at every rebuild.
 export PATH="$(pwd)/$VENV/bin:$PATH"
-if ! "$VENV/bin/python" -c "import tensorflow, mesonpy, pytest, ml_dtypes" 2>/dev/null; then
+# PySpark and pyarrow: the Keras Spark estimator's tests (tests/tensorflow/test_spark_keras.py),
+# on the Java runtime that scripts/setup.sh installs.
+if ! "$VENV/bin/python" -c "import tensorflow, mesonpy, pytest, ml_dtypes, pyspark, pyarrow" \
+    2>/dev/null; then
   "$VENV/bin/python" -m pip install -q --upgrade pip
   "$VENV/bin/python" -m pip install -q "tensorflow==$TF_VERSION" "meson-python>=0.16" \
     "meson>=1.3" ninja "Cython>=3.0.10" "numpy>=1.26" pytest pytest-timeout ml_dtypes \
-    setuptools pyyaml
+    setuptools pyyaml "pyspark==${FUSE_PYSPARK_VERSION:-4.3.0}" \
+    "pyarrow==${FUSE_PYARROW_VERSION:-26.0.1}"
 fi
 if ! "$VENV/bin/python" -c "import fuse.tensorflow" 2>/dev/null; then
   "$VENV/bin/python" -m pip install -q --no-build-isolation -Cbuild-dir=build/tf -e .
 fi
 # In this environment TensorFlow must import: a broken install fails the tests, never skips them.
-FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/tensorflow "$@"
+REQUIRE=tensorflow
+if command -v java >/dev/null 2>&1; then REQUIRE=$REQUIRE,spark; fi
+FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/tensorflow "$@"
 # The README's TensorFlow/Keras snippets, as a reader runs them (tests/unit/test_readme_snippets.py)
 FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/unit/test_readme_snippets.py -k tensorflow "$@"

@@ -1,0 +1,1 @@
+"""What the Spark estimators share: stores, params, materialisation, reading, persistence."""

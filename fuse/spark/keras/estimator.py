@@ -1,0 +1,129 @@
+"""``fuse.spark.keras.KerasEstimator`` and ``KerasModel``: Horovod's Spark estimator for Keras
+models (``horovod.spark.keras``), trained by fuse."""
+
+from __future__ import annotations
+
+from fuse.spark.common.estimator import FuseEstimator, FuseModel
+from fuse.spark.common.params import declare
+
+from . import remote
+
+__all__ = ["KerasEstimator", "KerasModel"]
+
+KERAS_ESTIMATOR_PARAMS = {
+    "custom_objects": (None, "custom objects the model needs to load"),
+    "checkpoint_callback": (None, "accepted for Horovod's signature; fuse checkpoints each epoch"),
+    "input_shapes": (None, "shape of each feature column, aligned with feature_cols"),
+    "backward_passes_per_step": (1, "gradients of this many batches add up before each "
+                                    "allreduce and optimizer step"),
+    "tensorflow_dataset_prefetch_buffer_size": (None, "accepted for Horovod's signature; unused"),
+}
+
+KERAS_MODEL_PARAMS = {
+    "custom_objects": (None, "custom objects the model needs to load"),
+    "input_shapes": (None, "shape of each feature column"),
+}
+
+
+class _SavesModelAsBytes:
+    """Spark ML persistence with the Keras model saved as ``.keras`` bytes (Keras models do
+    not pickle)."""
+
+    def _values_to_save(self) -> dict:
+        values = self.param_values()
+        if values.get("model") is not None:
+            values["model"] = remote.model_to_bytes(values["model"])
+        return values
+
+    def _values_loaded(self, values: dict) -> dict:
+        if isinstance(values.get("model"), bytes):
+            values["model"] = remote.model_from_bytes(values["model"],
+                                                      values.get("custom_objects"))
+        return values
+
+
+class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
+    """Train a Keras model on a Spark DataFrame with fuse; ``fit(df)`` returns a
+    :class:`KerasModel`.  Parameters as Horovod's KerasEstimator (see the README)."""
+
+    def _check_params(self) -> None:
+        import keras
+        if not isinstance(self.getModel(), keras.Model):
+            raise ValueError(f"model must be a keras.Model, got {type(self.getModel()).__name__}")
+        if self.getOptimizer() is None:
+            raise ValueError("optimizer is not set: give a keras optimizer")
+        if self.getLoss() is None:
+            raise ValueError("loss is not set: give a Keras loss (name or function)")
+        shapes = self.getInputShapes()
+        features = self.getFeatureCols() or []
+        if shapes is not None and len(shapes) != len(features):
+            raise ValueError(f"input_shapes has {len(shapes)} shape(s) for {len(features)} "
+                             f"feature column(s) ({', '.join(features)})")
+
+    def _input_shapes(self):
+        shapes = self.getInputShapes()
+        return dict(zip(self.getFeatureCols() or [], shapes)) if shapes else None
+
+    def _framework_spec(self) -> dict:
+        import keras
+        optimizer = self.getOptimizer()
+        if isinstance(optimizer, str):
+            optimizer = keras.optimizers.get(optimizer)
+        return {"model_bytes": remote.model_to_bytes(self.getModel()),
+                "optimizer_config": keras.optimizers.serialize(optimizer),
+                "custom_objects": self.getCustomObjects(), "loss": self.getLoss(),
+                "loss_weights": self.getLossWeights(), "metrics": self.getMetrics(),
+                "input_shapes": self.getInputShapes(), "label_shapes": self.getLabelShapes(),
+                "gradient_compression": self.getGradientCompression(),
+                "backward_passes_per_step": self.getBackwardPassesPerStep(),
+                "callbacks": self.getCallbacks()}
+
+    def _remote_trainer(self):
+        return remote.train
+
+    def _create_model(self, result, run_id, data, df):
+        model = remote.model_from_bytes(remote.model_to_bytes(self.getModel()),
+                                        self.getCustomObjects())
+        model.set_weights(result["weights"])
+        return KerasModel(history=result["history"], model=model,
+                          feature_columns=list(self.getFeatureCols()),
+                          label_columns=list(self.getLabelCols()), run_id=run_id,
+                          custom_objects=self.getCustomObjects(),
+                          input_shapes=self.getInputShapes(), _metadata=data.columns)
+
+
+class KerasModel(_SavesModelAsBytes, FuseModel):
+    """A trained Keras model as a Spark ML ``Model``: ``transform(df)`` adds its outputs.
+    The model travels (to executors, into saved files) as ``.keras`` bytes."""
+
+    def _predict_fn(self):
+        import numpy as np
+        data = remote.model_to_bytes(self.getModel())
+        custom = self.getCustomObjects()
+        features = list(self.getFeatureColumns())
+        shapes = dict(zip(features, self.getInputShapes() or []))
+        loaded = {}
+
+        def predict(arrays):
+            if "model" not in loaded:
+                loaded["model"] = remote.model_from_bytes(data, custom)
+            inputs = []
+            for c in features:
+                values = arrays[c]
+                if not np.issubdtype(values.dtype, np.integer):
+                    values = values.astype(np.float32)
+                shape = shapes.get(c)
+                if shape is not None:
+                    values = values.reshape([-1] + [int(d) for d in list(shape)[1:]])
+                elif values.ndim == 1:
+                    values = values.reshape(-1, 1)
+                inputs.append(values)
+            outputs = loaded["model"].predict_on_batch(inputs if len(inputs) > 1 else inputs[0])
+            return [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple))
+                                            else [outputs])]
+
+        return predict
+
+
+declare(KerasEstimator, KERAS_ESTIMATOR_PARAMS)
+declare(KerasModel, KERAS_MODEL_PARAMS)
