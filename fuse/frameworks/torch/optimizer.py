@@ -24,7 +24,9 @@ holds because ``__class__`` reports the wrapped optimizer's class (as ``unittest
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import warnings
+from typing import Any
 
 import torch
 
@@ -82,6 +84,21 @@ def _wrapped_attribute(name: str) -> property:
     wrapper (``__setattr__`` hands properties their value)."""
     return property(lambda self: getattr(self._opt, name),
                     lambda self, value: setattr(self._opt, name, value))
+
+
+SPARSE = "sparse"       # _InFlight.ctx of a sparse gradient: its handle is a wait function
+
+
+@dataclasses.dataclass
+class _InFlight:
+    """One gradient whose allreduce is in flight: the parameter's index, the handle to wait for
+    (None for the members of a grouped call after the first), the tensor on the wire and the
+    compression's context (SPARSE for a sparse gradient)."""
+
+    index: int
+    handle: Any
+    wire: Any
+    ctx: Any
 
 
 class DistributedOptimizer:
@@ -242,36 +259,32 @@ class DistributedOptimizer:
 
     def _submit(self, g):
         members = self._groups[g]
-        entries, wires = [], []
+        sparse, dense = [], []
         for i in members:
             grad = self._grad_for_wire(i, self._params[i])
             if grad.is_sparse:
                 wait = mpi_ops.sparse_allreduce_async(grad, self._wire_names[i], self._op,
                                                       self._process_set)
-                entries.append((i, wait, None, "sparse"))
+                sparse.append(_InFlight(i, wait, None, SPARSE))
                 continue
             wire, ctx = self._compression.compress(grad)
             if not wire.is_contiguous():
                 wire = wire.contiguous()
-            entries.append((i, None, wire, ctx))
-            wires.append(wire)
-        dense = [e for e in entries if e[3] != "sparse"]
+            dense.append(_InFlight(i, None, wire, ctx))
         if len(members) == 1 and dense:
-            i, _, wire, ctx = dense[0]
-            h = mpi_ops.allreduce_async_(wire, name=self._wire_names[i], op=self._op,
-                                         prescale_factor=self._prescale,
-                                         postscale_factor=self._postscale,
-                                         process_set=self._process_set)
-            entries = [(i, h, wire, ctx)]
+            (e,) = dense
+            e.handle = mpi_ops.allreduce_async_(e.wire, name=self._wire_names[e.index],
+                                                op=self._op, prescale_factor=self._prescale,
+                                                postscale_factor=self._postscale,
+                                                process_set=self._process_set)
         elif dense:
-            h = mpi_ops.grouped_allreduce_async_(
-                [e[2] for e in dense], name=f"grouped_allreduce.group{g}."
-                + self._wire_names[dense[0][0]], op=self._op, prescale_factor=self._prescale,
-                postscale_factor=self._postscale, process_set=self._process_set)
-            entries = [e for e in entries if e[3] == "sparse"] + [
-                (i, h if k == 0 else None, wire, ctx) for k, (i, _, wire, ctx) in
-                enumerate(dense)]
-        self._handles[g] = entries
+            # one handle for the group: its first entry waits for it, the others ride along
+            dense[0].handle = mpi_ops.grouped_allreduce_async_(
+                [e.wire for e in dense], name=f"grouped_allreduce.group{g}."
+                + self._wire_names[dense[0].index], op=self._op,
+                prescale_factor=self._prescale, postscale_factor=self._postscale,
+                process_set=self._process_set)
+        self._handles[g] = sparse + dense
 
     def synchronize(self):
         """Finish every gradient's allreduce and write the results into ``p.grad``."""
@@ -289,9 +302,10 @@ class DistributedOptimizer:
         for g in sorted(self._handles):
             entries = self._handles[g]
             try:
-                for i, h, wire, ctx in entries:
+                for e in entries:
+                    i, h, wire, ctx = e.index, e.handle, e.wire, e.ctx
                     p = self._params[i]
-                    if ctx == "sparse":
+                    if ctx is SPARSE:
                         p.grad = h()
                         continue
                     if h is not None:
