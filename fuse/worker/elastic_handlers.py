@@ -200,19 +200,25 @@ class ElasticSamplerBase:
         return self.num_samples
 
 
-class SamplerStateHandler(StateHandler):
-    """Keeps an :class:`ElasticSamplerBase`: its epoch and the samples committed steps
-    processed."""
+class StateDictHandler(StateHandler):
+    """Keeps an object with ``state_dict()``/``load_state_dict()`` (a torch module or
+    optimizer, an MXNet trainer's wrapper, a sampler): ``save`` deep-copies its state dict,
+    ``restore`` loads that copy back; subclasses say how to ``sync``."""
 
-    def __init__(self, sampler):
-        super().__init__(sampler)
-        self._saved = copy.deepcopy(sampler.state_dict())
+    def __init__(self, value):
+        super().__init__(value)
+        self._saved = copy.deepcopy(value.state_dict())
 
     def save(self):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
         self.value.load_state_dict(self._saved)
+
+
+class SamplerStateHandler(StateDictHandler):
+    """Keeps an :class:`ElasticSamplerBase`: its epoch and the samples committed steps
+    processed."""
 
     def sync(self):
         # Every worker's committed samples (new workers have none), then rank 0's view of it

@@ -10,13 +10,13 @@ framework-free half (the state over handlers, the sampler's bookkeeping) is
 
 from __future__ import annotations
 
-import copy
 
 import torch
 
 from fuse.worker.elastic import State, run, run_fn  # noqa: F401
 from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerRegistry, HandlerState,  # noqa: F401
-                                          ObjectState, SamplerStateHandler, StateHandler)
+                                          ObjectState, SamplerStateHandler, StateDictHandler,
+                                          StateHandler)
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from fuse.frameworks.torch.functions import broadcast_optimizer_state, broadcast_parameters
 
@@ -31,32 +31,12 @@ class ElasticSampler(ElasticSamplerBase, torch.utils.data.Sampler):
 
 # ----------------------------------------------------------------------------- handlers
 
-class ModelStateHandler(StateHandler):
-    def __init__(self, model):
-        super().__init__(model)
-        self._saved = copy.deepcopy(model.state_dict())
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
+class ModelStateHandler(StateDictHandler):
     def sync(self):
         broadcast_parameters(self.value.state_dict(), root_rank=0)
 
 
-class OptimizerStateHandler(StateHandler):
-    def __init__(self, optimizer):
-        super().__init__(optimizer)
-        self._saved = copy.deepcopy(optimizer.state_dict())
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    def restore(self):
-        self.value.load_state_dict(self._saved)
-
+class OptimizerStateHandler(StateDictHandler):
     def sync(self):
         broadcast_optimizer_state(self.value, root_rank=0)
 

@@ -51,7 +51,16 @@ class FuseEstimator(PersistenceMixin, Estimator, EstimatorParams):
         raise NotImplementedError
 
     def _input_shapes(self) -> dict | None:
-        return None
+        """Feature column -> the shape its values take (``input_shapes``), or None."""
+        shapes = self.getInputShapes()
+        return dict(zip(self.getFeatureCols() or [], shapes)) if shapes else None
+
+    def _check_input_shapes(self) -> None:
+        shapes = self.getInputShapes()
+        features = self.getFeatureCols() or []
+        if shapes is not None and len(shapes) != len(features):
+            raise ValueError(f"input_shapes has {len(shapes)} shape(s) for {len(features)} "
+                             f"feature column(s) ({', '.join(features)})")
 
     def _fit(self, df):
         import fuse.spark

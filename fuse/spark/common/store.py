@@ -82,19 +82,21 @@ class Store:
     def get_checkpoint_filename(self) -> str:
         return _CHECKPOINT
 
-    def get_checkpoint_path(self, run_id: str) -> str | None:
-        """The run's checkpoint file (None when the store does not keep runs)."""
+    def _run_entry(self, run_id: str, name: str) -> str | None:
+        """``name`` inside the run's folder (None when the store does not keep runs)."""
         if not self._save_runs:
             return None
-        return self._join(self.get_run_path(run_id), self.get_checkpoint_filename())
+        return self._join(self.get_run_path(run_id), name)
+
+    def get_checkpoint_path(self, run_id: str) -> str | None:
+        """The run's checkpoint file (None when the store does not keep runs)."""
+        return self._run_entry(run_id, self.get_checkpoint_filename())
 
     def get_logs_subdir(self) -> str:
         return _LOGS
 
     def get_logs_path(self, run_id: str) -> str | None:
-        if not self._save_runs:
-            return None
-        return self._join(self.get_run_path(run_id), self.get_logs_subdir())
+        return self._run_entry(run_id, self.get_logs_subdir())
 
     @property
     def saving_runs(self) -> bool:

@@ -54,15 +54,7 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
             raise ValueError("optimizer is not set: give a keras optimizer")
         if self.getLoss() is None:
             raise ValueError("loss is not set: give a Keras loss (name or function)")
-        shapes = self.getInputShapes()
-        features = self.getFeatureCols() or []
-        if shapes is not None and len(shapes) != len(features):
-            raise ValueError(f"input_shapes has {len(shapes)} shape(s) for {len(features)} "
-                             f"feature column(s) ({', '.join(features)})")
-
-    def _input_shapes(self):
-        shapes = self.getInputShapes()
-        return dict(zip(self.getFeatureCols() or [], shapes)) if shapes else None
+        self._check_input_shapes()
 
     def _framework_spec(self) -> dict:
         import keras
@@ -107,17 +99,7 @@ class KerasModel(_SavesModelAsBytes, FuseModel):
         def predict(arrays):
             if "model" not in loaded:
                 loaded["model"] = remote.model_from_bytes(data, custom)
-            inputs = []
-            for c in features:
-                values = arrays[c]
-                if not np.issubdtype(values.dtype, np.integer):
-                    values = values.astype(np.float32)
-                shape = shapes.get(c)
-                if shape is not None:
-                    values = values.reshape([-1] + [int(d) for d in list(shape)[1:]])
-                elif values.ndim == 1:
-                    values = values.reshape(-1, 1)
-                inputs.append(values)
+            inputs = remote.shaped_columns(arrays, features, shapes, columns_for_vectors=True)
             outputs = loaded["model"].predict_on_batch(inputs if len(inputs) > 1 else inputs[0])
             return [np.asarray(o) for o in (outputs if isinstance(outputs, (list, tuple))
                                             else [outputs])]

@@ -33,19 +33,30 @@ def model_from_bytes(data: bytes, custom_objects=None, compile: bool = False):
         return keras.models.load_model(path, custom_objects=custom_objects, compile=compile)
 
 
+def shaped_columns(arrays, cols, shapes, columns_for_vectors=False) -> list:
+    """The model's inputs (or targets) from a batch of columns: floats as float32 (integers
+    kept), each reshaped to its ``shapes`` entry (batch dimension first); with
+    ``columns_for_vectors``, a 1-D column without a shape becomes a column of width 1."""
+    import numpy as np
+    out = []
+    for c in cols:
+        values = arrays[c]
+        if not np.issubdtype(values.dtype, np.integer):
+            values = values.astype(np.float32)
+        shape = shapes.get(c)
+        if shape is not None:
+            values = values.reshape([-1] + [int(d) for d in list(shape)[1:]])
+        elif columns_for_vectors and values.ndim == 1:
+            values = values.reshape(-1, 1)
+        out.append(values)
+    return out
+
+
 def _batches(reader, feature_cols, label_cols, weight_col, shapes, label_shapes):
     import numpy as np
 
     def shaped(batch, cols, table):
-        out = []
-        for c in cols:
-            values = batch[c]
-            if not np.issubdtype(values.dtype, np.integer):
-                values = values.astype(np.float32)
-            shape = table.get(c)
-            if shape is not None:
-                values = values.reshape([-1] + [int(d) for d in list(shape)[1:]])
-            out.append(values)
+        out = shaped_columns(batch, cols, table)
         return tuple(out) if len(out) > 1 else out[0]
 
     for batch in reader:

@@ -84,17 +84,8 @@ class TorchEstimator(_TorchEstimator):
                     metrics=None, train_minibatch_fn=None)
         return spec
 
-    def _create_model(self, result, run_id, data, df):
-        import copy
-        model = copy.deepcopy(self.getModel())
-        model.load_state_dict(result["model"])
-        model.eval()
-        optimizer = make_optimizer(model)
-        optimizer.load_state_dict(result["optimizer"])
-        return TorchModel(history=result["history"], model=model, optimizer=optimizer,
-                          feature_columns=list(self.getFeatureCols()),
-                          label_columns=list(self.getLabelCols()), run_id=run_id,
-                          input_shapes=self.getInputShapes(), _metadata=data.columns)
+    def _optimizer_for(self, model):
+        return make_optimizer(model)
 
 
 class TorchModel(_TorchModel):
@@ -102,3 +93,6 @@ class TorchModel(_TorchModel):
 
 
 declare(TorchEstimator, LIGHTNING_PARAMS)
+
+
+TorchEstimator._model_class = TorchModel

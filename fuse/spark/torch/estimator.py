@@ -44,15 +44,7 @@ class TorchEstimator(FuseEstimator):
                 and self.getTrainMinibatchFn() is None:
             raise ValueError("loss is not set: give a loss function (e.g. "
                              "torch.nn.functional.mse_loss) or loss_constructors")
-        shapes = self.getInputShapes()
-        features = self.getFeatureCols() or []
-        if shapes is not None and len(shapes) != len(features):
-            raise ValueError(f"input_shapes has {len(shapes)} shape(s) for {len(features)} "
-                             f"feature column(s) ({', '.join(features)})")
-
-    def _input_shapes(self):
-        shapes = self.getInputShapes()
-        return dict(zip(self.getFeatureCols() or [], shapes)) if shapes else None
+        self._check_input_shapes()
 
     def _framework_spec(self) -> dict:
         return {"model": self.getModel(), "optimizer": self.getOptimizer(),
@@ -68,13 +60,19 @@ class TorchEstimator(FuseEstimator):
     def _remote_trainer(self):
         return remote.train
 
+    def _optimizer_for(self, model):
+        """The optimizer the trained model's state is loaded into."""
+        return remote.optimizer_for(model, self.getOptimizer())
+
+    _model_class: type = None       # set below: TorchModel (the Lightning estimator's own)
+
     def _create_model(self, result, run_id, data, df):
         model = copy.deepcopy(self.getModel())
         model.load_state_dict(result["model"])
         model.eval()
-        optimizer = remote.optimizer_for(model, self.getOptimizer())
+        optimizer = self._optimizer_for(model)
         optimizer.load_state_dict(result["optimizer"])
-        return TorchModel(history=result["history"], model=model, optimizer=optimizer,
+        return self._model_class(history=result["history"], model=model, optimizer=optimizer,
                           feature_columns=list(self.getFeatureCols()),
                           label_columns=list(self.getLabelCols()), run_id=run_id,
                           input_shapes=self.getInputShapes(), _metadata=data.columns)
@@ -102,3 +100,6 @@ class TorchModel(FuseModel):
 
 declare(TorchEstimator, TORCH_ESTIMATOR_PARAMS)
 declare(TorchModel, TORCH_MODEL_PARAMS)
+
+
+TorchEstimator._model_class = TorchModel
