@@ -20,7 +20,9 @@ if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${FUSE_INSTALL_SSHD:-0}" =
 fi
 # The editable install rebuilds compiled code on import and the tests start worker
 # processes: both need the virtualenv's tools first on PATH.
-FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" python -m pytest "$@"
+# tests/kubernetes runs last, from scripts/test_kubernetes.sh, which installs what it needs
+# (podman, Helm's SDK, the image) first.
+FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" python -m pytest --ignore=tests/kubernetes "$@"
 bash scripts/test_tensorflow.sh "$@"
 bash scripts/test_mxnet.sh "$@"
 # The fuse-pygloo plugin on Python 3.10 (pygloo has no other wheel): .venv-pygloo.
