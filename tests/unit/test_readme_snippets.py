@@ -24,7 +24,7 @@ _BLOCK = re.compile(r"(?:<!-- run: (?P<how>[^>]*?) -->\n)?```python\n(?P<code>.*
                     re.S)
 # what a snippet imports -> the feature tests/support/needs.py knows it by
 _FEATURES = {"torch": "torch", "tensorflow": "tensorflow", "mxnet": "mxnet", "ray": "ray",
-             "pyspark": "spark"}
+             "pyspark": "spark", "lightning": "lightning"}
 _RUNNERS = {"fuserun -np 2": ["-m", "fuse.runner.launch", "-np", "2", sys.executable],
             "python": []}
 

@@ -85,13 +85,13 @@ def _reducescatter(c: Checker, g, r: int, n: int) -> None:
 
 def group_suite() -> int:
     import fuse
-    from fuse.worker import lifecycle
+    from fuse.worker import state
     from fuse_pygloo import PyglooBackend
 
     fuse.init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
-    backend = lifecycle._state.backend
+    backend = state.backend()
     c.true(isinstance(backend, PyglooBackend), "the job runs on the pygloo backend",
            type(backend).__name__)
     g = backend.world
