@@ -124,20 +124,6 @@ def test_rank_that_is_killed_then_the_context_runs_on(spark):
     assert fuse.spark.run(lambda: "again", num_proc=2) == ["again", "again"]
 
 
-def test_horovod_style_script(spark, capsys, monkeypatch):
-    """examples/spark_torch_style.py is a Horovod-on-Spark script with its imports changed.
-    It runs here as its own __main__, on this module's Spark (its getOrCreate() finds it; a
-    JVM of its own would cost 10-30 s), which it stops at the end: the module's last test."""
-    import runpy
-    script = os.path.join(ROOT, "examples", "spark_torch_style.py")
-    with open(script) as f:
-        text = f.read()
-    assert "import fuse.spark" in text and "import fuse.torch as hvd" in text
-    monkeypatch.setattr(sys, "argv", [script, "--num-proc", "2", "--epochs", "2"])
-    runpy.run_path(script, run_name="__main__")
-    assert "ranks [0, 1] agree" in capsys.readouterr().out
-
-
 def test_workers_that_cannot_import_fuse_get_one_line_naming_pyspark_python(spark):
     """Spark starts its Python workers with PYSPARK_PYTHON (else python3 from PATH), not the
     driver's Python: a driver run as .venv/bin/python without activating it ships the job to
@@ -166,3 +152,17 @@ def test_workers_that_cannot_import_fuse_get_one_line_naming_pyspark_python(spar
     assert "cannot import fuse (ModuleNotFoundError: No module named" in message, message
     assert bare in message, message
     assert f"PYSPARK_PYTHON={sys.executable}" in message, message
+
+
+def test_horovod_style_script(spark, capsys, monkeypatch):
+    """examples/spark_torch_style.py is a Horovod-on-Spark script with its imports changed.
+    It runs here as its own __main__, on this module's Spark (its getOrCreate() finds it; a
+    JVM of its own would cost 10-30 s), which it stops at the end: the module's last test."""
+    import runpy
+    script = os.path.join(ROOT, "examples", "spark_torch_style.py")
+    with open(script) as f:
+        text = f.read()
+    assert "import fuse.spark" in text and "import fuse.torch as hvd" in text
+    monkeypatch.setattr(sys, "argv", [script, "--num-proc", "2", "--epochs", "2"])
+    runpy.run_path(script, run_name="__main__")
+    assert "ranks [0, 1] agree" in capsys.readouterr().out
