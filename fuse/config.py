@@ -197,7 +197,7 @@ class Config:
         doc="off, warn (name a rank or host that keeps the others waiting) or remove (an "
             "elastic job's driver also takes it out)")
     straggler_factor: float = _knob(
-        2.0, "STRAGGLER_FACTOR",
+        1.5, "STRAGGLER_FACTOR",
         doc="a rank (host) is flagged when the job would step this many times faster without "
             "the time it waits for it alone (median over FUSE_STRAGGLER_WINDOW)",
         bounds=(1.01, 1000.0))

@@ -161,7 +161,7 @@ def make_parser() -> argparse.ArgumentParser:
                         "FUSE_STRAGGLER_POLICY")
     g.add_argument("--straggler-factor", dest="straggler_factor", type=float,
                    help="flag a rank when the job would step this many times faster without "
-                        "the wait it causes (default 2) -> FUSE_STRAGGLER_FACTOR")
+                        "the wait it causes (default 1.5) -> FUSE_STRAGGLER_FACTOR")
 
     g = p.add_argument_group("library")
     _bool_pair(g, "mpi-threads-disable", "mpi_threads_disable",
