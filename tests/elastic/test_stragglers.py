@@ -8,6 +8,7 @@ FUSE_STRAGGLER_WINDOW=3 (seconds of evidence) keeps them short."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 
@@ -30,9 +31,16 @@ def run(tmp_path, *flags, batches, env, timeout=100):
 
 def test_a_slow_worker_is_named_on_every_rank(tmp_path):
     # a static job: warn (the default) names it; nothing else happens
+    timeline = tmp_path / "timeline.json"
     proc = run(tmp_path, "-np", "3", "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1", batches=90,
-               env={"SLOW_HOST": "127.0.0.1"})
+               env={"SLOW_HOST": "127.0.0.1", "FUSE_TIMELINE": str(timeline)})
     assert proc.returncode == 0, proc.stderr[-4000:]
+    # the timeline's counter track: one series per rank, rank 1's lateness above the others'
+    track = [e for e in json.loads(timeline.read_text())
+             if e.get("name") == "STRAGGLER_LATENESS_MS"]
+    assert track and all(e["ph"] == "C" and set(e["args"]) == {"rank 0", "rank 1", "rank 2"}
+                         for e in track)
+    assert track[-1]["args"]["rank 1"] > track[-1]["args"]["rank 0"]
     assert "straggler: rank 1 (host 127.0.0.1) keeps the job waiting" in proc.stderr, \
         proc.stderr[-3000:]
     assert "ms per step" in proc.stderr
