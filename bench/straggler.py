@@ -155,6 +155,8 @@ def one_job(tmp: str, workers: int, steps: int, compute: float, slow_from: int,
            "final_size": commits[-1][2],
            "warnings": sum("straggler:" in line for line in err_lines),
            "removals": sum("removing straggler" in line for line in err_lines)}
+    said = [line.strip() for line in err_lines if "straggler" in line]
+    res["log"] = said[:3]       # the first warning and decision, as the job logged them
     with open(os.path.join(tmp, "max_behind")) as f:
         res["max_median_behind"] = float(f.read())
     if slowed is None:
@@ -182,6 +184,9 @@ def main() -> None:
                    help="jobs of 4 equal workers with CPU-bound steps beside busy neighbours: "
                         "the highest median 'behind' any rank reached (what the factor's "
                         "default must stay above)")
+    p.add_argument("--equal-steps", type=int, default=300)
+    p.add_argument("--equal-compute", type=float, default=0.02,
+                   help="seconds of CPU work per step (on one quiet core) in the equal jobs")
     p.add_argument("--neighbours", type=int, default=2,
                    help="busy processes beside each equal job (default 2)")
     p.add_argument("--json", default=None)
@@ -190,7 +195,8 @@ def main() -> None:
     for i in range(args.equal_runs):
         load = os.getloadavg()[0]
         with tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
-            res = one_job(tmp, 4, args.steps, args.compute, -1, args.window, cpu=True,
+            res = one_job(tmp, 4, args.equal_steps, args.equal_compute, -1, args.window,
+                          cpu=True,
                           policy="warn", neighbours=args.neighbours)
         res.update({"run": i + 1, "load_1min": load, "neighbours": args.neighbours})
         equal.append(res)

@@ -1,7 +1,7 @@
 """The elastic driver's straggler policy (fuse/runner/elastic/stragglers.py) on its own: what
 it removes for a report, and what it refuses (below --min-np, twice in one window), against
-the plan the driver would make.  The end-to-end behaviour, with real workers, is in
-tests/elastic/test_stragglers.py."""
+the plan the driver would make; and the straggler settings' checks.  The end-to-end
+behaviour, with real workers, is in tests/elastic/test_stragglers.py."""
 
 from __future__ import annotations
 
@@ -72,3 +72,24 @@ def test_a_host_report_blacklists_the_host():
     got = d.report(0.0, what="host", rank=-1, host="b")
     assert got.remove and "host b is blacklisted" in got.text
     assert sorted(d.plan) == ["a:0", "a:1"]
+
+
+def test_the_settings_are_checked_by_name():
+    import pytest
+
+    from fuse.config import Config
+    with pytest.raises(ValueError, match="FUSE_STRAGGLER_POLICY='sometimes'"):
+        Config.from_env({"FUSE_STRAGGLER_POLICY": "sometimes"})
+    with pytest.raises(ValueError, match="FUSE_STRAGGLER_FACTOR=1.0 is out of range"):
+        Config.from_env({"FUSE_STRAGGLER_FACTOR": "1"})
+    cfg = Config.from_env({"FUSE_STRAGGLER_POLICY": "Remove", "FUSE_STRAGGLER_WINDOW": "3"})
+    assert (cfg.straggler_policy, cfg.straggler_window) == ("remove", 3.0)
+
+
+def test_init_refuses_remove_outside_an_elastic_job():
+    import pytest
+
+    import fuse
+    with pytest.raises(ValueError, match="FUSE_STRAGGLER_POLICY=remove needs an elastic job"):
+        fuse.init(straggler_policy="remove")
+    assert not fuse.is_initialized()
