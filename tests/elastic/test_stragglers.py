@@ -2,7 +2,8 @@
 this machine: a worker made slow by an injected delay (SLOW_HOST) is named by rank 0's warning
 and in ``straggler_report()`` on every rank; with ``--straggler-policy remove`` the elastic
 driver takes it out and the job finishes with every committed batch applied once; equal
-workers, beside a busy neighbour process, with the same settings: no warning, no removal.
+workers, beside a busy neighbour process and through a pause they all take, with the same
+settings: no warning, no removal.
 
 FUSE_STRAGGLER_WINDOW=3 (seconds of evidence) keeps them short."""
 
@@ -70,11 +71,12 @@ def test_remove_takes_the_slow_worker_out(tmp_path):
 
 
 def test_equal_workers_under_load_are_left_alone(tmp_path):
-    # the same settings, no slow worker, a busy process beside the job for its whole run
+    # the same settings, no slow worker, a busy process beside the job for its whole run,
+    # and a 1.5-s pause every worker takes once (a checkpoint)
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
         proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS,
-                   "--straggler-policy", "remove", batches=200, env={})
+                   "--straggler-policy", "remove", batches=200, env={"PAUSE_AT": "100:1.5"})
     finally:
         busy.kill()
         busy.wait()

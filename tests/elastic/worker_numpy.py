@@ -11,6 +11,8 @@ allreduce, alive but silent.  ``all`` as rank: every worker.
 
 ``SLOW_HOST=<host>`` (with ``SLOW_SECONDS``, default 0.1) makes the worker on that host a
 straggler: it sleeps that much longer than the others before each batch's allreduce.
+``PAUSE_AT=<batch>:<seconds>``: every worker pauses that long once, before that batch (a
+checkpoint or an evaluation every rank does).
 """
 
 import json
@@ -31,6 +33,7 @@ faults = [f.split(":") for f in sys.argv[3:]]
 step_sleep = float(os.environ.get("STEP_SLEEP", "0.03"))
 slow_host = os.environ.get("SLOW_HOST")
 slow_seconds = float(os.environ.get("SLOW_SECONDS", "0.1"))
+pause_at, pause_seconds = (float(x) for x in os.environ.get("PAUSE_AT", "-1:0").split(":"))
 
 fuse.init()
 state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
@@ -72,6 +75,8 @@ def train(state):
         maybe_fail(b, rows.sum(axis=0))
         if slow_host and config().hostname == slow_host:
             time.sleep(slow_seconds)
+        if b == pause_at:
+            time.sleep(pause_seconds)
         grad = fuse.allreduce(rows.sum(axis=0), op=fuse.Sum, name="grad")
         state.w = apply_batch(state.w, b, grad)
         state.done = state.done + [b]
