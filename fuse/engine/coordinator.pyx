@@ -206,6 +206,7 @@ cdef class Coordinator:
         cdef Pending* entry
         cdef double now = now_seconds()
         cdef double waited_alone
+        cdef int host
         if self.psets.map.count(req.pset) == 0:
             self._reject(req, _str("process set ") + _int_str(req.pset) + _str(" does not exist"))
             return
@@ -222,6 +223,8 @@ cdef class Coordinator:
             entry.count = 0
             entry.first_time = now
             entry.last_time = now
+            entry.last_host = -1
+            entry.other_time = now
             entry.warned = False
             entry.is_ready = False
             entry.all_data = True
@@ -245,14 +248,20 @@ cdef class Coordinator:
             ps.last_joined = req.rank
             self._recheck_pset(req.pset)
         elif self.meter.enabled:
-            # how long after the first rank this one came, and how long the others had
-            # waited for it alone if it is the last (kept only for tensors that get ready)
+            # how long after the first rank this one came; if it is the last, how long the
+            # others had waited for it alone, and the ranks of other hosts for its host
             self.meter.arrived(req.rank, now - entry.first_time)
             waited_alone = now - entry.last_time
+            host = self.meter.host_of[req.rank]
+            if host != entry.last_host:
+                if entry.last_host >= 0:
+                    entry.other_time = entry.last_time
+                entry.last_host = host
             entry.last_time = now
             self._check_ready(key)
             if entry.is_ready and entry.count == <int>entry.have.size():
-                self.meter.ready(req.rank, waited_alone if entry.count > 1 else 0.0, key)
+                self.meter.ready(req.rank, waited_alone if entry.count > 1 else 0.0,
+                                 now - entry.other_time, key)
             return
         self._check_ready(key)
 

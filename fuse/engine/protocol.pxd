@@ -131,7 +131,9 @@ cdef struct Pending:
     vector[char] have
     int count
     double first_time
-    double last_time          # when the latest request arrived (the straggler meter)
+    double last_time          # the straggler meter: when the latest request arrived,
+    int last_host             # ... the host of that rank (StragglerMeter.host_of),
+    double other_time         # ... and the latest arrival from any other host
     cbool warned
     cbool is_ready
     string error              # set when the coordinator already knows the collective fails

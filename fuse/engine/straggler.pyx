@@ -5,14 +5,16 @@
 The coordinator sees every rank's request for a tensor arrive.  For each tensor that becomes
 ready it tells the meter, per rank, how long after the first rank's request that rank's came
 (its *lateness*), and, for the rank whose request completed the tensor, how long every other
-member had already been waiting for it alone (*wait caused*: its arrival minus the one before).
-No per-tensor Python: a few additions on vectors, on the engine thread, without the GIL.
+member had already been waiting for it alone (*wait caused*: its arrival minus the one before),
+and for its host how long the ranks of every other host had been waiting (its arrival minus
+the last one from another host).  No per-tensor Python: a few additions on vectors, on the engine thread, without the GIL.
 
 Every ``sample_s`` (1 s) the sums become one sample per rank: mean lateness, the share of the
 sample's wall time the job waited for that rank alone, and that wait per step (a step: the
 repeats of the first tensor ready in the sample).  The smoothed view is the median over the
-last ``history`` samples, so a one-off pause (a checkpoint, an evaluation, a rank descheduled
-for a second) moves it by one sample at most.  A host's share is the sum of its ranks' shares.
+last ``history`` samples, so a one-off pause shorter than half the window (a checkpoint, an
+evaluation, a rank descheduled for a second) cannot move it.  A host (in a job on several) is
+named when its ranks together keep the others waiting and none of them is named on its own.
 
 A rank (host) is *behind by* ``1 / (1 - share)``: how many times faster the job would step
 without the time it waits for that rank alone (a rank 3x slower than the others, in a job whose
@@ -92,8 +94,11 @@ cdef class StragglerMeter:
             self.host_of.push_back(index[b])
             self.rank_hosts.push_back(b)
         nh = len(index)
+        self.host_wait_sum.assign(nh, 0.0)
         self.host_share_ring.assign(nh * self.history, 0.0)
+        self.host_cost_ring.assign(nh * self.history, 0.0)
         self.host_share_med.assign(nh, 0.0)
+        self.host_cost_med.assign(nh, 0.0)
         self.flagged.assign(self.size + nh, 0)
         self.told_at.assign(self.size + nh, -1e18)
 
@@ -101,10 +106,12 @@ cdef class StragglerMeter:
         self.late_sum[rank] += late
         self.late_n[rank] += 1
 
-    cdef void ready(self, int last_rank, double waited_alone, const string& key) noexcept nogil:
+    cdef void ready(self, int last_rank, double waited_alone, double host_waited,
+                    const string& key) noexcept nogil:
         """A tensor became ready when ``last_rank``'s request arrived, ``waited_alone`` seconds
-        after the one before it."""
+        after the one before it and ``host_waited`` after the last one from another host."""
         self.wait_sum[last_rank] += waited_alone
+        self.host_wait_sum[self.host_of[last_rank]] += host_waited
         if self.step_key.size() == 0:
             self.step_key = key
         if key == self.step_key:
@@ -116,7 +123,6 @@ cdef class StragglerMeter:
         cdef double wall
         cdef int r, h, n, slot
         cdef size_t nh = self.host_names.size()
-        cdef vector[double] host_share
         cdef bint added = False
         if self.sample_start < 0:
             self.sample_start = now
@@ -126,15 +132,14 @@ cdef class StragglerMeter:
             return False
         if self.steps > 0 and wall > 0:
             slot = self.head
-            host_share.assign(nh, 0.0)
             for r in range(self.size):
                 self.late_ring[r * self.history + slot] = (
                     self.late_sum[r] / self.late_n[r] if self.late_n[r] else 0.0)
                 self.share_ring[r * self.history + slot] = self.wait_sum[r] / wall
                 self.cost_ring[r * self.history + slot] = self.wait_sum[r] / self.steps
-                host_share[self.host_of[r]] += self.wait_sum[r] / wall
             for h in range(<int>nh):
-                self.host_share_ring[h * self.history + slot] = host_share[h]
+                self.host_share_ring[h * self.history + slot] = self.host_wait_sum[h] / wall
+                self.host_cost_ring[h * self.history + slot] = self.host_wait_sum[h] / self.steps
             self.head = (self.head + 1) % self.history
             if self.filled < self.history:
                 self.filled += 1
@@ -148,14 +153,19 @@ cdef class StragglerMeter:
                 self.flagged[r] = (n >= self.history and behind(self.share_med[r]) > self.factor)
             for h in range(<int>nh):
                 self.host_share_med[h] = _median(self.host_share_ring, h * self.history, n)
-                # a host is named when it has several ranks and together they are behind
+                self.host_cost_med[h] = _median(self.host_cost_ring, h * self.history, n)
+                # a host is named when it has several ranks, together they are behind, and
+                # none of them is named on its own (then that rank is the one to act on)
                 self.flagged[self.size + h] = (
-                    n >= self.history and self._ranks_on(h) > 1
-                    and behind(self.host_share_med[h]) > self.factor)
+                    n >= self.history and nh > 1 and self._ranks_on(h) > 1
+                    and behind(self.host_share_med[h]) > self.factor
+                    and not self._rank_flagged_on(h))
         for r in range(self.size):
             self.late_sum[r] = 0.0
             self.late_n[r] = 0
             self.wait_sum[r] = 0.0
+        for h in range(<int>nh):
+            self.host_wait_sum[h] = 0.0
         self.steps = 0
         self.step_key.clear()
         self.sample_start = now
@@ -167,6 +177,13 @@ cdef class StragglerMeter:
             if self.host_of[r] == h:
                 n += 1
         return n
+
+    cdef bint _rank_flagged_on(self, int h) noexcept nogil:
+        cdef int r
+        for r in range(self.size):
+            if self.host_of[r] == h and self.flagged[r]:
+                return True
+        return False
 
     cdef int due_warning(self, double now) noexcept nogil:
         """A flagged rank (index < size) or host (size + its index) not named for a minute,
@@ -199,6 +216,7 @@ cdef class StragglerMeter:
         for h in range(self.host_names.size()):
             put_str(out, self.host_names[h])
             put[double](out, self.host_share_med[h])
+            put[double](out, self.host_cost_med[h])
             put[char](out, self.flagged[self.size + h])
 
     # ---- for tests and the coordinator's Python side
@@ -212,9 +230,6 @@ cdef class StragglerMeter:
                     behind(self.share_med[index]), self.late_med[index],
                     self.cost_med[index], self.share_med[index])
         h = index - self.size
-        cost = 0.0
-        for r in range(self.size):
-            if self.host_of[r] == h:
-                cost += self.cost_med[r]
         return ("host", -1, self.host_names[h].decode(errors="replace"),
-                behind(self.host_share_med[h]), 0.0, cost, self.host_share_med[h])
+                behind(self.host_share_med[h]), 0.0, self.host_cost_med[h],
+                self.host_share_med[h])

@@ -29,8 +29,9 @@ def straggler_report() -> dict:
     long after the first rank its requests arrive, ``wait_share``: the share of the job's time
     spent waiting for it alone, ``cost_per_step_s``: that wait per step, ``behind``:
     ``1 / (1 - wait_share)``, ``straggler``: behind by more than ``FUSE_STRAGGLER_FACTOR``),
-    ``hosts`` one per host (``host``, ``wait_share``, ``behind``, ``straggler``: several ranks
-    of the host together), ``stragglers`` the flagged ranks.  Every value is a median over the
+    ``hosts`` one per host (``host``, ``wait_share`` and ``cost_per_step_s``: the ranks of the
+    other hosts waiting for this one's, ``behind``, ``straggler``: its ranks together, none of
+    them alone), ``stragglers`` the flagged ranks.  Every value is a median over the
     last ``window_s`` seconds; ``complete`` is False until a whole window is in (nothing is
     flagged before).  ``ranks`` is empty before the first second of collectives, and always
     with ``FUSE_STRAGGLER_POLICY=off``."""
@@ -82,9 +83,9 @@ def decode(body: bytes) -> dict:
     hosts = []
     for _ in range(nhosts):
         host = text()
-        share, flagged = take("db")
-        hosts.append({"host": host, "wait_share": share, "behind": behind(share),
-                      "straggler": bool(flagged)})
+        share, cost, flagged = take("ddb")
+        hosts.append({"host": host, "wait_share": share, "cost_per_step_s": cost,
+                      "behind": behind(share), "straggler": bool(flagged)})
     return {"factor": factor, "window_s": history * sample_s, "samples": samples,
             "complete": filled >= history, "ranks": ranks, "hosts": hosts,
             "stragglers": [r["rank"] for r in ranks if r["straggler"]]}

@@ -55,6 +55,19 @@ def test_a_slow_worker_is_named_on_every_rank(tmp_path):
         assert not any(x["straggler"] for i, x in enumerate(report["ranks"]) if i != 1)
 
 
+def test_a_slow_host_is_named_when_its_ranks_share_the_blame(tmp_path):
+    # three slow ranks on one host: each is last about a third of the time, none is named on
+    # its own, together they are
+    proc = run(tmp_path, "-np", "4", "-H", "127.0.0.1:1,localhost:3", batches=90,
+               env={"SLOW_HOST": "localhost"})
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    assert "straggler: host localhost (its ranks together) keeps the job waiting" \
+        in proc.stderr, proc.stderr[-3000:]
+    report = results(tmp_path)[0]["stragglers"]
+    assert [h["host"] for h in report["hosts"] if h["straggler"]] == ["localhost"], report
+    assert report["stragglers"] == [], report
+
+
 def test_remove_takes_the_slow_worker_out(tmp_path):
     batches = 120
     proc = run(tmp_path, "-np", "4", "--min-np", "2", "-H", FOUR_HOSTS,
