@@ -132,7 +132,7 @@ class ElasticJob(Job):
         self._last_failure_at = 0.0
         self._release_at: float | None = None         # when a blacklisted host comes back
         self._unreachable_said: set[str] = set()        # remote hosts we said we cannot add
-        self.stragglers = StragglerPolicy(elastic.straggler_window)
+        self.stragglers = StragglerPolicy(_straggler_window(env, elastic.straggler_window))
         self._straggler_keys: set[str] = set()          # reports already considered
 
     def _first_hosts(self) -> list[HostSpec]:
@@ -535,6 +535,22 @@ def _signame(sig: int) -> str:
         return f"{signal.Signals(sig).name} ({sig})"
     except ValueError:
         return str(sig)
+
+
+def _straggler_window(env: Mapping[str, str] | None, fallback: float) -> float:
+    """FUSE_STRAGGLER_WINDOW as the workers get it (the job's environment), else
+    ``fallback``: the driver removes at most one straggler per window."""
+    text = (env or {}).get("FUSE_STRAGGLER_WINDOW", "").strip()
+    if not text:
+        return fallback
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"FUSE_STRAGGLER_WINDOW={text!r}: expected seconds") from None
+    if not 1.0 <= value <= 3600.0:
+        raise ValueError(f"FUSE_STRAGGLER_WINDOW={text!r} is out of range: it must be from 1 "
+                         "to 3600")
+    return value
 
 
 def _num(v: float) -> str:

@@ -61,12 +61,6 @@ def run_elastic(args, env: dict, settings) -> int:
         raise UsageError(f"--hostfile {args.hostfile}: {err.strerror or err}") from None
     except ValueError as err:
         raise UsageError(str(err)) from None
-    window = env.get("FUSE_STRAGGLER_WINDOW")
-    if window:
-        try:
-            elastic.straggler_window = float(window)
-        except ValueError:
-            raise UsageError(f"FUSE_STRAGGLER_WINDOW={window!r}: expected seconds") from None
     discovery = discovery_from(specs, script, args.elastic_slots_per_host)
     try:
         job = ElasticJob(args.command, discovery, elastic, env, settings)
