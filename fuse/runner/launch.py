@@ -17,12 +17,9 @@ from typing import Any, Sequence
 
 from fuse.cluster import hosts as _hosts
 from .job import Job, Settings, worker_base_env
+from .usage import UsageError  # noqa: F401 (fuse.runner.launch.UsageError, as before)
 
 PROG = "fuserun"
-
-
-class UsageError(Exception):
-    """A mistake on the command line; reported without a traceback, exit code 2."""
 
 
 # ---------------------------------------------------------------------------------------------
