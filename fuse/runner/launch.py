@@ -235,6 +235,9 @@ _CONFIG_KEYS: dict[tuple[str, str], Any] = {
     ("library_options", "num_nccl_streams"): "--num-nccl-streams",
     ("library_options", "gloo_timeout_seconds"): "--gloo-timeout-seconds",
     ("library_options", "thread_affinity"): "--thread-affinity",
+    # fuse's own (horovodrun has no such section): the slow-worker settings
+    ("straggler", "policy"): "--straggler-policy",
+    ("straggler", "factor"): "--straggler-factor",
     ("logging", "level"): "--log-level",
     ("logging", "hide_timestamp"): ("--log-without-timestamp", "--log-with-timestamp"),
 }
