@@ -261,7 +261,7 @@ cdef class Coordinator:
             self._check_ready(key)
             if entry.is_ready and entry.count == <int>entry.have.size():
                 self.meter.ready(req.rank, waited_alone if entry.count > 1 else 0.0,
-                                 now - entry.other_time, key)
+                                 now - entry.other_time, now, key)
             return
         self._check_ready(key)
 

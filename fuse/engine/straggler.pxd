@@ -21,6 +21,8 @@ cdef class StragglerMeter:
     cdef vector[int64_t] late_n
     cdef vector[double] wait_sum    # per rank: time every other rank had arrived, it had not
     cdef vector[double] host_wait_sum   # per host: time every rank of other hosts had arrived
+    cdef vector[double] wait_until      # per rank: end of the last wait counted (waits overlap)
+    cdef vector[double] host_wait_until # per host: the same
     cdef string step_key            # the first tensor ready in the sample: its repeats = steps
     cdef int64_t steps
     # completed samples: rings of `history` values per rank (index rank * history + slot)
@@ -34,7 +36,7 @@ cdef class StragglerMeter:
     cdef vector[double] told_at     # per rank, then per host: when the warning last named it
 
     cdef void arrived(self, int rank, double late) noexcept nogil
-    cdef void ready(self, int last_rank, double waited_alone, double host_waited,
+    cdef void ready(self, int last_rank, double waited_alone, double host_waited, double now,
                     const string& key) noexcept nogil
     cdef bint close_sample(self, double now) noexcept nogil
     cdef void encode(self, string& out) noexcept nogil
