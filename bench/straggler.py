@@ -10,6 +10,12 @@ and the neighbours), a 1 MiB allreduce of the gradients and a commit.  From step
 ``--slow-from`` on, the worker on 127.0.0.2 sleeps twice its own measured compute time more,
 so its steps take 3x as long.  Rank 0 logs each commit (wall time, generation, size).
 
+With ``--outside`` the slowdown comes from outside the process instead, as a job that knows
+nothing of it would meet one: the steps are CPU work (``--compute`` seconds on a quiet core),
+and from step ``--slow-from`` on (counted in rank 0's commits) this script stops and resumes
+the worker on 127.0.0.2 (SIGSTOP 60 ms, SIGCONT 30 ms, over and over), so it runs a third of
+the time.
+
 Reported: steps per second before the slowdown, while the slow worker is in the job, and after
 it was removed (from 2 s after the re-formed job's first commit), beside a clean 3-worker job
 (the same script without the slowdown); the time from the slow worker's first slow step to
@@ -21,10 +27,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
@@ -101,20 +109,85 @@ def train(out: str, steps: int, compute: float, slow_from: int, cpu: int = 0) ->
             f.write(repr(seen[0]))
 
 
+def worker_on(proc_pid: int, host: str) -> int | None:
+    """The pid of the worker that fuserun (``proc_pid``) started for ``host`` (its
+    FUSE_HOSTNAME): only fuserun's descendants, never another job's processes."""
+    parent = {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parent[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                pass
+    mine = {proc_pid}
+    grew = True
+    while grew:
+        found = {pid for pid, pp in parent.items() if pp in mine} - mine
+        mine |= found
+        grew = bool(found)
+    matching = []
+    for pid in sorted(mine - {proc_pid}):
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read()
+        except OSError:
+            continue
+        if f"FUSE_HOSTNAME={host}".encode() in env and b"worker.py" in cmd:
+            matching.append(pid)
+    # the worker itself, not a wrapper that started it (fuserun's orphan guard)
+    leaves = [pid for pid in matching if not any(parent.get(q) == pid for q in matching)]
+    return leaves[0] if leaves else None
+
+
+def stop_and_go(tmp: str, proc: subprocess.Popen, slow_from: int, done: threading.Event,
+                stop_s: float = 0.06, run_s: float = 0.03) -> None:
+    """From rank 0's commit ``slow_from`` on, hold the worker on SLOW_HOST to a third of the
+    time from outside (SIGSTOP/SIGCONT), until it exits or the job ends."""
+    commits = os.path.join(tmp, "commits")
+    while not done.is_set():
+        if os.path.exists(commits):
+            with open(commits) as f:
+                if sum(1 for _ in f) >= slow_from:
+                    break
+        time.sleep(0.05)
+    pid = worker_on(proc.pid, SLOW_HOST)
+    if pid is None or done.is_set():
+        return
+    with open(os.path.join(tmp, "slowed"), "w") as f:
+        f.write(repr(time.time()))
+    try:
+        while not done.is_set():
+            os.kill(pid, signal.SIGSTOP)
+            time.sleep(stop_s)
+            os.kill(pid, signal.SIGCONT)
+            time.sleep(run_s)
+    except ProcessLookupError:      # removed: it exited
+        return
+    finally:
+        try:
+            os.kill(pid, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+
+
 def rate(times: list[float]) -> float | None:
     return (len(times) - 1) / (times[-1] - times[0]) if len(times) > 2 else None
 
 
 def one_job(tmp: str, workers: int, steps: int, compute: float, slow_from: int,
             window: float, cpu: bool = False, policy: str = "remove",
-            factor: float | None = None, neighbours: int = 0) -> dict:
+            factor: float | None = None, neighbours: int = 0, outside: bool = False) -> dict:
     script = os.path.join(tmp, "worker.py")
     with open(script, "w") as f:
         f.write(WORKER)
     hosts = ["localhost"] + [f"127.0.0.{i}" for i in range(1, workers)]
     argv = [sys.executable, "-m", "fuse.runner.launch", "-np", str(workers), "--min-np", "2",
             "-H", ",".join(f"{h}:1" for h in hosts), "--straggler-policy", policy,
-            sys.executable, script, tmp, str(steps), str(compute), str(slow_from),
+            sys.executable, script, tmp, str(steps), str(compute),
+            str(-1 if outside else slow_from),
             str(calibrate(compute) if cpu else 0)]
     env = {k: v for k, v in os.environ.items() if not k.startswith(("FUSE_", "HOROVOD_"))}
     env["FUSE_STRAGGLER_WINDOW"] = str(window)
@@ -126,6 +199,10 @@ def one_job(tmp: str, workers: int, steps: int, compute: float, slow_from: int,
     try:
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True, env=env)
+        done = threading.Event()
+        if outside and slow_from >= 0:
+            threading.Thread(target=stop_and_go, args=(tmp, proc, slow_from, done),
+                             daemon=True).start()
         removed_at = None
         err_lines = []
         for line in proc.stderr:           # the driver's log: when it decided
@@ -133,6 +210,7 @@ def one_job(tmp: str, workers: int, steps: int, compute: float, slow_from: int,
             if removed_at is None and "removing straggler" in line:
                 removed_at = time.time()
         proc.wait(timeout=600)
+        done.set()
     finally:
         for b in busy_procs:
             b.kill()
@@ -189,6 +267,9 @@ def main() -> None:
                    help="seconds of CPU work per step (on one quiet core) in the equal jobs")
     p.add_argument("--neighbours", type=int, default=2,
                    help="busy processes beside each equal job (default 2)")
+    p.add_argument("--outside", action="store_true",
+                   help="slow the worker down from outside (SIGSTOP/SIGCONT, a third of the "
+                        "time) instead of a sleep in it; the steps are then CPU work")
     p.add_argument("--json", default=None)
     args = p.parse_args()
     equal = []
@@ -205,9 +286,11 @@ def main() -> None:
     for i in range(args.runs):
         load = os.getloadavg()[0]
         with tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
-            slow = one_job(tmp, 4, args.steps, args.compute, args.slow_from, args.window)
+            slow = one_job(tmp, 4, args.steps, args.compute, args.slow_from, args.window,
+                           cpu=args.outside, outside=args.outside)
         with tempfile.TemporaryDirectory(prefix="straggler-bench-") as tmp:
-            clean = one_job(tmp, 3, args.steps, args.compute, -1, args.window)
+            clean = one_job(tmp, 3, args.steps, args.compute, -1, args.window,
+                            cpu=args.outside)
         row = {"run": i + 1, "load_1min": load, "slow_job": slow, "clean_3": clean}
         if slow.get("after_steps_per_s") and clean.get("steps_per_s"):
             row["after_vs_clean_3"] = slow["after_steps_per_s"] / clean["steps_per_s"]
@@ -220,6 +303,7 @@ def main() -> None:
         return statistics.median(vals) if vals else None
 
     summary = {"runs": runs, "equal_runs": equal, "compute_s": args.compute,
+               "outside": args.outside,
                "window_s": args.window,
                "equal_max_median_behind": max((e["max_median_behind"] for e in equal),
                                               default=None),
