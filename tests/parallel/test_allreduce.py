@@ -413,8 +413,10 @@ def lone_synchronous_calls() -> dict:
 @pytest.mark.parametrize("np_,spin", [(2, "20000"), (3, "20000"), (2, "0")])
 def test_waiting_thread_drives_a_lone_collective(np_, spin):
     # 20 ms of spin, not the default 0.1 ms: with 3 ranks on 2 cores a peer is often not
-    # running within 0.1 ms, and every rank must drive at least once; 0.2 s still outlasts it
-    out = run_job(lone_synchronous_calls, np_, {"FUSE_SPIN_TIME_US": spin})
+    # running within 0.1 ms, and every rank must drive at least once; 0.2 s still outlasts it.
+    # Shared memory off: on one host it would take the "backend" allreduce (and drive it)
+    out = run_job(lone_synchronous_calls, np_, {"FUSE_SPIN_TIME_US": spin,
+                                               "FUSE_SHM_THRESHOLD": "0"})
     ok = {"small": True, "backend": True, "gather": True, "bcast": True, "late": True,
           "backend driven": 0}
     assert out == [ok | {"driven": spin != "0"}] * np_, out
