@@ -26,11 +26,15 @@ import common  # noqa: E402
 import machine  # noqa: E402
 from allreduce import calls_for, parse_sizes  # noqa: E402
 
-# the configuration that sends every allreduce of the sweep down one path
+# the configuration that sends every allreduce of the sweep down one path; and, to compare the
+# choice by size before and after issue 36 in one run, the defaults and the earlier defaults
+# (shared memory from 256 KiB; below that the ring, except what travels inline)
 PATHS = {
     "inline": {"inline_threshold": 1 << 40, "shm_threshold": 0},
     "shm": {"inline_threshold": 0, "shm_threshold": 1},
     "ring": {"inline_threshold": 0, "shm_threshold": 0},
+    "defaults": {},
+    "shm from 256 KiB": {"shm_threshold": 256 * 1024},
 }
 
 
@@ -77,7 +81,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--sizes", type=parse_sizes,
                     default=parse_sizes("4K,8K,16K,24K,32K,48K,64K,96K,128K,192K,256K,512K,1M"))
-    ap.add_argument("--paths", default=",".join(PATHS))
+    ap.add_argument("--paths", default="inline,shm,ring",
+                    help=f"comma-separated, of: {', '.join(PATHS)}")
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--max-calls", type=int, default=200)
     ap.add_argument("--json", default=None)
@@ -102,12 +107,16 @@ def main() -> int:
            for label, runs in samples.items()}
     if dist.get_rank() == 0:
         labels = list(med)
-        print(f"{'size':>9} " + " ".join(f"{lb:>17}" for lb in labels) + "   (us per call)")
+        print(f"{'size':>9} " + " ".join(f"{lb:>17}" for lb in labels)
+              + "   (us per call; in brackets: over torch.distributed's time)")
         for n in args.sizes:
+            torch_t = med["torch.distributed"][n]
             print(f"{common.format_bytes(n):>9} "
-                  + " ".join(f"{med[lb][n] * 1e6:17.1f}" for lb in labels))
+                  + " ".join(f"{med[lb][n] * 1e6:9.1f} ({med[lb][n] / torch_t:5.2f})"
+                             for lb in labels))
         cross = {}
-        for small, large in zip(paths, paths[1:]):
+        forced = [p for p in paths if p in ("inline", "shm", "ring")]
+        for small, large in zip(forced, forced[1:]):
             c = crossover(args.sizes, med[small], med[large])
             cross[f"{small}->{large}"] = c
             print(f"{large} faster than {small} from "
