@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import sys
 
 import numpy as np
@@ -38,6 +39,16 @@ PATHS = {
 }
 
 
+CPU: dict[str, dict[int, list[float]]] = {}     # path -> size -> CPU seconds per call, per round
+
+
+def cpu_seconds() -> float:
+    """This process's CPU time, every thread (the engine's too): a count the machine's load
+    does not inflate the way it does wall time."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
 def time_path(fuse, path: str, sizes: list[int], max_calls: int) -> dict[int, float]:
     """Start fuse configured for ``path``, time each size (after a warm-up), stop fuse."""
     fuse.init(**PATHS[path])
@@ -48,7 +59,9 @@ def time_path(fuse, path: str, sizes: list[int], max_calls: int) -> dict[int, fl
         fn = lambda: fuse.allreduce_(a, op=fuse.Sum, name=f"crossover.{nbytes}")  # noqa: E731
         common.time_per_call(fn, min(calls, 5))
         fuse.barrier()
+        c0 = cpu_seconds()
         out[nbytes] = common.time_per_call(fn, calls)
+        CPU.setdefault(path, {}).setdefault(nbytes, []).append((cpu_seconds() - c0) / calls)
     fuse.barrier()
     fuse.shutdown()
     return out
@@ -115,6 +128,10 @@ def main() -> int:
                   + " ".join(f"{med[lb][n] * 1e6:9.1f} ({med[lb][n] / torch_t:5.2f})"
                              for lb in labels))
         cross = {}
+        print("CPU time of rank 0's process per call (us; median over rounds):")
+        for n in args.sizes:
+            print(f"{common.format_bytes(n):>9} " + " ".join(
+                f"{p}: {common.median(CPU[p][n]) * 1e6:8.1f}" for p in paths))
         forced = [p for p in paths if p in ("inline", "shm", "ring")]
         for small, large in zip(forced, forced[1:]):
             c = crossover(args.sizes, med[small], med[large])
@@ -122,7 +139,8 @@ def main() -> int:
             print(f"{large} faster than {small} from "
                   f"{common.format_bytes(c) if c else 'no size measured'} on")
         rows = [{"size_bytes": n, "median_s": {lb: med[lb][n] for lb in labels},
-                 "samples_s": {lb: [s[n] for s in samples[lb]] for lb in labels}}
+                 "samples_s": {lb: [s[n] for s in samples[lb]] for lb in labels},
+                 "cpu_per_call_s": {p: CPU[p][n] for p in paths}}
                 for n in args.sizes]
         record = common.job_record("crossover", rows, machine.describe(),
                                    vars(args) | {"workers": dist.get_world_size()},
