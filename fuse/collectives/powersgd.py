@@ -125,7 +125,11 @@ class PowerSGD:
         self.random_seed = int(random_seed)
         self.iteration = 0
         self.qs: dict[str, np.ndarray] = {}         # the same on every rank
-        self.errors: dict[str, np.ndarray] = {}     # this rank's own
+        # this rank's errors, kept as what the last step approximated (M + E) and the
+        # approximation (P, Q): E = (M + E) - P Q^T is formed where the next step reads it,
+        # a block of rows at a time in cache, instead of in passes over memory of its own
+        self.targets: dict[str, np.ndarray] = {}
+        self.approximations: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.rng = np.random.RandomState(self.random_seed)
         self.bound_to = None    # the optimizer using this object (one per optimizer)
 
@@ -182,17 +186,27 @@ class PowerSGD:
 
     # ---- state, for elastic commits and for the ranks joining a job
 
+    @property
+    def errors(self) -> dict[str, np.ndarray]:
+        """This rank's error feedback for each compressed gradient (new arrays)."""
+        out = {}
+        for key, target in self.targets.items():
+            approx = self.approximations.get(key)
+            out[key] = target - approx[0] @ approx[1].T if approx is not None else target.copy()
+        return out
+
     def state_dict(self) -> dict:
         """Everything this object carries across steps (copies)."""
         return {"iteration": self.iteration,
                 "qs": {k: v.copy() for k, v in self.qs.items()},
-                "errors": {k: v.copy() for k, v in self.errors.items()},
+                "errors": self.errors,
                 "rng": self.rng.get_state()}
 
     def load_state_dict(self, state: dict) -> None:
         self.iteration = int(state["iteration"])
         self.qs = {k: np.array(v, dtype=WIRE_DTYPE) for k, v in state["qs"].items()}
-        self.errors = {k: np.array(v, dtype=WIRE_DTYPE) for k, v in state["errors"].items()}
+        self.targets = {k: np.array(v, dtype=WIRE_DTYPE) for k, v in state["errors"].items()}
+        self.approximations = {}
         self.rng.set_state(state["rng"])
 
     def shared_state(self) -> dict:
@@ -206,8 +220,10 @@ class PowerSGD:
         self.qs = {k: np.array(v, dtype=WIRE_DTYPE) for k, v in state["qs"].items()}
         self.rng.set_state(state["rng"])
         # an error of a shape the shared Q no longer matches cannot be fed back
-        self.errors = {k: e for k, e in self.errors.items()
-                       if k in self.qs and e.shape[1] == self.qs[k].shape[0]}
+        for k in [k for k, t in self.targets.items()
+                  if k not in self.qs or t.shape[1] != self.qs[k].shape[0]]:
+            del self.targets[k]
+            self.approximations.pop(k, None)
 
 
 class PowerSGDStep:
@@ -259,19 +275,19 @@ class PowerSGDStep:
         if matrix.shape != (s.p.shape[0], s.q.shape[0]):
             raise ValueError(f"PowerSGD: gradient {key!r} has shape {matrix.shape}, the step "
                              f"expected {(s.p.shape[0], s.q.shape[0])}")
+        s.out = matrix
         if st.use_error_feedback:
-            # the error buffer becomes M + E, the matrix this step approximates: fewer passes
-            # over memory than adding into the gradient and copying it
-            err = st.errors.get(key)
-            if err is None or err.shape != matrix.shape:
-                err = st.errors[key] = matrix.copy()
+            target = st.targets.get(key)
+            if target is None or target.shape != matrix.shape:
+                target = st.targets[key] = matrix.copy()
+                st.approximations.pop(key, None)
+                np.matmul(target, s.q, out=s.p)
             else:
-                err += matrix
-            s.matrix = err
+                _feed_back(target, matrix, st.approximations.pop(key, None), s.q, s.p)
+            s.matrix = target
         else:
             s.matrix = matrix
-        s.out = matrix
-        np.matmul(s.matrix, s.q, out=s.p)
+            np.matmul(matrix, s.q, out=s.p)
         self.pending.discard(key)
         return not self.pending
 
@@ -305,7 +321,30 @@ class PowerSGDStep:
         calls.synchronize(handle)
         for s in self.slots.values():
             np.matmul(s.p, s.q.T, out=s.out)      # the approximation, into the gradient
+            q = s.q.copy()      # never written in place: shared by the two uses
             if st.use_error_feedback:
-                s.matrix -= s.out                 # E = (M + E) - P Q^T
+                # E = (M + E) - P Q^T, formed by the next step's _feed_back
+                st.approximations[s.key] = (s.p.copy(), q)
             if st.warm_start:
-                st.qs[s.key] = s.q.copy()
+                st.qs[s.key] = q
+
+
+_BLOCK = 1 << 15        # values per block of rows: 128 KiB of float32, well inside L2
+
+
+def _feed_back(target, grad, approximation, q, p) -> None:
+    """``target <- target - P' Q'^T + grad`` (last step's M + E less its approximation
+    ``(P', Q')``: the error; plus the new gradient) and ``p <- target @ q``, a block of rows at a
+    time so that each block is read from memory once and worked on in cache."""
+    n, m = target.shape
+    rows = max(1, _BLOCK // m)
+    scratch = np.empty((min(rows, n), m), dtype=target.dtype)
+    for lo in range(0, n, rows):
+        hi = min(lo + rows, n)
+        block = target[lo:hi]
+        if approximation is not None:
+            tmp = scratch[:hi - lo]
+            np.matmul(approximation[0][lo:hi], approximation[1].T, out=tmp)
+            block -= tmp
+        block += grad[lo:hi]
+        np.matmul(block, q, out=p[lo:hi])
