@@ -79,7 +79,12 @@ def ddp_side(model_name: str, powersgd: int = 0, start_iter: int = 0):
         buf = torch.ones(ALLREDUCE_BYTES // 4)
         return rank, lambda: dist.all_reduce(buf), dist.barrier, dist.destroy_process_group
     base, loss = model_and_loss(model_name, rank)
-    model = torch.nn.parallel.DistributedDataParallel(base)
+    # powerSGD_hook on Gloo waits for its P and Q allreduces inside callbacks that run on
+    # Gloo's worker threads: with several buckets in flight they take every thread and wait
+    # for each other forever (seen on the network-namespace hosts). One bucket keeps it to
+    # one chain; the gradient set has almost no backward compute to overlap anyway.
+    model = torch.nn.parallel.DistributedDataParallel(
+        base, **({"bucket_cap_mb": 1024} if powersgd else {}))
     if powersgd:
         from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as psgd
         state = psgd.PowerSGDState(process_group=None, matrix_approximation_rank=powersgd,

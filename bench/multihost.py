@@ -42,7 +42,10 @@ from launched_worker import ALLREDUCE_BYTES  # noqa: E402
 
 WORKER = os.path.join(HERE, "launched_worker.py")
 CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
-NAME, NET = "fzbench", "10.233.0"      # a cluster of its own: the tests' may be up meanwhile
+# a cluster of its own: the tests' may be up meanwhile (and, with these variables set, another
+# run of this script)
+NAME = os.environ.get("FUSE_BENCH_CLUSTER_NAME", "fzbench")
+NET = os.environ.get("FUSE_BENCH_CLUSTER_NET", "10.233.0")
 JOB_TIMEOUT = 600
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
 
