@@ -10,9 +10,15 @@ from torch_util import run_job  # noqa: E402
 pytestmark = pytest.mark.timeout(240)
 
 
-def test_steps_match_a_numpy_recomputation():
+@pytest.fixture(scope="module")
+def results():
+    """Every check's results on each of the 2 workers, from one job."""
     import workers_powersgd as w
-    for res in run_job(w.one_step_against_numpy):
+    return run_job(w.all_checks)
+
+
+def test_steps_match_a_numpy_recomputation(results):
+    for res in (r["numpy"] for r in results):
         assert res["compressed"] == ["conv.weight", "fc1.weight", "fc2.weight"], res
         assert res["iteration"] == 5, res
         assert res["worst"]["plain"] < 1e-5, res
@@ -21,9 +27,8 @@ def test_steps_match_a_numpy_recomputation():
         assert res["away_from_plain"] > 1e-2, res      # it did compress
 
 
-def test_error_feedback_keeps_the_long_run_sum():
-    import workers_powersgd as w
-    for res in run_job(w.error_feedback_sum):
+def test_error_feedback_keeps_the_long_run_sum(results):
+    for res in (r["error_feedback"] for r in results):
         # with error feedback, what was applied is the true sum less the ranks' mean error
         assert res["with_identity"] < 1e-4, res
         # rank 2 of a full-rank matrix loses much of it each step: fed back, the loss stays
@@ -32,19 +37,16 @@ def test_error_feedback_keeps_the_long_run_sum():
         assert res["without"] > 0.2, res
 
 
-def test_small_model_reaches_the_plain_accuracy():
-    import workers_powersgd as w
-    results = run_job(w.train_accuracy)
-    for res in results:
+def test_small_model_reaches_the_plain_accuracy(results):
+    for res in (r["accuracy"] for r in results):
         assert res["plain_weights_equal_across_ranks"], res
         assert res["powersgd_weights_equal_across_ranks"], res
         assert res["plain"] > 0.8, res                  # the task is learnt at all
         assert res["powersgd"] >= res["plain"] - 0.01, res
 
 
-def test_misuse_gets_clear_errors():
-    import workers_powersgd as w
-    res = run_job(w.misuse)[0]
+def test_misuse_gets_clear_errors(results):
+    res = results[0]["misuse"]
     assert "StatefulCompressionError" in res["allreduce"], res
     assert "DistributedOptimizer(compression=...)" in res["allreduce"], res
     assert "(4, 4)" in res["allreduce"], res

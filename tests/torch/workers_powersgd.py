@@ -80,7 +80,6 @@ def _batch(step: int, rank: int):
 def one_step_against_numpy():
     """Five steps (two plain, three compressed) of PowerSGD at rank 2: every averaged gradient
     the optimizer hands to SGD against the NumPy re-computation on the gathered raw gradients."""
-    hvd.init()
     r = hvd.rank()
     torch.manual_seed(0)
     model = Net()
@@ -126,7 +125,6 @@ def one_step_against_numpy():
     away = max(float(np.abs(model_grad - plain[n]).max())
                for n, model_grad in ((n, p.grad.numpy()) for n, p in model.named_parameters())
                if n in ref.shapes)
-    hvd.shutdown()
     return {"worst": worst, "compressed": sorted(ref.shapes), "names": names,
             "iteration": psgd.iteration, "away_from_plain": away}
 
@@ -135,7 +133,6 @@ def error_feedback_sum(steps: int = 200):
     """One 16x24 weight whose gradient on each rank is a fixed full-rank random matrix plus
     per-step noise, compressed at rank 2 from the first step, with and without error feedback:
     the sum of what the optimizer applied against the sum of the true averages."""
-    hvd.init()
     r = hvd.rank()
     out = {}
     for use_error_feedback in (True, False):
@@ -166,7 +163,6 @@ def error_feedback_sum(steps: int = 200):
         out[label + "_identity"] = float(np.abs(applied - (true - mean_error)).max()
                                          / np.abs(true).max())
         opt.remove_hooks()
-    hvd.shutdown()
     return out
 
 
@@ -180,7 +176,6 @@ def _blobs(n: int, seed: int, centers: np.ndarray):
 def train_accuracy(steps: int = 150):
     """A 3-layer MLP on 10 Gaussian blobs in 48 dimensions, trained on 2 workers, plainly and
     with PowerSGD (rank 4 from step 10); the held-out accuracy of each."""
-    hvd.init()
     r, size = hvd.rank(), hvd.size()
     centers = np.random.RandomState(0).standard_normal((10, 48))
     x_train, y_train = _blobs(4000, 1, centers)
@@ -209,13 +204,11 @@ def train_accuracy(steps: int = 150):
             torch.equal(p, q) for p, q in zip(model.parameters(), [
                 torch.from_numpy(a) for a in hvd.broadcast_object(
                     [p.detach().numpy() for p in model.parameters()], 0, name=f"w.{label}")]))
-    hvd.shutdown()
     return out
 
 
 def misuse():
     """The errors a PowerSGD object gives where it cannot work."""
-    hvd.init()
     out = {}
     psgd = hvd.Compression.powersgd(rank=4, start_iter=10)
     for label, call in (
@@ -242,5 +235,13 @@ def misuse():
     except Exception as err:
         out["shared"] = f"{type(err).__name__}: {err}"
     del shared
+    return out
+
+
+def all_checks():
+    """Every check above in one job (each job's start costs seconds)."""
+    hvd.init()
+    out = {"numpy": one_step_against_numpy(), "error_feedback": error_feedback_sum(),
+           "accuracy": train_accuracy(), "misuse": misuse()}
     hvd.shutdown()
     return out
