@@ -53,7 +53,7 @@ def agent_job(command, elastic, env, settings, store_addr: str, store_port: int 
 
 def run_agents(args, env: dict, settings) -> int:
     """fuserun's agent mode, from its flags."""
-    from .launch import UsageError
+    from .usage import UsageError
     if args.hosts or args.hostfile or args.elastic_host_discovery_script:
         raise UsageError("--agents finds its hosts itself (the agents that join): give no "
                          "-H, --hostfile or --host-discovery-script")

@@ -129,7 +129,8 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     if isinstance(network_interfaces, str):
         network_interfaces = [x.strip() for x in network_interfaces.split(",") if x.strip()]
 
-    from .launch import UsageError, start_timeout as _start_timeout
+    from .launch import start_timeout as _start_timeout
+    from .usage import UsageError
 
     try:
         start_timeout = _start_timeout(start_timeout)

@@ -97,6 +97,16 @@ def test_config_file_order(tmp_path):
     assert e["FUSE_FUSION_THRESHOLD"] == str(16 * 1024 * 1024)
 
 
+def test_config_file_straggler_section(tmp_path):
+    pytest.importorskip("yaml")
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("straggler:\n  policy: 'off'\n  factor: 2.5\n")
+    e = env("--config-file", str(cfg))
+    assert e["FUSE_STRAGGLER_POLICY"] == "off" and e["FUSE_STRAGGLER_FACTOR"] == "2.5"
+    e = env("--straggler-policy", "warn", "--config-file", str(cfg))
+    assert e["FUSE_STRAGGLER_POLICY"] == "warn"
+
+
 def test_config_file_without_yaml(tmp_path, monkeypatch):
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG)

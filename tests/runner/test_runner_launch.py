@@ -262,6 +262,11 @@ def test_usage_errors(script):
     assert r.returncode == 2 and b"only have 2 slots" in r.stderr
     r = run_fuserun("-np", "1")
     assert r.returncode == 2 and b"no command" in r.stderr
+    # raised by the elastic driver's launch code, which imports the launcher as a module while
+    # ``python -m fuse.runner.launch`` runs it as __main__: still a usage message, no traceback
+    r = run_fuserun("--min-np", "1", "-H", "localhost:1", "--host-discovery-script", "/bin/true",
+                    PY, "x.py")
+    assert r.returncode == 2 and b"not both" in r.stderr and b"Traceback" not in r.stderr
 
 
 def _path_without_mpi(tmp_path) -> str:

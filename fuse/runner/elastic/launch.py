@@ -46,7 +46,7 @@ def fixed_hosts(hosts: str | None, hostfile: str | None, np: int | None,
 
 
 def run_elastic(args, env: dict, settings) -> int:
-    from ..launch import UsageError
+    from ..usage import UsageError
     script = args.elastic_host_discovery_script
     if script and (args.hosts or args.hostfile):
         raise UsageError("give --host-discovery-script or -H/--hostfile, not both")
