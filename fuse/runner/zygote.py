@@ -35,20 +35,15 @@ from typing import Mapping, Sequence
 __all__ = ["Zygote", "python_command", "preload_modules"]
 
 _MAX_MESSAGE = 1 << 20
-TORCH_PRELOAD = ["fuse.torch", "torch._dynamo"]
 
 
 def preload_modules(environ: Mapping[str, str]) -> list[str]:
-    """What the zygote imports: ``FUSE_AGENT_PRELOAD`` (comma-separated; ``none`` or empty: no
-    zygote), else, when torch is installed, fuse's torch module and ``torch._dynamo``: torch
-    imports the latter (with sympy, ~800 modules, 6 s) the first time an optimizer is made, so
-    without it a new rank's first step would pay that while the others wait."""
-    given = environ.get("FUSE_AGENT_PRELOAD")
-    if given is not None:
-        names = [n.strip() for n in given.split(",") if n.strip()]
-        return [] if names == ["none"] else names
-    import importlib.util
-    return TORCH_PRELOAD if importlib.util.find_spec("torch") is not None else []
+    """What the zygote imports: ``FUSE_AGENT_PRELOAD``, comma-separated (unset, empty or
+    ``none``: no zygote).  fuse's image sets ``fuse.torch,torch._dynamo``: torch imports the
+    latter (with sympy, ~800 modules, 6 s) the first time an optimizer is made, so without it a
+    new rank's first step would pay that while the others wait."""
+    names = [n.strip() for n in environ.get("FUSE_AGENT_PRELOAD", "").split(",") if n.strip()]
+    return [] if names == ["none"] else names
 
 
 def python_command(argv: Sequence[str], env: Mapping[str, str]) -> list[str] | None:
