@@ -41,7 +41,7 @@ def main() -> None:
         shared = shared_dir(Path(tempfile.gettempdir()))
         work = Path(tempfile.mkdtemp(prefix="fuse-k8s-bench-"))
         try:
-            out = elastic_run(shared, work, steps=120)
+            out = elastic_run(shared, work, steps=300)
         finally:
             remove(shared)
             remove(work)

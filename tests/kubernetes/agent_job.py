@@ -85,7 +85,7 @@ def wait(cluster: Cluster, driver: str, predicate, timeout: float, what: str):
         time.sleep(0.1)
 
 
-def elastic_run(shared: Path, workdir: Path, steps: int = 150) -> dict:
+def elastic_run(shared: Path, workdir: Path, steps: int = 300) -> dict:
     """Agent mode: 2 worker pods train; one is killed (SIGKILL, as a lost node does); the job
     re-forms on the other; a third pod starts and the job grows.  Returns the timings and the
     outcome (the caller checks it)."""
