@@ -113,6 +113,7 @@ cdef class Engine(CoordinatorLink):
     cdef object _thread
     cdef object _log
     cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
+    cdef string stragglers      # lock: the coordinator's latest straggler report (its body)
 
     def __cinit__(self):
         self.loop_lock = lock_new()
@@ -162,6 +163,22 @@ cdef class Engine(CoordinatorLink):
     def set_hosts(self, names):
         """Every rank's host name, by rank, for messages that name a rank."""
         self.channel.set_hosts(names)
+        self.coord.set_hosts(names)
+
+    def set_straggler_hook(self, hook):
+        """Rank 0: what the coordinator calls when it flags a straggler (see
+        Coordinator.set_straggler_hook)."""
+        self.coord.set_straggler_hook(hook)
+
+    def straggler_frame(self):
+        """The latest straggler report the coordinator sent (bytes; empty before the first),
+        decoded by fuse.worker.straggler."""
+        cdef string body
+        with nogil:
+            lock_acquire(self.lock)
+            body = self.stragglers
+            lock_release(self.lock)
+        return <bytes>body
 
     def start(self):
         self._thread = threading.Thread(target=self._run, name="fuse-engine", daemon=True)
@@ -668,6 +685,10 @@ cdef class Engine(CoordinatorLink):
                 self._execute(resp)
                 if self.table.is_failed():
                     return
+        elif t == MSG_STRAGGLERS:
+            lock_acquire(self.lock)
+            self.stragglers = frame.substr(1)
+            lock_release(self.lock)
         elif t == MSG_STALE:
             read_stale(rd, &slot, &gen)
             if self.submitter.repack(slot, gen, msg):

@@ -63,6 +63,16 @@ def _parse_log_level(text: str) -> str:
     return t
 
 
+STRAGGLER_POLICIES = ("off", "warn", "remove")
+
+
+def _parse_straggler_policy(text: str) -> str:
+    t = text.strip().lower() or "warn"
+    if t not in STRAGGLER_POLICIES:
+        raise ValueError(f"expected one of {', '.join(STRAGGLER_POLICIES)}, got {text!r}")
+    return t
+
+
 def _parse_cores(text: str) -> str:
     cores = [c.strip() for c in text.split(",") if c.strip()]
     if not all(c.isdigit() for c in cores):
@@ -182,6 +192,19 @@ class Config:
         15.0, "PEER_TIMEOUT_SECONDS",
         doc="a rank whose host stops acknowledging the control connection for this long "
             "(down, or cut off by the network) fails the job", bounds=(2.0, 1e7))
+    straggler_policy: str = _knob(
+        "warn", "STRAGGLER_POLICY", parse=_parse_straggler_policy,
+        doc="off, warn (name a rank or host that keeps the others waiting) or remove (an "
+            "elastic job's driver also takes it out)")
+    straggler_factor: float = _knob(
+        1.5, "STRAGGLER_FACTOR",
+        doc="a rank (host) is flagged when the job would step this many times faster without "
+            "the time it waits for it alone (median over FUSE_STRAGGLER_WINDOW)",
+        bounds=(1.01, 1000.0))
+    straggler_window: float = _knob(
+        10.0, "STRAGGLER_WINDOW",
+        doc="seconds of 1-s samples the straggler medians are taken over; a rank is flagged "
+            "only after a whole window", bounds=(1.0, 3600.0))
     log_level: str = _knob("warning", "LOG_LEVEL", "LOG_LEVEL", _parse_log_level,
                            "trace, debug, info, warning, error or fatal")
     log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", parse_bool,

@@ -17,6 +17,10 @@ and no worker exited) asks for a new one with ``elastic/reset/<g>/<id>``; the va
 ranks its engine found unanswering (``lost 2 5``; a bare ``1`` when none), so the driver can
 leave out at once a worker that is cut off from the others but whose ssh session has not
 noticed yet.
+
+Under ``FUSE_STRAGGLER_POLICY=remove`` rank 0 writes ``elastic/straggler/<g>/<n>`` (JSON: the
+flagged rank or host, how far behind, what it costs; fuse.worker.straggler) each time its
+coordinator names a straggler; the driver decides whether to take it out.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ READY_PREFIX = "elastic/ready/{g}/"
 GO_KEY = "elastic/go/{g}"
 RESET_KEY = "elastic/reset/{g}/{worker}"
 RESET_PREFIX = "elastic/reset/{g}/"
+STRAGGLER_KEY = "elastic/straggler/{g}/{n}"
+STRAGGLER_PREFIX = "elastic/straggler/{g}/"
 
 # identity fields of a plan entry, named as Config fields
 IDENTITY_FIELDS = ("rank", "size", "local_rank", "local_size", "cross_rank", "cross_size",

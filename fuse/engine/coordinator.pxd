@@ -9,6 +9,7 @@ from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport Request, Response, Pending, CacheEntry, PSet
 from fuse.engine.channel cimport ControlChannel
 from fuse.engine.psets cimport ProcessSets
+from fuse.engine.straggler cimport StragglerMeter
 
 
 cdef class CoordinatorLink:
@@ -51,6 +52,8 @@ cdef class Coordinator:
     cdef double last_stall_check
     cdef int next_pset_id
     cdef uint64_t st_cycles            # cycles that emitted responses
+    cdef StragglerMeter meter          # who keeps the others waiting (disabled: policy off)
+    cdef object straggler_hook         # Python: called (with the GIL) when the meter flags one
 
     # called by the engine
     cdef void ingest_requests(self, int rank, Reader& rd) noexcept nogil
@@ -79,3 +82,4 @@ cdef class Coordinator:
     cdef void _check_stalls(self, double now) noexcept nogil
     cdef void _send_alive(self) noexcept nogil
     cdef void _tl_ready(self, Request* first) noexcept nogil
+    cdef void _straggler_sample(self, double now) noexcept nogil

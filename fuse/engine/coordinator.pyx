@@ -28,6 +28,7 @@ from libcpp.vector cimport vector
 
 from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
+from fuse.engine.straggler cimport StragglerMeter
 
 
 cdef class CoordinatorLink:
@@ -59,6 +60,18 @@ cdef class Coordinator:
         self.disable_group_fusion = config.disable_group_fusion
         self.next_pset_id = 1
         self.cache.resize(self.cache_capacity)
+        self.meter = StragglerMeter(config.size, config.straggler_policy != "off",
+                                    config.straggler_factor, config.straggler_window)
+        self.straggler_hook = None
+
+    def set_hosts(self, names):
+        self.meter.set_hosts(names)
+
+    def set_straggler_hook(self, hook):
+        """``hook(what, rank, host, behind, lateness_s, cost_per_step_s, share)``, called on the
+        engine thread (with the GIL) when the meter flags a rank or host, and every minute it
+        stays flagged (fuse/worker/straggler.py: the warning, and the elastic driver's notice)."""
+        self.straggler_hook = hook
 
     # ---- what the engine calls
 
@@ -97,6 +110,8 @@ cdef class Coordinator:
     cdef bint step(self) noexcept nogil:
         """Check for stalls, emit ready responses; True if it emitted."""
         cdef double now = now_seconds()
+        if self.meter.enabled and now - self.meter.sample_start >= self.meter.sample_s:
+            self._straggler_sample(now)
         if self.stall_check and self.table.size() and now - self.last_stall_check >= 1.0:
             self.last_stall_check = now
             self._check_stalls(now)
@@ -189,6 +204,9 @@ cdef class Coordinator:
         cdef PSet* ps
         cdef int pos
         cdef Pending* entry
+        cdef double now = now_seconds()
+        cdef double waited_alone
+        cdef int host
         if self.psets.map.count(req.pset) == 0:
             self._reject(req, _str("process set ") + _int_str(req.pset) + _str(" does not exist"))
             return
@@ -203,7 +221,10 @@ cdef class Coordinator:
             entry.reqs.resize(ps.ranks.size())
             entry.have.assign(ps.ranks.size(), 0)
             entry.count = 0
-            entry.first_time = now_seconds()
+            entry.first_time = now
+            entry.last_time = now
+            entry.last_host = -1
+            entry.other_time = now
             entry.warned = False
             entry.is_ready = False
             entry.all_data = True
@@ -226,6 +247,22 @@ cdef class Coordinator:
                 ps.joined_count += 1
             ps.last_joined = req.rank
             self._recheck_pset(req.pset)
+        elif self.meter.enabled:
+            # how long after the first rank this one came; if it is the last, how long the
+            # others had waited for it alone, and the ranks of other hosts for its host
+            self.meter.arrived(req.rank, now - entry.first_time)
+            waited_alone = now - entry.last_time
+            host = self.meter.host_of[req.rank]
+            if host != entry.last_host:
+                if entry.last_host >= 0:
+                    entry.other_time = entry.last_time
+                entry.last_host = host
+            entry.last_time = now
+            self._check_ready(key)
+            if entry.is_ready and entry.count == <int>entry.have.size():
+                self.meter.ready(req.rank, waited_alone if entry.count > 1 else 0.0,
+                                 now - entry.other_time, key)
+            return
         self._check_ready(key)
 
     cdef void _accumulate(self, Pending* entry, Request& req) noexcept nogil:
@@ -741,6 +778,46 @@ cdef class Coordinator:
                     "tensors, or that only a subset of ranks is submitting tensors, which will "
                     "cause a deadlock.\nMissing ranks:%s", self.stall_warn_s,
                     report.decode(errors="replace"))
+
+    cdef void _straggler_sample(self, double now) noexcept nogil:
+        """Close the meter's sample; when it added one, send every rank the smoothed view
+        (MSG_STRAGGLERS, rank 0 included: Engine.straggler_frame), draw it on the timeline and
+        name whoever is flagged."""
+        cdef string frame
+        cdef vector[string] series
+        cdef vector[double] values
+        cdef int who, r
+        if not self.meter.close_sample(now):
+            return
+        put[uint8_t](frame, MSG_STRAGGLERS)
+        self.meter.encode(frame)
+        self.channel.send_all(frame, -1)
+        self.channel.send_to(0, frame)
+        if tl_on(self.tl):
+            for r in range(self.size):
+                series.push_back(_str("rank ") + _int_str(r))
+                values.push_back(self.meter.late_med[r] * 1000.0)
+            tl_counter(self.tl, _str("STRAGGLER_LATENESS_MS"), series, values)
+            values.clear()
+            for r in range(self.size):
+                values.push_back(self.meter.share_med[r] * 100.0)
+            tl_counter(self.tl, _str("STRAGGLER_WAIT_SHARE_PCT"), series, values)
+        who = self.meter.due_warning(now)
+        while who >= 0:
+            with gil:
+                self._name_straggler(who)
+            who = self.meter.due_warning(now)
+
+    def _name_straggler(self, int index):
+        what, rank, host, behind, late, cost, share = self.meter.describe(index)
+        if self.straggler_hook is not None:
+            try:
+                self.straggler_hook(what, rank, host, behind, late, cost, share)
+            except Exception:       # the engine thread must go on
+                self.log.exception("the straggler hook failed")
+        else:
+            self.log.warning("straggler: %s %s is behind by %.2fx", what,
+                             rank if what == "rank" else host, behind)
 
     cdef void _tl_ready(self, Request* first) noexcept nogil:
         """Timeline: negotiation is over, the tensor waits in the response queue."""

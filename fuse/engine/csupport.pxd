@@ -87,4 +87,5 @@ cdef extern from "timeline.h" namespace "fuse" nogil:
     void tl_tick(Timeline*, const string&, int)
     int64_t tl_clock(Timeline*)
     void tl_cycle(Timeline*, int64_t)
+    void tl_counter(Timeline*, const string&, const vector[string]&, const vector[double]&)
     string tl_drain(Timeline*)

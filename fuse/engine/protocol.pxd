@@ -50,6 +50,7 @@ cdef enum: MSG_STALE = 12
 cdef enum: MSG_ABORT_ALL = 13
 cdef enum: MSG_COORD_BYE = 14
 cdef enum: MSG_ALIVE = 15     # the coordinator is alive (sent while requests wait; liveness.pyx)
+cdef enum: MSG_STRAGGLERS = 16  # the coordinator's straggler report (engine/straggler.pyx)
 
 # Handle states.
 cdef enum: H_PENDING = 0
@@ -130,6 +131,9 @@ cdef struct Pending:
     vector[char] have
     int count
     double first_time
+    double last_time          # the straggler meter: when the latest request arrived,
+    int last_host             # ... the host of that rank (StragglerMeter.host_of),
+    double other_time         # ... and the latest arrival from any other host
     cbool warned
     cbool is_ready
     string error              # set when the coordinator already knows the collective fails

@@ -153,6 +153,16 @@ def make_parser() -> argparse.ArgumentParser:
                    dest="stall_check_shutdown_time_seconds", type=float,
                    help="fail the job after ranks are missing this long (default 0: never)")
 
+    g = p.add_argument_group("slow workers")
+    g.add_argument("--straggler-policy", dest="straggler_policy",
+                   choices=("off", "warn", "remove"),
+                   help="warn (default): name a rank or host that keeps the others waiting; "
+                        "remove: an elastic job also takes it out; off -> "
+                        "FUSE_STRAGGLER_POLICY")
+    g.add_argument("--straggler-factor", dest="straggler_factor", type=float,
+                   help="flag a rank when the job would step this many times faster without "
+                        "the wait it causes (default 1.5) -> FUSE_STRAGGLER_FACTOR")
+
     g = p.add_argument_group("library")
     _bool_pair(g, "mpi-threads-disable", "mpi_threads_disable",
                "initialise MPI single-threaded -> FUSE_MPI_THREADS_DISABLE")
@@ -335,6 +345,8 @@ def env_from_args(args: argparse.Namespace) -> dict[str, str]:
     put("FUSE_STALL_CHECK_DISABLE", args.stall_check, lambda on: _b(not on))
     put("FUSE_STALL_CHECK_TIME_SECONDS", args.stall_check_warning_time_seconds, _num)
     put("FUSE_STALL_SHUTDOWN_TIME_SECONDS", args.stall_check_shutdown_time_seconds, _num)
+    put("FUSE_STRAGGLER_POLICY", args.straggler_policy)
+    put("FUSE_STRAGGLER_FACTOR", args.straggler_factor, _num)
     put("FUSE_MPI_THREADS_DISABLE", args.mpi_threads_disable, _b)
     put("FUSE_NUM_NCCL_STREAMS", args.num_nccl_streams)
     put("FUSE_THREAD_AFFINITY", args.thread_affinity)
@@ -461,6 +473,12 @@ def run_commandline(argv: Sequence[str] | None = None) -> int:
     verbose = bool(args.verbose) or args.log_level in ("TRACE", "DEBUG")
     env = worker_base_env()
     env.update(env_from_args(args))
+    if env.get("FUSE_STRAGGLER_POLICY", "").strip().lower() == "remove" and \
+            not (elastic_mode(args) or args.agents):
+        raise UsageError(
+            "--straggler-policy remove (FUSE_STRAGGLER_POLICY=remove) needs an elastic job: "
+            "give --min-np (and --max-np or --host-discovery-script) so the job can go on "
+            "without the slow worker; a static job can only name it (warn)")
     nics = network_interfaces(args)
 
     if args.use_mpi:

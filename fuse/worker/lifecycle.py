@@ -55,6 +55,11 @@ def init(comm=None, process_sets=None, **overrides) -> None:
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
         config = Config.from_env(**overrides)
+        if config.straggler_policy == "remove" and not config.elastic:
+            raise ValueError(
+                "FUSE_STRAGGLER_POLICY=remove needs an elastic job (fuserun --min-np/--max-np/"
+                "--host-discovery-script, or fuse.run with min_np): a static job cannot go on "
+                "without a worker; use warn to have the slow worker named")
         if config.elastic and "rendezvous_generation" not in overrides:
             config = _join_elastic(config, overrides)
         if config.autotune:
@@ -94,6 +99,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         hier = hierarchy.connect(config, backend, log)      # None unless several hosts
         engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
         engine.set_hosts(hosts)
+        from fuse.worker import straggler
+        straggler.install(engine, config, log)
         if segments is not None:
             engine.install_shm(0, segments)
         if hier is not None:

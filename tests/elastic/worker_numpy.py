@@ -8,6 +8,11 @@ with that rank
 its allreduce of the batch in flight; ``killreset`` (batch ignored): dies as soon as that
 generation formed, while the others sync; ``stop``: stops itself (SIGSTOP) before the batch's
 allreduce, alive but silent.  ``all`` as rank: every worker.
+
+``SLOW_HOST=<host>`` (with ``SLOW_SECONDS``, default 0.1) makes the worker on that host a
+straggler: it sleeps that much longer than the others before each batch's allreduce.
+``PAUSE_AT=<batch>:<seconds>``: every worker pauses that long once, before that batch (a
+checkpoint or an evaluation every rank does).
 """
 
 import json
@@ -20,12 +25,15 @@ import numpy as np
 
 import fuse
 import fuse.elastic
-from fuse.worker.state import rendezvous_generation
+from fuse.worker.state import config, rendezvous_generation
 from elastic_util import DIM, apply_batch, batch_rows
 
 out_dir, batches = sys.argv[1], int(sys.argv[2])
 faults = [f.split(":") for f in sys.argv[3:]]
 step_sleep = float(os.environ.get("STEP_SLEEP", "0.03"))
+slow_host = os.environ.get("SLOW_HOST")
+slow_seconds = float(os.environ.get("SLOW_SECONDS", "0.1"))
+pause_at, pause_seconds = (float(x) for x in os.environ.get("PAUSE_AT", "-1:0").split(":"))
 
 fuse.init()
 state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
@@ -65,6 +73,10 @@ def train(state):
         b = state.batch
         rows = batch_rows(b)[fuse.rank()::fuse.size()]
         maybe_fail(b, rows.sum(axis=0))
+        if slow_host and config().hostname == slow_host:
+            time.sleep(slow_seconds)
+        if b == pause_at:
+            time.sleep(pause_seconds)
         grad = fuse.allreduce(rows.sum(axis=0), op=fuse.Sum, name="grad")
         state.w = apply_batch(state.w, b, grad)
         state.done = state.done + [b]
@@ -79,4 +91,5 @@ def train(state):
 train(state)
 with open(os.path.join(out_dir, f"result.{fuse.rank()}.json"), "w") as f:
     json.dump({"rank": fuse.rank(), "size": fuse.size(), "w": state.w.tolist(),
-               "done": state.done, "generation": rendezvous_generation()}, f)
+               "done": state.done, "generation": rendezvous_generation(),
+               "stragglers": fuse.straggler_report()}, f)

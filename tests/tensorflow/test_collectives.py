@@ -6,21 +6,15 @@ import pytest
 
 needs.module("tensorflow")
 
-from tf_util import run_job  # noqa: E402
+from tf_util import assert_clean, run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _assert_clean(results, at_least):
-    for rank, res in enumerate(results):
-        assert not res["failures"], f"rank {rank}: " + "\n".join(res["failures"])
-        assert len(res["done"]) >= at_least, res["done"]
 
 
 def test_every_collective_eager_and_in_function():
     import workers_collectives as w
     results = run_job(w.collectives)
-    _assert_clean(results, 150)
+    assert_clean(results, 150)
     done = results[0]["done"]
     for name in ("allreduce", "grouped_allreduce", "allgather", "grouped_allgather",
                  "broadcast", "broadcast_", "broadcast_variables", "alltoall",
@@ -32,17 +26,17 @@ def test_every_collective_eager_and_in_function():
 
 def test_program_order_inside_function():
     import workers_collectives as w
-    _assert_clean(run_job(w.ordering_in_function), 13)
+    assert_clean(run_job(w.ordering_in_function), 13)
 
 
 def test_gradients_of_collectives():
     import workers_collectives as w
-    _assert_clean(run_job(w.gradients), 20)
+    assert_clean(run_job(w.gradients), 20)
 
 
 def test_process_sets():
     import workers_collectives as w
-    _assert_clean(run_job(w.process_sets), 5)
+    assert_clean(run_job(w.process_sets), 5)
 
 
 def test_mismatch_errors_and_xla():

@@ -7,35 +7,29 @@ import pytest
 
 needs.module("tensorflow")
 
-from tf_util import run_job  # noqa: E402
+from tf_util import assert_clean, run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
 
 
-def _assert_clean(results, at_least):
-    for rank, res in enumerate(results):
-        assert not res["failures"], f"rank {rank}: " + "\n".join(res["failures"])
-        assert len(res["done"]) >= at_least, res["done"]
-
-
 def test_unnamed_collectives_in_a_graph_pair_up_across_ranks():
     import workers_graph_mode as w
-    _assert_clean(run_job(w.graph_names), 40)
+    assert_clean(run_job(w.graph_names), 40)
 
 
 def test_errors_have_horovods_tensorflow_types_in_every_mode():
     import workers_graph_mode as w
-    _assert_clean(run_job(w.error_types), 40)
+    assert_clean(run_job(w.error_types), 40)
 
 
 def test_names_stay_in_step_after_a_one_rank_error():
     import workers_graph_mode as w
-    _assert_clean(run_job(w.one_rank_error_names), 6)
+    assert_clean(run_job(w.one_rank_error_names), 6)
 
 
 def test_variable_broadcasts_in_a_graph():
     import workers_graph_mode as w
-    _assert_clean(run_job(w.variables_in_graph), 7)
+    assert_clean(run_job(w.variables_in_graph), 7)
 
 
 def test_a_run_fetching_many_collectives_on_one_session_thread_completes():
@@ -43,6 +37,6 @@ def test_a_run_fetching_many_collectives_on_one_session_thread_completes():
     rank's only thread held by a collective the other rank had not started); the stall
     shutdown turns such a wait into an error here."""
     import workers_graph_mode as w
-    _assert_clean(run_job(w.many_collectives_few_threads,
+    assert_clean(run_job(w.many_collectives_few_threads,
                           env={"FUSE_STALL_SHUTDOWN_TIME_SECONDS": "20",
                                "FUSE_STALL_CHECK_TIME_SECONDS": "10"}), 36 * 3)

@@ -11,26 +11,20 @@ import pytest
 
 needs.module("tensorflow")
 
-from tf_util import PYTHON, ROOT, job_env, run_job  # noqa: E402
+from tf_util import PYTHON, ROOT, assert_clean, job_env, run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _assert_clean(results, at_least):
-    for rank, res in enumerate(results):
-        assert not res["failures"], f"rank {rank}: " + "\n".join(res["failures"])
-        assert len(res["done"]) >= at_least, res["done"]
 
 
 @pytest.mark.parametrize("module", ["fuse.tensorflow.keras", "fuse.keras"])
 def test_two_workers_match_one_process_with_the_whole_batch(module):
     import workers_keras as w
-    _assert_clean(run_job(w.equivalence, args=(module,)), 20)
+    assert_clean(run_job(w.equivalence, args=(module,)), 20)
 
 
 def test_callbacks_load_model_sync_batch_norm_tape_options():
     import workers_keras as w
-    _assert_clean(run_job(w.keras_features), 70)
+    assert_clean(run_job(w.keras_features), 70)
 
 
 def test_horovod_style_keras_script_under_fuserun():

@@ -5,38 +5,23 @@ from __future__ import annotations
 import os
 import sys
 
+from framework_jobs import clean_env, run_on_workers
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+PYTHON = sys.executable
 
 
 def job_env(extra=None) -> dict:
-    env = {k: v for k, v in os.environ.items()
-           if not (k.startswith("FUSE_") or k.startswith("HOROVOD_"))}
-    env["FUSE_BACKEND"] = "gloo"
-    env["PYTHONUNBUFFERED"] = "1"
-    env["OMP_NUM_THREADS"] = "1"
-    env["PYTHONPATH"] = os.pathsep.join([HERE] + [p for p in [env.get("PYTHONPATH")] if p])
-    env.update({k: str(v) for k, v in (extra or {}).items()})
-    return env
+    return clean_env(HERE, extra)
 
 
 def run_job(fn, np_: int = 2, env=None, args=(), kwargs=None):
     """``fn(*args, **kwargs)`` on ``np_`` workers (fuse initialized, one torch thread each);
     their results in rank order."""
-    import fuse
-    return fuse.run(_entry, args=(fn, tuple(args), dict(kwargs or {})), np=np_,
-                    env=job_env(env))
+    return run_on_workers(fn, np_, job_env(env), args, kwargs, setup=_one_torch_thread)
 
 
-def _entry(fn, args, kwargs):
-    import faulthandler
+def _one_torch_thread():
     import torch
-    faulthandler.dump_traceback_later(150, exit=True)
     torch.set_num_threads(1)
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        faulthandler.cancel_dump_traceback_later()
-
-
-PYTHON = sys.executable

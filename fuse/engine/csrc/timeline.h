@@ -33,6 +33,7 @@ enum TlWhat : uint8_t {
   TLW_CLOSE,          // closes a span still open when the timeline stops
   TLW_SHM,            // SHM_<KIND>: reduced through same-host shared memory, not the backend
   TLW_HIER,           // HIERARCHICAL_<KIND>: inside each host, then across hosts
+  TLW_COUNTER,        // a counter track of the timeline itself (text: its name NUL args JSON)
 };
 
 struct TlEvent {
@@ -181,6 +182,25 @@ inline void tl_cycle(Timeline* t, int64_t ts) {
   tl_push_locked(t, ts, 0, 'i', TLW_CYCLE, 0);
 }
 
+// A value per series on a counter track of pid 0 (Chrome's 'C' event): `series` names, in
+// the order of `values` (the straggler meter's per-rank lateness, for instance).
+inline void tl_counter(Timeline* t, const std::string& name,
+                       const std::vector<std::string>& series, const std::vector<double>& values) {
+  std::lock_guard<std::mutex> g(t->m);
+  if (!t->active.load(std::memory_order_relaxed)) return;
+  std::string text = name;
+  text.push_back('\0');
+  char num[48];
+  for (size_t i = 0; i < series.size() && i < values.size(); ++i) {
+    if (i) text.push_back(',');
+    text.push_back('"');
+    text.append(series[i]);
+    std::snprintf(num, sizeof num, "\":%.6g", values[i]);
+    text.append(num);
+  }
+  tl_push_locked(t, tl_now_locked(t), 0, 'C', TLW_COUNTER, 0, text);
+}
+
 inline const char* tl_kind_upper(int kind) {
   static const char* names[] = {"ALLREDUCE", "ALLGATHER",  "BROADCAST",       "ALLTOALL",
                                 "REDUCESCATTER", "BARRIER", "JOIN", "ADD_PROCESS_SET",
@@ -226,6 +246,17 @@ inline void tl_format(std::string& out, const TlEvent& e, const std::string& bac
     out.append(head);
     return;
   }
+  if (e.what == TLW_COUNTER) {
+    size_t cut = e.text.find('\0');
+    out.append("{\"name\":");
+    tl_json_str(out, e.text.substr(0, cut));
+    std::snprintf(head, sizeof head, ",\"ph\":\"C\",\"ts\":%lld,\"pid\":0,\"args\":{",
+                  (long long)e.ts);
+    out.append(head);
+    if (cut != std::string::npos) out.append(e.text.substr(cut + 1));
+    out.append("}}");
+    return;
+  }
   out.append("{\"name\":\"");
   switch (e.what) {
     case TLW_NEGOTIATE: out.append("NEGOTIATE_"); out.append(tl_kind_upper(e.num)); break;
@@ -240,6 +271,7 @@ inline void tl_format(std::string& out, const TlEvent& e, const std::string& bac
     case TLW_TICK: out.append(std::to_string(e.num)); break;
     case TLW_CYCLE: out.append("CYCLE_START"); break;
     case TLW_CLOSE: out.append("TIMELINE_STOPPED"); break;
+    default: break;
   }
   std::snprintf(head, sizeof head, "\",\"ph\":\"%c\",\"ts\":%lld,\"pid\":%d,\"tid\":0", e.ph,
                 (long long)e.ts, e.pid);

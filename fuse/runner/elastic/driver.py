@@ -13,7 +13,9 @@ write to the store poke).  What makes it elastic:
   another reason) get one after ``reset_grace`` seconds;
 * once every worker of a generation said it is ready, the driver lets them connect;
 * a worker that a generation leaves out exits by itself (its host left); one that does not
-  within ``removed_grace`` seconds is stopped.
+  within ``removed_grace`` seconds is stopped;
+* under ``FUSE_STRAGGLER_POLICY=remove``, rank 0 reports a worker that keeps the others waiting
+  (fuse.worker.straggler); the driver takes it out (:mod:`.stragglers` decides).
 
 The job ends when the workers of the current generation have finished (exit code 0 once the
 first of them exited 0), or fails: fewer than ``min_np`` slots for ``elastic_timeout`` seconds,
@@ -24,6 +26,7 @@ generation left to hand the state on.
 from __future__ import annotations
 
 import dataclasses
+import json
 import signal
 import threading
 import time
@@ -36,6 +39,7 @@ from fuse.cluster import elastic_protocol as protocol
 from .blacklist import Blacklist
 from .discovery import DiscoveryError, DiscoveryScript, FixedHosts
 from .plan import identity, make_plan
+from .stragglers import StragglerPolicy
 
 DISCOVERY_INTERVAL = 1.0        # seconds between discovery runs (Horovod's is 1 s too)
 
@@ -53,6 +57,7 @@ class ElasticSettings:
     dying_grace: float = 10.0           # ... or this long when a worker reported its error
     failure_settle: float = 0.2         # failures this close together make one new generation
     removed_grace: float = 10.0         # a worker left out has this long to exit by itself
+    straggler_window: float = 10.0      # FUSE_STRAGGLER_WINDOW: at most one removal per window
 
 
 @dataclasses.dataclass
@@ -127,6 +132,8 @@ class ElasticJob(Job):
         self._last_failure_at = 0.0
         self._release_at: float | None = None         # when a blacklisted host comes back
         self._unreachable_said: set[str] = set()        # remote hosts we said we cannot add
+        self.stragglers = StragglerPolicy(_straggler_window(env, elastic.straggler_window))
+        self._straggler_keys: set[str] = set()          # reports already considered
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -188,7 +195,7 @@ class ElasticJob(Job):
         for h in self.hosts:
             if h.hostname in self.blacklist:
                 continue
-            slots = h.slots
+            slots = self.stragglers.cap(h.hostname, h.slots)
             for wid, (w, _deadline) in self.leaving.items():
                 if w.slot.hostname == h.hostname:
                     slots = min(slots, int(wid.rsplit(":", 1)[1]))
@@ -385,6 +392,7 @@ class ElasticJob(Job):
             return "every worker failed"
         # hosts
         self._hosts_changed(now)
+        self._check_stragglers(now)
         # reset requests: a collective failed without anyone exiting (yet)
         self._drop_unanswering()
         if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
@@ -419,6 +427,29 @@ class ElasticJob(Job):
                 w.signal_group(signal.SIGKILL if now >= deadline + self.settings.grace_seconds
                                else signal.SIGTERM)
         return None
+
+    def _check_stragglers(self, now: float) -> None:
+        """Rank 0's straggler reports for this generation: take the worker (or host) out
+        when the policy allows (see .stragglers), and re-form without it."""
+        prefix = protocol.STRAGGLER_PREFIX.format(g=self.generation)
+        for key in sorted(self.server.keys(prefix)):
+            if key in self._straggler_keys:
+                continue
+            self._straggler_keys.add(key)
+            try:
+                evidence = json.loads(self.server.get(key) or b"{}")
+            except ValueError:
+                continue
+            if self.succeeded or self._replan_reason is not None:
+                self._say(f"straggler report ignored: the job is re-forming already "
+                          f"({evidence.get('text', '')})")
+                continue
+            decision = self.stragglers.decide(
+                evidence, self.plan, self.live, now, self.elastic.min_np,
+                lambda: len(self._candidate()), self.blacklist)
+            self._say(decision.text)
+            if decision.remove:
+                self._replan_reason = decision.reason
 
     def _drop_unanswering(self) -> None:
         """Workers whose peers report them unanswering (their host is cut off or down) fail
@@ -504,6 +535,22 @@ def _signame(sig: int) -> str:
         return f"{signal.Signals(sig).name} ({sig})"
     except ValueError:
         return str(sig)
+
+
+def _straggler_window(env: Mapping[str, str] | None, fallback: float) -> float:
+    """FUSE_STRAGGLER_WINDOW as the workers get it (the job's environment), else
+    ``fallback``: the driver removes at most one straggler per window."""
+    text = (env or {}).get("FUSE_STRAGGLER_WINDOW", "").strip()
+    if not text:
+        return fallback
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"FUSE_STRAGGLER_WINDOW={text!r}: expected seconds") from None
+    if not 1.0 <= value <= 3600.0:
+        raise ValueError(f"FUSE_STRAGGLER_WINDOW={text!r} is out of range: it must be from 1 "
+                         "to 3600")
+    return value
 
 
 def _num(v: float) -> str:

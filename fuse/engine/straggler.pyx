@@ -1,0 +1,235 @@
+# cython: language_level=3
+# distutils: language = c++
+"""The straggler meter: which rank (or host) keeps the others waiting, and what it costs.
+
+The coordinator sees every rank's request for a tensor arrive.  For each tensor that becomes
+ready it tells the meter, per rank, how long after the first rank's request that rank's came
+(its *lateness*), and, for the rank whose request completed the tensor, how long every other
+member had already been waiting for it alone (*wait caused*: its arrival minus the one before),
+and for its host how long the ranks of every other host had been waiting (its arrival minus
+the last one from another host).  No per-tensor Python: a few additions on vectors, on the engine thread, without the GIL.
+
+Every ``sample_s`` (1 s) the sums become one sample per rank: mean lateness, the share of the
+sample's wall time the job waited for that rank alone, and that wait per step (a step: the
+repeats of the first tensor ready in the sample).  The smoothed view is the median over the
+last ``history`` samples, so a one-off pause shorter than half the window (a checkpoint, an
+evaluation, a rank descheduled for a second) cannot move it.  A host (in a job on several) is
+named when its ranks together keep the others waiting and none of them is named on its own.
+
+A rank (host) is *behind by* ``1 / (1 - share)``: how many times faster the job would step
+without the time it waits for that rank alone (a rank 3x slower than the others, in a job whose
+steps are all compute, costs a share of 2/3: behind by 3).  Above FUSE_STRAGGLER_FACTOR, once
+a whole window of samples is in, it is flagged; the coordinator warns (and, with the remove
+policy, tells the elastic driver) once when it is flagged and again every minute it stays so.
+"""
+
+from libc.stdint cimport int64_t
+from libcpp cimport bool as cbool
+from libcpp.algorithm cimport sort
+from libcpp.string cimport string
+from libcpp.vector cimport vector
+
+from fuse.engine.csupport cimport put, put_str
+
+cdef double REWARN_S = 60.0       # a rank still flagged is named again after this long
+
+# the report frame's layout version (fuse/worker/straggler.py decodes it)
+cdef enum: REPORT_VERSION = 1
+VERSION = REPORT_VERSION
+
+
+cdef double _median(const vector[double]& ring, size_t start, int n) noexcept nogil:
+    cdef vector[double] v
+    cdef int i
+    if n <= 0:
+        return 0.0
+    v.reserve(n)
+    for i in range(n):
+        v.push_back(ring[start + i])
+    sort(v.begin(), v.end())
+    if n % 2:
+        return v[n // 2]
+    return 0.5 * (v[n // 2 - 1] + v[n // 2])
+
+
+cdef inline double behind(double share) noexcept nogil:
+    """How many times faster the job would run without the wait a share stands for."""
+    if share >= 0.99:
+        return 100.0
+    return 1.0 / (1.0 - share)
+
+
+cdef class StragglerMeter:
+
+    def __init__(self, int size, bint enabled, double factor, double window_s,
+                 double sample_s=1.0):
+        self.enabled = enabled and size > 1
+        self.size = size
+        self.factor = factor
+        self.sample_s = sample_s
+        self.history = max(1, <int>(window_s / sample_s + 0.5))
+        self.late_sum.assign(size, 0.0)
+        self.late_n.assign(size, 0)
+        self.wait_sum.assign(size, 0.0)
+        self.late_ring.assign(size * self.history, 0.0)
+        self.share_ring.assign(size * self.history, 0.0)
+        self.cost_ring.assign(size * self.history, 0.0)
+        self.late_med.assign(size, 0.0)
+        self.share_med.assign(size, 0.0)
+        self.cost_med.assign(size, 0.0)
+        self.set_hosts(["" for _ in range(size)])
+        self.sample_start = -1.0
+
+    def set_hosts(self, names):
+        """Every rank's host name, by rank (a host's share is the sum of its ranks')."""
+        index = {}
+        self.host_of.clear()
+        self.host_names.clear()
+        self.rank_hosts.clear()
+        for name in names:
+            b = str(name).encode(errors="replace")
+            if b not in index:
+                index[b] = len(index)
+                self.host_names.push_back(b)
+            self.host_of.push_back(index[b])
+            self.rank_hosts.push_back(b)
+        nh = len(index)
+        self.host_wait_sum.assign(nh, 0.0)
+        self.host_share_ring.assign(nh * self.history, 0.0)
+        self.host_cost_ring.assign(nh * self.history, 0.0)
+        self.host_share_med.assign(nh, 0.0)
+        self.host_cost_med.assign(nh, 0.0)
+        self.flagged.assign(self.size + nh, 0)
+        self.told_at.assign(self.size + nh, -1e18)
+
+    cdef void arrived(self, int rank, double late) noexcept nogil:
+        self.late_sum[rank] += late
+        self.late_n[rank] += 1
+
+    cdef void ready(self, int last_rank, double waited_alone, double host_waited,
+                    const string& key) noexcept nogil:
+        """A tensor became ready when ``last_rank``'s request arrived, ``waited_alone`` seconds
+        after the one before it and ``host_waited`` after the last one from another host."""
+        self.wait_sum[last_rank] += waited_alone
+        self.host_wait_sum[self.host_of[last_rank]] += host_waited
+        if self.step_key.size() == 0:
+            self.step_key = key
+        if key == self.step_key:
+            self.steps += 1
+
+    cdef bint close_sample(self, double now) noexcept nogil:
+        """At least ``sample_s`` into the sample: fold it into the rings and recompute the
+        medians and flags.  Returns whether a sample was added (one with a step in it)."""
+        cdef double wall
+        cdef int r, h, n, slot
+        cdef size_t nh = self.host_names.size()
+        cdef bint added = False
+        if self.sample_start < 0:
+            self.sample_start = now
+            return False
+        wall = now - self.sample_start
+        if wall < self.sample_s:
+            return False
+        if self.steps > 0 and wall > 0:
+            slot = self.head
+            for r in range(self.size):
+                self.late_ring[r * self.history + slot] = (
+                    self.late_sum[r] / self.late_n[r] if self.late_n[r] else 0.0)
+                self.share_ring[r * self.history + slot] = self.wait_sum[r] / wall
+                self.cost_ring[r * self.history + slot] = self.wait_sum[r] / self.steps
+            for h in range(<int>nh):
+                self.host_share_ring[h * self.history + slot] = self.host_wait_sum[h] / wall
+                self.host_cost_ring[h * self.history + slot] = self.host_wait_sum[h] / self.steps
+            self.head = (self.head + 1) % self.history
+            if self.filled < self.history:
+                self.filled += 1
+            self.samples += 1
+            added = True
+            n = self.filled
+            for r in range(self.size):
+                self.late_med[r] = _median(self.late_ring, r * self.history, n)
+                self.share_med[r] = _median(self.share_ring, r * self.history, n)
+                self.cost_med[r] = _median(self.cost_ring, r * self.history, n)
+                self.flagged[r] = (n >= self.history and behind(self.share_med[r]) > self.factor)
+            for h in range(<int>nh):
+                self.host_share_med[h] = _median(self.host_share_ring, h * self.history, n)
+                self.host_cost_med[h] = _median(self.host_cost_ring, h * self.history, n)
+                # a host is named when it has several ranks, together they are behind, and
+                # none of them is named on its own (then that rank is the one to act on)
+                self.flagged[self.size + h] = (
+                    n >= self.history and nh > 1 and self._ranks_on(h) > 1
+                    and behind(self.host_share_med[h]) > self.factor
+                    and not self._rank_flagged_on(h))
+        for r in range(self.size):
+            self.late_sum[r] = 0.0
+            self.late_n[r] = 0
+            self.wait_sum[r] = 0.0
+        for h in range(<int>nh):
+            self.host_wait_sum[h] = 0.0
+        self.steps = 0
+        self.step_key.clear()
+        self.sample_start = now
+        return added
+
+    cdef int _ranks_on(self, int h) noexcept nogil:
+        cdef int r, n = 0
+        for r in range(self.size):
+            if self.host_of[r] == h:
+                n += 1
+        return n
+
+    cdef bint _rank_flagged_on(self, int h) noexcept nogil:
+        cdef int r
+        for r in range(self.size):
+            if self.host_of[r] == h and self.flagged[r]:
+                return True
+        return False
+
+    cdef int due_warning(self, double now) noexcept nogil:
+        """A flagged rank (index < size) or host (size + its index) not named for a minute,
+        now marked as named; -1 when none."""
+        cdef size_t i
+        for i in range(self.flagged.size()):
+            if self.flagged[i] and now - self.told_at[i] >= REWARN_S:
+                self.told_at[i] = now
+                return <int>i
+        return -1
+
+    cdef void encode(self, string& out) noexcept nogil:
+        """The smoothed view, as every rank gets it (fuse/worker/straggler.py decodes it)."""
+        cdef int r
+        cdef size_t h
+        put[int](out, REPORT_VERSION)
+        put[int](out, self.size)
+        put[int](out, self.filled)
+        put[int](out, self.history)
+        put[double](out, self.sample_s)
+        put[double](out, self.factor)
+        put[int64_t](out, self.samples)
+        for r in range(self.size):
+            put_str(out, self.rank_hosts[r])
+            put[double](out, self.late_med[r])
+            put[double](out, self.share_med[r])
+            put[double](out, self.cost_med[r])
+            put[char](out, self.flagged[r])
+        put[int](out, <int>self.host_names.size())
+        for h in range(self.host_names.size()):
+            put_str(out, self.host_names[h])
+            put[double](out, self.host_share_med[h])
+            put[double](out, self.host_cost_med[h])
+            put[char](out, self.flagged[self.size + h])
+
+    # ---- for tests and the coordinator's Python side
+
+    def describe(self, int index):
+        """(what, name, behind, lateness, cost per step, share) of a rank or host index as
+        due_warning returns it."""
+        cdef int h
+        if index < self.size:
+            return ("rank", index, self.rank_hosts[index].decode(errors="replace"),
+                    behind(self.share_med[index]), self.late_med[index],
+                    self.cost_med[index], self.share_med[index])
+        h = index - self.size
+        return ("host", -1, self.host_names[h].decode(errors="replace"),
+                behind(self.host_share_med[h]), 0.0, self.host_cost_med[h],
+                self.host_share_med[h])
