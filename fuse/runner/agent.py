@@ -7,7 +7,9 @@ secret (``FUSE_SECRET_KEY``, from the chart's Secret) with every request, announ
 its slots (``--slots``, default ``FUSE_AGENT_SLOTS`` or 1), and then serves the driver
 (:class:`fuse.runner.store_hosts.HostLoop`): each worker it is given runs the driver's command
 with the driver's variables, its output goes to the agent's own (the pod's log) with the
-``[rank]<stream>:`` prefix.
+``[rank]<stream>:`` prefix.  With ``FUSE_AGENT_PRELOAD`` set (fuse's image sets it), a zygote
+(:mod:`fuse.runner.zygote`) imports those modules first, the agent announces itself only once
+they are imported, and ranks whose command is this Python fork from the zygote.
 
 Every way it ends is bounded and said in one line:
 
