@@ -76,7 +76,9 @@ cp "$CACHE"/deps/*.whl "$ctx/wheels/"
 
 # -- 3. the image -------------------------------------------------------------------------------
 start=$(date +%s.%N)
-podman build -q --runtime runc --build-arg BASE="$BASE" -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx" >/dev/null
+wheels_key=$(cd "$ctx/wheels" && sha256sum -- *.whl | sha256sum | cut -c1-16)
+podman build -q --runtime runc --build-arg BASE="$BASE" --build-arg WHEELS="$wheels_key" \
+  -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx" >/dev/null
 end=$(date +%s.%N)
 size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
 layers=$(podman image inspect "$IMAGE" --format '{{len .RootFS.Layers}}')
