@@ -14,13 +14,13 @@ import pytest
 from fuse.runner.rank_process import ForkedRank
 from fuse.runner.zygote import Zygote, preload_modules, python_command
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture
 def zygote():
     z = Zygote.start(["json", "decimal"])
-    assert z.wait_ready(60), z.why_not
+    assert z.wait_ready(240), z.why_not
     yield z
     z.close()
 
@@ -68,7 +68,7 @@ def test_only_this_interpreter_running_python_code_is_forked():
 def test_a_zygote_that_cannot_import_its_modules_says_why():
     z = Zygote.start(["no_such_module_k8s"])
     try:
-        assert not z.wait_ready(60)
+        assert not z.wait_ready(240)
         assert "no_such_module_k8s" in z.why_not
     finally:
         z.close()
