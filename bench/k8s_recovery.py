@@ -8,7 +8,8 @@ image built by scripts/build_image.sh, its pods run as podman containers on one 
 two worker pods train the image's example (a commit every step, ~0.1 s apart), the first is
 SIGKILLed (``podman kill``: its agent and its worker die at once, as a lost node's would) and the
 time to the survivor's next commit is taken from the shared commit log; then a third pod starts
-and the time to the first commit of the 2-worker job is taken.  The recovery includes the 2 s
+and the time to the first commit of the 2-worker job is taken, with the time at which its agent
+joined the driver (its zygote warm: the image's agents import torch before they join).  The recovery includes the 2 s
 without a heartbeat after which the driver drops an agent (FUSE_AGENT_STALE_SECONDS).  Every run
 also checks the weights (each step applied once).
 """
@@ -40,14 +41,18 @@ def main() -> None:
         shared = shared_dir(Path(tempfile.gettempdir()))
         work = Path(tempfile.mkdtemp(prefix="fuse-k8s-bench-"))
         try:
-            out = elastic_run(shared, work, steps=120)
+            out = elastic_run(shared, work, steps=300)
         finally:
             remove(shared)
             remove(work)
         ok = out["driver_exit"] == 0 and all(r["w"] == out["reference"] for r in out["results"])
-        runs.append({"recovery_s": out["recovery_s"], "join_s": out["join_s"], "exact": ok})
+        ready = out["agent_ready_s"]
+        runs.append({"recovery_s": out["recovery_s"], "join_s": out["join_s"],
+                     "agent_ready_s": ready, "exact": ok, "load": os.getloadavg()[0]})
         print(f"run {i + 1}: kill -> next commit {out['recovery_s']:.2f} s, added pod -> "
-              f"commit {out['join_s']:.2f} s, weights exact: {ok}", flush=True)
+              f"commit {out['join_s']:.2f} s (its agent joined after "
+              f"{'?' if ready is None else f'{ready:.2f}'} s), weights exact: {ok}, "
+              f"load {os.getloadavg()[0]:.1f}", flush=True)
     summary = {"runs": runs, "load": os.getloadavg(),
                "recovery_median_s": statistics.median(r["recovery_s"] for r in runs),
                "join_median_s": statistics.median(r["join_s"] for r in runs)}

@@ -11,7 +11,10 @@ from the first host (workers on the others over ssh), and DDP as its users run i
 (bench/launched_worker.py): ``step``, the ResNet-50-shaped gradient set (25.6 M float32);
 ``allreduce``, one 64 MiB float32 allreduce, reported as bandwidth next to what the link
 allows for the algorithm used (fuse: hierarchical with several ranks per host, else a ring;
-DDP: a flat ring). Rounds alternate which side runs first; figures are medians over rounds.
+DDP: a flat ring); ``step_powersgd``, the gradient set compressed with PowerSGD at rank 4 from
+step 10 (fuse's ``Compression.powersgd`` against DDP's ``powerSGD_hook`` with the same
+settings, and uncompressed DDP as a third side; only steps after the start are timed). Rounds
+alternate which side runs first; figures are medians over rounds.
 
 All the hosts share this machine's cores, which no launcher can know: each would give its
 workers every core. Both sides therefore run with OMP_NUM_THREADS=1 (what torchrun sets and
@@ -39,7 +42,10 @@ from launched_worker import ALLREDUCE_BYTES  # noqa: E402
 
 WORKER = os.path.join(HERE, "launched_worker.py")
 CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")
-NAME, NET = "fzbench", "10.233.0"      # a cluster of its own: the tests' may be up meanwhile
+# a cluster of its own: the tests' may be up meanwhile (and, with these variables set, another
+# run of this script)
+NAME = os.environ.get("FUSE_BENCH_CLUSTER_NAME", "fzbench")
+NET = os.environ.get("FUSE_BENCH_CLUSTER_NET", "10.233.0")
 JOB_TIMEOUT = 600
 THREADS = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "TF_NUM_INTRAOP_THREADS": "1"}
 
@@ -83,18 +89,31 @@ class Cluster:
         subprocess.run(["bash", CLUSTER, "down"], env=self.env, capture_output=True)
 
 
-def worker_args(side: str, model: str, steps: int, path: str) -> list[str]:
-    return [WORKER, "--side", side, "--model", model, "--steps", str(steps), "--json", path]
+POWERSGD = ["--powersgd", "4", "--start-iter", "10"]
+
+
+def worker_args(side: str, model: str, steps: int, path: str, extra=()) -> list[str]:
+    return [WORKER, "--side", side, "--model", model, "--steps", str(steps), "--json", path,
+            *extra]
+
+
+def sides_for(model: str) -> list[tuple]:
+    """(label, runner, worker model, extra worker arguments) of each side of a workload."""
+    if model == "step_powersgd":
+        return [("fuse", run_fuse, "step", POWERSGD), ("DDP", run_ddp, "step", POWERSGD),
+                ("DDP uncompressed", run_ddp, "step", [])]
+    return [("fuse", run_fuse, model, []), ("DDP", run_ddp, model, [])]
 
 
 def run_fuse(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
-             path: str) -> None:
+             path: str, extra=()) -> None:
     fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
     hostlist = ",".join(f"{a}:{ranks}" for a in cluster.addrs[:hosts])
     env = {"PATH": os.environ.get("PATH", ""), **THREADS,
            "FUSE_SSH_ARGS": f"-F {cluster.dir}/ssh_config"}
     argv = cluster.argv(1, [fuserun, "-np", str(hosts * ranks), "-H", hostlist,
-                            sys.executable, *worker_args("fuse", model, steps, path)], env)
+                            sys.executable, *worker_args("fuse", model, steps, path, extra)],
+                      env)
     out = subprocess.run(argv, env=cluster.env, capture_output=True, timeout=JOB_TIMEOUT)
     if out.returncode != 0:
         raise RuntimeError(f"fuse {hosts}x{ranks} {model} failed:\n"
@@ -102,7 +121,7 @@ def run_fuse(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
 
 
 def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
-            path: str) -> None:
+            path: str, extra=()) -> None:
     port = str(common.free_port())
     procs = []
     for node in range(hosts):
@@ -111,7 +130,7 @@ def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
             sys.executable, "-m", "torch.distributed.run", "--nnodes", str(hosts),
             "--nproc_per_node", str(ranks), "--node_rank", str(node),
             "--master_addr", cluster.addrs[0], "--master_port", port,
-            *worker_args("ddp", model, steps, path)], env)
+            *worker_args("ddp", model, steps, path, extra)], env)
         procs.append(subprocess.Popen(argv, env=cluster.env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT))
     failed = []
@@ -129,15 +148,15 @@ def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
 
 
 def measure(cluster, hosts, ranks, model, rounds, steps, tmp) -> dict:
-    samples: dict[str, list[float]] = {"fuse": [], "DDP": []}
+    sides = sides_for(model)
+    samples: dict[str, list[float]] = {label: [] for label, *_ in sides}
     threads = {}
-    sides = [("fuse", run_fuse), ("DDP", run_ddp)]
     for rnd in range(rounds):
-        for label, run in (sides if rnd % 2 == 0 else sides[::-1]):
-            path = os.path.join(tmp, f"{label}.json")
+        for label, run, worker_model, extra in (sides if rnd % 2 == 0 else sides[::-1]):
+            path = os.path.join(tmp, f"{label.replace(' ', '_')}.json")
             if os.path.exists(path):
                 os.unlink(path)
-            run(cluster, hosts, ranks, model, steps, path)
+            run(cluster, hosts, ranks, worker_model, steps, path, extra)
             with open(path) as f:
                 rec = json.load(f)
             samples[label].append(common.median(rec["step_seconds"]))
@@ -172,11 +191,16 @@ def main():
                 for model in models:
                     got = measure(cluster, hosts, ranks, model, args.rounds, args.steps, tmp)
                     n = hosts * ranks
-                    what = "ResNet-50 gradient set" if model == "step" else "64 MiB allreduce"
+                    what = {"step": "ResNet-50 gradient set", "allreduce": "64 MiB allreduce",
+                            "step_powersgd": "ResNet-50 gradient set, PowerSGD rank 4 "
+                                             "(DDP: powerSGD_hook)"}[model]
                     row = common.comparison(
                         f"{hosts}x{ranks}, {what}", got["samples"], unit="s",
-                        layout=f"{hosts}x{ranks}", model=model, workers=n,
+                        competitor="DDP", layout=f"{hosts}x{ranks}", model=model, workers=n,
                         threads=got["threads"])
+                    if "DDP uncompressed" in row["median"]:
+                        row["ratio_uncompressed"] = common.ratio(
+                            row["median"]["fuse"], row["median"]["DDP uncompressed"])
                     if model == "allreduce":
                         med = row["median"]
                         row["bandwidth_GBps"] = {k: ALLREDUCE_BYTES / 1e9 / v
@@ -193,8 +217,11 @@ def main():
                                                   if ranks > 1 else row["ring_limit_GBps"])
                     rows.append(row)
                     med = row["median"]
-                    print(f"{hosts}x{ranks} {model}: fuse {med['fuse'] * 1e3:.0f} ms, DDP "
-                          f"{med['DDP'] * 1e3:.0f} ms, fuse/DDP {row['ratio']:.2f}", flush=True)
+                    print(f"{hosts}x{ranks} {model}: "
+                          + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in med.items())
+                          + f", fuse/DDP {row['ratio']:.2f}"
+                          + (f", fuse/DDP uncompressed {row['ratio_uncompressed']:.2f}"
+                             if "ratio_uncompressed" in row else ""), flush=True)
     finally:
         cluster.down()
     common.write_json(args.json, common.job_record("multihost", rows, machine.describe(),

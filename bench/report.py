@@ -216,7 +216,10 @@ def multihost_section(w: dict) -> str:
         med = r["median"]
         bw = r.get("bandwidth_GBps")
         cells = [r["case"], fmt_time(med["fuse"]), fmt_time(med["DDP"]), _ratio_cell(r["ratio"])]
-        if bw:
+        if "ratio_uncompressed" in r:
+            cells.append(f"uncompressed DDP {fmt_time(med['DDP uncompressed'])}: fuse/DDP "
+                         f"{r['ratio_uncompressed']:.2f}")
+        elif bw:
             fuse_limit = r.get("fuse_limit_GBps", r["ring_limit_GBps"])
             cells.append(f"{fmt_bandwidth(bw['fuse'])} ({bw['fuse'] / fuse_limit:.0%} of "
                          f"{r.get('fuse_algorithm', 'ring')}'s {fmt_bandwidth(fuse_limit)}) / "

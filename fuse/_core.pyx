@@ -396,8 +396,7 @@ cdef class Engine(CoordinatorLink):
         back to back in response order spare the engine both copies (see Executor)."""
         # (every rank reads the same knobs; autotune moves only the fusion threshold, whose
         # being non-zero is all that matters here)
-        cdef size_t members = len(self.process_set_ranks(pset_id))
-        return (not self.submitter.inlines(nbytes, members) and self.coord.fusion_threshold > 0
+        return (not self.submitter.inlines(K_ALLREDUCE, pset_id, nbytes) and self.coord.fusion_threshold > 0
                 and nbytes <= self.coord.zero_copy_bytes)
 
     def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
@@ -578,7 +577,7 @@ cdef class Engine(CoordinatorLink):
         if self.psets.map.count(r.pset) == 0:
             return False
         if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self.submitter.inlines(
-                nbytes, self.psets.map[r.pset].ranks.size()):
+                r.kind, r.pset, nbytes):
             return True
         return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
 

@@ -129,11 +129,16 @@ class Config:
                                  doc="allreduces of at least this many bytes are reduced as two "
                                      "halves at once, over two connections (native backends "
                                      "such as Gloo); 0 turns this off", bounds=_BYTES)
-    shm_threshold: int = _knob(256 * 1024, "SHM_THRESHOLD",
+    # 16 KiB: where shared memory overtakes the inline path (bench/crossover.py, 2 ranks on the
+    # 2-core VM at load 9-13: wall-time crossovers of 4, 16 and 32 KiB in three runs; CPU time
+    # per call, which the load inflates less, 93 against 102 us at 8 KiB and 139 against 79 us
+    # at 16 KiB); the backend's ring is slower than shared memory at every size measured
+    # (4 B .. 4 MiB), so nothing is left to it on one host
+    shm_threshold: int = _knob(16 * 1024, "SHM_THRESHOLD",
                                doc="when every rank is on one host, allreduces of at least "
                                    "this many bytes are reduced through shared memory instead "
-                                   "of the backend (any backend; the world's process set); "
-                                   "0 turns this off", bounds=_BYTES)
+                                   "of the backend or the inline path (any backend; the "
+                                   "world's process set); 0 turns this off", bounds=_BYTES)
     hierarchical_allreduce: str = _knob(
         "auto", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLREDUCE", _parse_auto_bool,
         "for a job on several hosts with the same number (>1) of ranks on each: 1 reduces every "

@@ -46,6 +46,6 @@ os.makedirs(os.path.dirname(path), exist_ok=True)
 open(path, "w").write("\n".join(lines).lstrip("\n") + "\n")
 PY
 .venv/bin/python -m pip install -q helm-python-sdk kubernetes-validate
-image=localhost/fuse:test
+image=${FUSE_K8S_IMAGE:-localhost/fuse:test}
 bash scripts/build_image.sh "$image"
 FUSE_K8S_IMAGE=$image PATH="$(pwd)/.venv/bin:$PATH" python -m pytest tests/kubernetes "$@"

@@ -402,6 +402,12 @@ class FileStore(Store):
         except FileNotFoundError:
             return None
 
+    def delete(self, key: str) -> None:
+        try:
+            os.remove(self._file(key))
+        except FileNotFoundError:
+            pass
+
     def scoped(self, prefix: str) -> "FileStore":
         return FileStore(self.path, self.prefix + prefix)
 

@@ -72,9 +72,11 @@ class BF16Compressor(_CastCompressor):
     wire_dtype = "bfloat16"
 
 
-def compression_for(ops: ArrayOps, bf16: bool = True) -> type:
+def compression_for(ops: ArrayOps, bf16: bool = True, powersgd: bool = False) -> type:
     """The ``Compression`` namespace a framework exports (``none``, ``fp16`` and, where the
-    framework has the type, ``bf16``), with the casting compressors bound to its ``ops``."""
+    framework has the type, ``bf16``), with the casting compressors bound to its ``ops``;
+    ``powersgd`` (:class:`fuse.collectives.powersgd.PowerSGD`) where the framework's
+    distributed optimizer drives it."""
 
     def bound(base: type) -> type:
         return type(base.__name__, (base,), {"ops": ops, "__doc__": base.__doc__,
@@ -88,6 +90,9 @@ def compression_for(ops: ArrayOps, bf16: bool = True) -> type:
 
     if bf16:
         Compression.bf16 = bound(BF16Compressor)
+    if powersgd:
+        from fuse.collectives.powersgd import PowerSGD
+        Compression.powersgd = PowerSGD
     else:
         Compression.__doc__ = "Optional gradient compression: ``Compression.none`` and ``.fp16``."
     Compression.__module__ = type(ops).__module__

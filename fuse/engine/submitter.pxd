@@ -13,6 +13,7 @@ cdef class Submitter:
     cdef int rank
     cdef ProcessSets psets              # the engine's
     cdef size_t inline_threshold        # FUSE_INLINE_THRESHOLD (bytes times members)
+    cdef size_t shm_threshold           # FUSE_SHM_THRESHOLD: shared memory wins from here
     cdef uint32_t cache_capacity        # 0: the response cache is off
     # this rank's requests sent and not yet finished, by _key(pset, name)
     cdef unordered_map[string, Request] inflight
@@ -24,5 +25,5 @@ cdef class Submitter:
     cdef void pack(self, vector[Request]& batch, string& msg) noexcept nogil
     cdef bint repack(self, uint32_t slot, uint32_t gen, string& msg) noexcept nogil
     cdef void learn(self, const Response& resp) noexcept nogil
-    cdef bint inlines(self, size_t nbytes, size_t members) noexcept nogil
+    cdef bint inlines(self, int kind, int pset, size_t nbytes) noexcept nogil
     cdef void _attach_inline(self, Request& r) noexcept nogil

@@ -21,13 +21,14 @@ cdef class Submitter:
     """Args:
         rank: this rank.
         psets: the engine's process sets.
-        config: the knobs (inline_threshold, cache_capacity).
+        config: the knobs (inline_threshold, shm_threshold, cache_capacity).
     """
 
     def __init__(self, int rank, ProcessSets psets, config):
         self.rank = rank
         self.psets = psets
         self.inline_threshold = config.inline_threshold
+        self.shm_threshold = config.shm_threshold
         self.cache_capacity = config.cache_capacity
 
     cdef void pack(self, vector[Request]& batch, string& msg) noexcept nogil:
@@ -91,25 +92,35 @@ cdef class Submitter:
             self.wcache[key] = wc
             self.wslot_owner[resp.slots[i]] = key
 
-    cdef bint inlines(self, size_t nbytes, size_t members) noexcept nogil:
-        """Whether a collective of ``nbytes`` per member travels inline with negotiation."""
-        return self.inline_threshold != 0 and nbytes != 0 and nbytes * members <= self.inline_threshold
+    cdef bint inlines(self, int kind, int pset, size_t nbytes) noexcept nogil:
+        """Whether a collective (``kind``) of ``nbytes`` per member in process set ``pset``
+        travels inline with negotiation.  Where the set reduces through same-host shared
+        memory, that path takes every allreduce from FUSE_SHM_THRESHOLD up, inline-sized or
+        not: it is the faster one there (bench/crossover.py measures where the two cross), and
+        every rank decides alike, since shared memory is installed on all of them before the
+        engine starts."""
+        cdef PSet* ps
+        if self.inline_threshold == 0 or nbytes == 0 or self.psets.map.count(pset) == 0:
+            return False
+        ps = &self.psets.map[pset]
+        if (kind == K_ALLREDUCE and ps.shm != NULL and self.shm_threshold != 0
+                and nbytes >= self.shm_threshold):
+            return False
+        return nbytes * ps.ranks.size() <= self.inline_threshold
 
     cdef void _attach_inline(self, Request& r) noexcept nogil:
         """Small allreduces (and a small broadcast's root) send their values with the request:
         the coordinator then computes the result itself and no backend collective runs.  One
         round trip instead of negotiation plus a ring, for latency-bound tensors."""
         cdef size_t nbytes
-        cdef size_t members
         if self.inline_threshold == 0 or self.psets.map.count(r.pset) == 0:
             return
         if not (r.kind == K_ALLREDUCE or (r.kind == K_BROADCAST and r.root == self.rank)):
             return
         if r.on_device:         # the values are in device memory: the device executor moves them
             return
-        members = self.psets.map[r.pset].ranks.size()
         nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
-        if not self.inlines(nbytes, members):
+        if not self.inlines(r.kind, r.pset, nbytes):
             return
         r.data.assign(<const char*>r.inp, nbytes)
         if r.kind == K_ALLREDUCE:

@@ -7,7 +7,9 @@ secret (``FUSE_SECRET_KEY``, from the chart's Secret) with every request, announ
 its slots (``--slots``, default ``FUSE_AGENT_SLOTS`` or 1), and then serves the driver
 (:class:`fuse.runner.store_hosts.HostLoop`): each worker it is given runs the driver's command
 with the driver's variables, its output goes to the agent's own (the pod's log) with the
-``[rank]<stream>:`` prefix.
+``[rank]<stream>:`` prefix.  With ``FUSE_AGENT_PRELOAD`` set (fuse's image sets it), a zygote
+(:mod:`fuse.runner.zygote`) imports those modules first, the agent announces itself only once
+they are imported, and ranks whose command is this Python fork from the zygote.
 
 Every way it ends is bounded and said in one line:
 
@@ -36,14 +38,17 @@ from typing import Mapping, Sequence
 
 from fuse.cluster.store import HTTPStore, secret_from_env
 
-from .rank_process import RankProcess
+from .rank_process import ForkedRank, RankProcess
 from .store_hosts import HostKeys, HostLoop, RunningWorker
 from .worker_env import worker_env
+from .zygote import Zygote, preload_modules, python_command
 
 __all__ = ["KEYS", "main", "parse_driver"]
 
 KEYS = HostKeys("agents/")
 PROG = "fuse agent"
+# How long the agent waits for its zygote's imports before it joins without one.
+_ZYGOTE_READY_SECONDS = 120.0
 
 
 class AgentError(Exception):
@@ -72,7 +77,7 @@ def _positive(name: str, text: str, kind=int):
     return value
 
 
-def _launcher(environ: Mapping[str, str]):
+def _launcher(environ: Mapping[str, str], zygote: Zygote | None = None):
     def launch(request: dict, n: int) -> RunningWorker:
         given = request["env"]
         argv = request.get("argv")
@@ -81,8 +86,17 @@ def _launcher(environ: Mapping[str, str]):
         env = dict(environ)
         env.update(worker_env(given, env))
         rank = int(given.get("FUSE_RANK", "-1"))
-        print(f"{PROG}: starting rank {rank} (worker {n}): {' '.join(argv)}", file=sys.stderr,
-              flush=True)
+        args = python_command(argv, env) if zygote is not None and zygote.ready else None
+        how = "forked from the zygote" if args else "a new process"
+        print(f"{PROG}: starting rank {rank} (worker {n}, {how}): {' '.join(argv)}",
+              file=sys.stderr, flush=True)
+        if args:
+            try:
+                return ForkedRank(*zygote.fork(args, env, os.getcwd()), rank)
+            except OSError as err:
+                print(f"{PROG}: {err}; starting rank {rank} as a new process", file=sys.stderr,
+                      flush=True)
+                zygote.close()
         try:
             return RankProcess(argv, env, rank)
         except OSError as err:
@@ -106,12 +120,18 @@ class _Failed(RunningWorker):
         return 127, [self.why]
 
 
-def connect(store: HTTPStore, loop: HostLoop, timeout: float) -> None:
-    """Announce ``loop``'s host to the driver, retrying until ``timeout`` seconds passed."""
+def connect(store: HTTPStore, loop: HostLoop, timeout: float, before_announce=None) -> None:
+    """Announce ``loop``'s host to the driver, retrying until ``timeout`` seconds passed.
+    ``before_announce()`` runs once the driver answered (and accepted the secret), just before
+    the announcement."""
     deadline = time.monotonic() + timeout
     last = None
     while True:
         try:
+            store.try_get(KEYS.done)     # reachable, and the secret accepted
+            if before_announce is not None:
+                before_announce()
+                before_announce = None
             loop.announce()
             return
         except PermissionError as err:
@@ -136,18 +156,38 @@ def run(driver: str, slots: int, connect_timeout: float, name: str | None = None
                          "job's Secret)", 2)
     store = HTTPStore(host, port, secret=secret, timeout=10.0)
     me = f"{name or socket.gethostname()}-{secrets.token_hex(3)}"
+    modules = preload_modules(environ)
+    zygote = Zygote.start(modules) if modules else None     # imports while we connect
     loop = HostLoop(store, KEYS, me, {"hostname": socket.gethostname(), "slots": slots},
-                    _launcher(environ))
-    connect(store, loop, connect_timeout)
-    print(f"{PROG}: {me} joined the driver at {host}:{port} with {slots} slot(s)",
-          file=sys.stderr, flush=True)
+                    _launcher(environ, zygote))
+
+    def warm() -> None:
+        """Join only once the zygote imported its modules: the job then takes this host in
+        when its ranks can start at once, not while they would still be importing."""
+        if zygote is None:
+            return
+        began = time.monotonic()
+        if zygote.wait_ready(_ZYGOTE_READY_SECONDS):
+            print(f"{PROG}: imported {', '.join(modules)} in "
+                  f"{time.monotonic() - began:.1f} s more (ranks fork from it)",
+                  file=sys.stderr, flush=True)
+        else:
+            print(f"{PROG}: no zygote ({zygote.why_not}); ranks start as new processes",
+                  file=sys.stderr, flush=True)
+
     try:
+        connect(store, loop, connect_timeout, warm)
+        print(f"{PROG}: {me} joined the driver at {host}:{port} with {slots} slot(s)",
+              file=sys.stderr, flush=True)
         loop.run()
     except PermissionError as err:
         raise AgentError(f"the driver at {host}:{port} refused this agent: {err}", 2) from None
     except (ConnectionError, OSError) as err:
         raise AgentError(f"lost the driver at {host}:{port} ({err}); stopped its workers") \
             from None
+    finally:
+        if zygote is not None:
+            zygote.close()
     print(f"{PROG}: the job is over", file=sys.stderr, flush=True)
     return 0
 

@@ -5,6 +5,7 @@ lines of its stderr kept for the failure's report, and its death tied to ours.""
 from __future__ import annotations
 
 import ctypes
+import os
 import signal
 import subprocess
 import sys
@@ -14,7 +15,8 @@ from typing import IO, Mapping, Sequence
 
 from .store_hosts import RunningWorker
 
-__all__ = ["start_rank_process", "wait_rank_process", "RankProcess"]
+__all__ = ["start_rank_process", "wait_rank_process", "forward_output", "RankProcess",
+           "ForkedRank"]
 
 _TAIL_LINES = 20
 
@@ -28,16 +30,24 @@ def start_rank_process(command: Sequence[str], env: Mapping[str, str], rank: int
     proc = subprocess.Popen(list(command), env=dict(env), stdin=subprocess.DEVNULL,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=_die_with_parent)
+    pumps, tail = forward_output(proc.stdout, proc.stderr, rank, prefix_timestamp)
+    return proc, pumps, tail
+
+
+def forward_output(stdout: IO[bytes], stderr: IO[bytes], rank: int,
+                   prefix_timestamp: bool = False) -> tuple[list[threading.Thread], list[str]]:
+    """Forward a rank's two pipes to ours (threads); returns them and the list that keeps the
+    last lines of its stderr."""
     tail: list[str] = []
-    pumps = [threading.Thread(target=_forward, args=(proc.stdout, sys.stdout, rank,
+    pumps = [threading.Thread(target=_forward, args=(stdout, sys.stdout, rank,
                                                      "stdout", prefix_timestamp, None),
                               daemon=True),
-             threading.Thread(target=_forward, args=(proc.stderr, sys.stderr, rank,
+             threading.Thread(target=_forward, args=(stderr, sys.stderr, rank,
                                                      "stderr", prefix_timestamp, tail),
                               daemon=True)]
     for pump in pumps:
         pump.start()
-    return proc, pumps, tail
+    return pumps, tail
 
 
 def wait_rank_process(proc: subprocess.Popen, pumps: list[threading.Thread]) -> int:
@@ -104,3 +114,44 @@ class RankProcess(RunningWorker):
 
     def finish(self) -> tuple[int, list[str]]:
         return wait_rank_process(self.proc, self.pumps), list(self.tail)
+
+
+class ForkedRank(RunningWorker):
+    """A rank's process forked by the agent's zygote (:mod:`fuse.runner.zygote`): not our child,
+    so its end is read from the status pipe the zygote writes its exit code to."""
+
+    def __init__(self, pid: int, stdout: IO[bytes], stderr: IO[bytes], status_fd: int,
+                 rank: int):
+        self.pid, self.status_fd = pid, status_fd
+        self.returncode: int | None = None
+        self.pumps, self.tail = forward_output(stdout, stderr, rank)
+        os.set_blocking(status_fd, False)
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                data = os.read(self.status_fd, 32)
+            except BlockingIOError:
+                return None
+            self._ended(data)
+        return self.returncode
+
+    def _ended(self, data: bytes) -> None:
+        # empty: the zygote died before it could say (its child dies with it): a kill
+        self.returncode = int(data) if data.strip() else -signal.SIGKILL
+        os.close(self.status_fd)
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def finish(self) -> tuple[int, list[str]]:
+        if self.returncode is None:
+            os.set_blocking(self.status_fd, True)
+            self._ended(os.read(self.status_fd, 32))
+        for pump in self.pumps:
+            pump.join(timeout=5.0)
+        return self.returncode, list(self.tail)

@@ -85,7 +85,7 @@ def wait(cluster: Cluster, driver: str, predicate, timeout: float, what: str):
         time.sleep(0.1)
 
 
-def elastic_run(shared: Path, workdir: Path, steps: int = 150) -> dict:
+def elastic_run(shared: Path, workdir: Path, steps: int = 300) -> dict:
     """Agent mode: 2 worker pods train; one is killed (SIGKILL, as a lost node does); the job
     re-forms on the other; a third pod starts and the job grows.  Returns the timings and the
     outcome (the caller checks it)."""
@@ -104,15 +104,18 @@ def elastic_run(shared: Path, workdir: Path, steps: int = 150) -> dict:
                                                     if c[0] > killed_at and c[2] == 1],
                           120, "a commit of the survivor alone")
         joined_at = time.time()
-        cluster.start("StatefulSet", 2)
+        added = cluster.start("StatefulSet", 2)
         after_join = wait(cluster, driver, lambda: [c for c in commits(shared)
                                                     if c[0] > joined_at and c[2] == 2],
                           120, "a commit with the added pod")
+        # when the added agent joined the driver (its zygote warm): the join's two parts
+        agent_joined = cluster.when_logged(added, "joined the driver")
         wait(cluster, driver, lambda: cluster.exit_code(driver) is not None or None, 300,
              "the driver's end")
         return {"driver_exit": cluster.exit_code(driver), "driver_log": cluster.logs(driver),
                 "recovery_s": after_kill[0][0] - killed_at,
                 "join_s": after_join[0][0] - joined_at,
+                "agent_ready_s": None if agent_joined is None else agent_joined - joined_at,
                 "results": results(shared), "reference": reference(steps), "steps": steps}
     finally:
         cluster.close()

@@ -14,6 +14,7 @@ Resources, probes and scheduling fields are not played: podman cannot give GPUs 
 
 from __future__ import annotations
 
+import datetime
 import os
 import shutil
 import subprocess
@@ -148,6 +149,20 @@ class Cluster:
     def logs(self, name: str) -> str:
         r = podman("logs", name, check=False)
         return r.stdout + r.stderr
+
+    def when_logged(self, name: str, text: str) -> float | None:
+        """The time (epoch seconds, podman's own timestamp) of the first line of ``name``'s
+        log that holds ``text``; None if none does."""
+        r = podman("logs", "-t", name, check=False)
+        for line in (r.stdout + r.stderr).splitlines():
+            stamp, _, rest = line.partition(" ")
+            if text in rest:
+                day, _, clock = stamp.rstrip("Z").partition("T")
+                whole, _, frac = clock.partition(".")
+                when = datetime.datetime.fromisoformat(f"{day}T{whole}").replace(
+                    tzinfo=datetime.timezone.utc)
+                return when.timestamp() + float("0." + (frac.split("+")[0] or "0"))
+        return None
 
 
 def shared_dir(tmp_path: Path) -> Path:

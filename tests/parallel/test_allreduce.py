@@ -282,7 +282,7 @@ def test_large_allreduce_splits_in_two_halves(threshold, expect_split):
 
 def shared_memory_average(count: int) -> dict:
     """Allreduces large enough for the same-host shared-memory path (FUSE_SHM_THRESHOLD,
-    256 KiB): an Average of odd length (uneven parts, two chunks), scaled inside the
+    16 KiB): an Average of odd length (uneven parts, two chunks), scaled inside the
     reduction, an int64 Sum, and a burst of back-to-back calls of changing sizes (a rank that
     starts the next call must not overwrite what a slower peer still reads from the last)."""
     import fuse
@@ -312,6 +312,44 @@ def test_shared_memory_allreduce_on_one_host(np_, threshold, used):
     env = {} if threshold is None else {"FUSE_SHM_THRESHOLD": threshold}
     out = run_job(shared_memory_average, np_, env, args=(300001,))
     assert out == [{"average": True, "sum": True, "burst": True, "shm": used}] * np_, out
+
+
+def path_by_size() -> dict:
+    """Which path each size takes on one host: below FUSE_SHM_THRESHOLD small allreduces
+    travel inline; from it up shared memory takes them, even those the inline threshold would
+    have sent inline (20 KiB times 2 ranks is under its 64 KiB), and the sizes between the
+    two old thresholds (128 KiB) no longer reach the backend's ring.  The engine's counters
+    say which path ran; the results must be right on every one."""
+    import fuse
+    from fuse.worker import lifecycle
+
+    fuse.init()
+    try:
+        r, n = fuse.rank(), fuse.size()
+        engine = lifecycle.engine()
+        out = {}
+        for label, nbytes in (("1 KiB", 1024), ("20 KiB", 20 * 1024), ("128 KiB", 128 * 1024)):
+            before = engine.stats()
+            got = fuse.allreduce(np.full(nbytes // 4, r + 1, np.float32), name=label,
+                                 op=fuse.Sum)
+            after = engine.stats()
+            out[label] = ("inline" if after["inline"] > before["inline"] else
+                          "shm" if after["shm"] > before["shm"] else "backend",
+                          bool((got == n * (n + 1) // 2).all()))
+        return out
+    finally:
+        fuse.shutdown()
+
+
+@pytest.mark.parametrize("threshold,paths", [
+    (None, ("inline", "shm", "shm")),
+    ("0", ("inline", "inline", "backend")),     # shared memory off: the inline threshold rules
+])
+def test_allreduce_path_by_size_on_one_host(threshold, paths):
+    env = {} if threshold is None else {"FUSE_SHM_THRESHOLD": threshold}
+    out = run_job(path_by_size, 2, env)
+    expect = dict(zip(("1 KiB", "20 KiB", "128 KiB"), ((p, True) for p in paths)))
+    assert out == [expect] * 2, out
 
 
 def shared_region_allreduces(count: int) -> dict:
@@ -413,8 +451,10 @@ def lone_synchronous_calls() -> dict:
 @pytest.mark.parametrize("np_,spin", [(2, "20000"), (3, "20000"), (2, "0")])
 def test_waiting_thread_drives_a_lone_collective(np_, spin):
     # 20 ms of spin, not the default 0.1 ms: with 3 ranks on 2 cores a peer is often not
-    # running within 0.1 ms, and every rank must drive at least once; 0.2 s still outlasts it
-    out = run_job(lone_synchronous_calls, np_, {"FUSE_SPIN_TIME_US": spin})
+    # running within 0.1 ms, and every rank must drive at least once; 0.2 s still outlasts it.
+    # Shared memory off: on one host it would take the "backend" allreduce (and drive it)
+    out = run_job(lone_synchronous_calls, np_, {"FUSE_SPIN_TIME_US": spin,
+                                               "FUSE_SHM_THRESHOLD": "0"})
     ok = {"small": True, "backend": True, "gather": True, "bcast": True, "late": True,
           "backend driven": 0}
     assert out == [ok | {"driven": spin != "0"}] * np_, out

@@ -72,3 +72,55 @@ def test_fork_after_init(mode):
             assert "call fuse.init() in the child" in child[call], (r, call, child)
         if mode == "reinit":
             assert child["own_job"] == [7.0, 7.0, 7.0], (r, child)
+
+
+def _init_in_forked_children(pause_rank: int):
+    """Each rank forks two children one after the other, as a forked test harness does
+    (Horovod's CI: ``horovodrun pytest --forked``); every child inits, reduces and leaves
+    without shutdown().  ``pause_rank`` starts its second child late, so the other rank's
+    second child looks up its address while only the first child's is there to find."""
+    import json
+    import os
+    import time
+
+    import numpy as np
+    import fuse
+
+    r = int(os.environ["FUSE_RANK"])
+    outcomes = []
+    for k in range(2):
+        if k == 1 and r == pause_rank:
+            time.sleep(2.0)
+        read_end, write_end = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(read_end)
+            try:
+                fuse.init()
+                out = fuse.allreduce(np.full(3, float(r + 1)), name=f"child{k}", op=fuse.Sum)
+                # Both ranks are past init() once the allreduce returns: the addresses the
+                # world published must be gone (a fresh process's first epoch is 0).
+                from fuse.cluster.store import store_from_config
+                from fuse.config import Config
+                store = store_from_config(Config.from_env())
+                left = [i for i in range(2) if store.try_get(f"gloo/0/g0/{i}") is not None]
+                seen = [out.tolist(), left]
+            except Exception as e:
+                seen = f"{type(e).__name__}: {e}"
+            os.write(write_end, json.dumps(seen).encode())
+            os._exit(0)
+        os.close(write_end)
+        with os.fdopen(read_end, "rb") as f:
+            outcomes.append(json.loads(f.read() or b'"no answer"'))
+        os.waitpid(pid, 0)
+    return outcomes
+
+
+def test_init_again_in_a_new_process_of_the_same_rank():
+    # Before: the first children's addresses stayed in the store, and a second child counts
+    # its rendezvous epochs from 0 again, so it could connect to the first child's address:
+    # "gloo: cannot connect group rank 1 of 2 (rendezvous keys 'gloo/0/g0/*'): connect
+    # [127.0.0.1]:<port>: Connection refused" (when it is the side of the pair that dials).
+    results = run_job(_init_in_forked_children, 2, args=(1,), timeout=90)
+    for r, outcomes in enumerate(results):
+        assert outcomes == [[[3.0, 3.0, 3.0], []], [[3.0, 3.0, 3.0], []]], (r, outcomes)

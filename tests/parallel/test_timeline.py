@@ -110,7 +110,10 @@ def test_env_timeline_phases(tmp_path):
     path = str(tmp_path / "timeline.json")
     out = run_job(_env_timeline_job, 2, args=(path,),
                   env={"FUSE_TIMELINE": path, "FUSE_TIMELINE_MARK_CYCLES": "1",
-                       "FUSE_INLINE_THRESHOLD": "0"})
+                       "FUSE_INLINE_THRESHOLD": "0",
+                       # the fused 40 KB tensors go to the backend, the 400 KB one through
+                       # shared memory (by default that takes both from 16 KiB)
+                       "FUSE_SHM_THRESHOLD": str(256 * 1024)})
     assert_counts([r["checks"] for r in out])
     # the backend's own phases carry its name (tests/mpi runs this test on MPI too)
     backend = out[0]["backend"].upper()

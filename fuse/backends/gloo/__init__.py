@@ -19,6 +19,7 @@ from typing import Sequence
 from fuse.backends.base import Backend, Group, exchange_bytes
 from fuse.backends.gloo.errors import GlooError
 from fuse.backends.gloo.peer_proof import prove_peers
+from fuse.backends.gloo.published_keys import PublishedKeys
 from fuse.cluster.store import secret_from_env
 
 __all__ = ["GlooBackend", "GlooError", "choose_address"]
@@ -119,11 +120,17 @@ class GlooBackend(Backend):
 
     def _connect(self, ranks: list[int], group_id: int) -> Group:
         prefix = f"{self._prefix}g{group_id}/"
+        store = PublishedKeys(self._store) if len(ranks) > 1 else None
         context = self._native.GlooContext(
-            self._device, ranks.index(self.rank), len(ranks), self.timeout,
-            self._store if len(ranks) > 1 else None, prefix)
+            self._device, ranks.index(self.rank), len(ranks), self.timeout, store, prefix)
         self._groups[group_id] = context
         prove_peers(context, ranks, self.rank, prefix, secret_from_env())
+        if store is not None:
+            # Past this barrier every member has made its context, so has read our address;
+            # a later process of this rank, counting its epochs from 0 again, must not find it
+            # (see published_keys).
+            context.barrier()
+            store.drop()
         return context
 
     def exchange(self, data: bytes) -> list[bytes]:

@@ -37,6 +37,32 @@ class ModelStateHandler(StateDictHandler):
 
 
 class OptimizerStateHandler(StateDictHandler):
+    """The optimizer's state dict and, for a DistributedOptimizer with
+    ``Compression.powersgd``, its PowerSGD state (iteration, Q's, this rank's errors): saved at
+    commit, put back at restore; ``sync`` gives every rank rank 0's state (each rank keeps its
+    own errors; a new one starts without)."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._saved_compression = self._compression_state()
+
+    def _powersgd(self):
+        return getattr(self.value, "__dict__", {}).get("_powersgd")
+
+    def _compression_state(self):
+        powersgd = self._powersgd()
+        return powersgd.state_dict() if powersgd is not None else None
+
+    def save(self):
+        super().save()
+        self._saved_compression = self._compression_state()
+
+    def restore(self):
+        super().restore()
+        powersgd = self._powersgd()
+        if powersgd is not None and self._saved_compression is not None:
+            powersgd.load_state_dict(self._saved_compression)
+
     def sync(self):
         broadcast_optimizer_state(self.value, root_rank=0)
 

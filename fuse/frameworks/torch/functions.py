@@ -96,7 +96,8 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
     at the first step: the root's state dict travels as a skeleton (structure, scalars, and
     the shape/dtype of each tensor) and the tensors follow as in-place broadcasts, so a rank
     whose state is still empty allocates it from the root's.  ``model`` is accepted for
-    compatibility.
+    compatibility.  A ``DistributedOptimizer`` with ``Compression.powersgd`` also gets the
+    root's PowerSGD iteration and Q's.
 
     As after Horovod's (which takes a step on zero gradients to create the state), every
     parameter that requires grad has a ``.grad`` tensor afterwards: a missing one is set to
@@ -120,6 +121,20 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
         mpi_ops.synchronize(h)
     if me != root_rank:
         optimizer.load_state_dict(_fill(skeleton, work))
+    _broadcast_compression_state(optimizer, root_rank, process_set)
+
+
+def _broadcast_compression_state(optimizer, root_rank, process_set) -> None:
+    """A DistributedOptimizer's PowerSGD: the state every rank must agree on (iteration, Q's)
+    from ``root_rank``; each rank keeps its own error feedback."""
+    powersgd = getattr(optimizer, "__dict__", {}).get("_powersgd")
+    if powersgd is None:
+        return
+    shared = _c.broadcast_object(powersgd.shared_state() if lifecycle.rank() == root_rank
+                                 else None, root_rank, name="broadcast_optimizer_state.powersgd",
+                                 process_set=process_set)
+    if lifecycle.rank() != root_rank:
+        powersgd.load_shared_state(shared)
 
 
 def _fill_missing_grads(optimizer) -> None:

@@ -12,6 +12,10 @@ How it works:
 * ``step()`` first calls :meth:`synchronize`, which submits whatever the hooks did not (unused
   parameters are reduced as zeros, so no rank waits for a gradient another rank never makes),
   waits for every handle and writes decompressed results back into ``p.grad``.
+* With ``Compression.powersgd(...)`` (:mod:`fuse.collectives.powersgd`), once it is active the
+  hook of a gradient worth compressing feeds its error back and computes its P at once; the
+  last one starts the single allreduce of every P, and ``synchronize`` does the rest (the Q's
+  in one more allreduce).  The other gradients are allreduced as without compression.
 * Without compression, after the first step the gradients the engine would fuse live back to
   back in one buffer, in backward order (:mod:`.grad_layout`), so it reduces them in place.
 
@@ -33,7 +37,8 @@ import torch
 from fuse.worker import lifecycle
 from fuse.worker import state as job_state
 from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
-from fuse.collectives.ops import Adasum, Average
+from fuse.collectives.ops import Adasum, Average, Sum
+from fuse.collectives.powersgd import PowerSGD
 from fuse.worker.process_sets import global_process_set
 from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
@@ -107,7 +112,8 @@ class DistributedOptimizer:
     Args:
         optimizer: any ``torch.optim.Optimizer``.
         named_parameters: ``model.named_parameters()``; names the collectives (recommended).
-        compression: ``Compression.none``, ``.fp16`` or ``.bf16`` for the wire.
+        compression: ``Compression.none``, ``.fp16`` or ``.bf16`` for the wire, or
+            ``Compression.powersgd(rank=4, start_iter=10)`` (an object: one per optimizer).
         backward_passes_per_step: local accumulation: reduce every N backward passes.
         op: ``Average`` (default), ``Sum``, or ``Adasum`` (the workers' optimizer steps
             combined with Adasum: see :mod:`.adasum_optimizer`).
@@ -138,7 +144,13 @@ class DistributedOptimizer:
         check_optimizer(optimizer)
         d = self.__dict__
         d["_opt"] = optimizer
-        d["_compression"] = compression
+        if compression is PowerSGD:
+            raise TypeError("Compression.powersgd makes a compressor with settings: pass "
+                            "Compression.powersgd(rank=4, start_iter=10), not the class")
+        # a stateful compressor (PowerSGD) runs its own step; the rest travels uncompressed
+        d["_powersgd"] = compression if isinstance(compression, PowerSGD) else None
+        d["_psgd_step"] = None      # this step's PowerSGDStep, once a hook made it
+        d["_compression"] = Compression.none if self._powersgd is not None else compression
         d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
         d["_sparse_as_dense"] = sparse_as_dense
         d["_process_set"] = process_set
@@ -176,6 +188,15 @@ class DistributedOptimizer:
         # compressed gradients travel as new tensors, so only uncompressed ones get slots
         d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
                         else None)
+        if self._powersgd is not None:
+            self._powersgd.bind(self)
+            if self._op not in (Average, Sum):
+                raise ValueError("Compression.powersgd reduces with op=Average or op=Sum")
+            # which gradients are compressed is fixed by the parameters' shapes and dtypes
+            d["_psgd_ranks"] = {i: self._powersgd.rank_for(tuple(p.shape),
+                                                             str(p.dtype).replace("torch.", ""))
+                                for i, p in enumerate(params)
+                                if p.requires_grad and p.device.type == "cpu"}
         if self._active:
             for p in params:
                 if p.requires_grad:
@@ -231,6 +252,7 @@ class DistributedOptimizer:
         d["_densified"] = set()
         d["_group_ready"] = [0] * len(self._groups)
         d["_synchronized"] = False
+        d["_psgd_step"] = None
         self._counter.reset()
         if self._layout is not None:
             d["_layout"] = GradientLayout()
@@ -257,10 +279,47 @@ class DistributedOptimizer:
             self._densified.add(i)      # handed back sparse after the reduction (Horovod)
         return p.grad
 
+    def _compressing(self, i) -> int:
+        """The PowerSGD rank of parameter ``i``'s gradient this step (0: not compressed)."""
+        if self._powersgd is None or not self._powersgd.active():
+            return 0
+        return self._psgd_ranks.get(i, 0)
+
+    def _powersgd_step(self):
+        """This step's PowerSGDStep, made by the first gradient that needs it."""
+        if self._psgd_step is None:
+            entries = []
+            for i, r in sorted(self._psgd_ranks.items()):
+                if r:
+                    shape = tuple(self._params[i].shape)
+                    entries.append((self._wire_names[i], (shape[0], self._params[i].numel()
+                                                          // shape[0]), r))
+            self.__dict__["_psgd_step"] = self._powersgd.step(
+                entries, self._process_set, self._op, name="powersgd." + self._wire_names[0])
+        return self._psgd_step
+
+    def _add_compressed(self, i, p) -> None:
+        """Hand parameter ``i``'s gradient to this step's PowerSGD (as an n x m view of its
+        memory, where the approximation is written back)."""
+        if p.grad is None:
+            p.grad = torch.zeros_like(p, memory_format=torch.contiguous_format)
+        elif p.grad.is_sparse:
+            p.grad = p.grad.to_dense()      # a sparse gradient of a matrix: compressed dense
+        elif not p.grad.is_contiguous():
+            p.grad = p.grad.contiguous()
+        step = self._powersgd_step()
+        shape = tuple(p.shape)
+        matrix = p.grad.detach().numpy().reshape(shape[0], -1)
+        if step.add(self._wire_names[i], matrix):
+            step.start()        # the last one: every P in one allreduce
+
     def _submit(self, g):
         members = self._groups[g]
         sparse, dense = [], []
         for i in members:
+            if self._compressing(i):
+                self._add_compressed(i, self._params[i])
+                continue
             grad = self._grad_for_wire(i, self._params[i])
             if grad.is_sparse:
                 wait = mpi_ops.sparse_allreduce_async(grad, self._wire_names[i], self._op,
@@ -299,6 +358,12 @@ class DistributedOptimizer:
             if any(self._params[i].requires_grad for i in members):
                 self._submit(g)
         first_error = None
+        if self._psgd_step is not None:
+            step, self.__dict__["_psgd_step"] = self._psgd_step, None
+            try:
+                step.finish()
+            except Exception as err:   # still wait for the uncompressed gradients
+                first_error = err
         for g in sorted(self._handles):
             entries = self._handles[g]
             try:
@@ -330,6 +395,8 @@ class DistributedOptimizer:
         self._counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True
+        if self._powersgd is not None:
+            self._powersgd.end_step()
         if first_error is not None:
             raise first_error
 

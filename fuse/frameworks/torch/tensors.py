@@ -91,4 +91,4 @@ class TorchOps(ArrayOps):
         return tensor.to(_BY_NAME[name])
 
 
-Compression = _compression.compression_for(TorchOps())
+Compression = _compression.compression_for(TorchOps(), powersgd=True)
