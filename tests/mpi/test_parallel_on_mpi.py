@@ -21,7 +21,11 @@ other test function of tests/parallel is imported here):
   (``test_a_dead_rank_does_not_hang_the_others``) and ``fuserun --mpi``;
   ``test_fork_after_init`` (test_fork.py) forks a process after init(), which MPI libraries
   do not support in an initialised process (the child's first fuse call raises before any MPI
-  call either way: that check is the engine's, not the backend's).
+  call either way: that check is the engine's, not the backend's);
+  ``test_init_again_in_a_new_process_of_the_same_rank`` (test_fork.py) checks that the Gloo
+  backend's rendezvous keys are gone once a group has formed, so that a forked child of the same
+  rank can init() again; MPI has no such keys, and an MPI library cannot be initialised in a
+  forked child of an initialised process.
 """
 
 from __future__ import annotations
@@ -84,7 +88,8 @@ LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_availabl
             "test_a_stopped_coordinator_is_named_by_the_waiting_workers",
             "test_a_rank_stopped_inside_a_shared_memory_allreduce_is_named",
             "test_a_stopped_coordinator_inside_a_shared_memory_allreduce_is_named",
-            "test_twenty_reforms_leak_nothing", "test_fork_after_init"}
+            "test_twenty_reforms_leak_nothing", "test_fork_after_init",
+            "test_init_again_in_a_new_process_of_the_same_rank"}
 
 pytestmark = pytest.mark.timeout(180)
 
