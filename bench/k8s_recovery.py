@@ -17,7 +17,6 @@ also checks the weights (each step applied once).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -26,6 +25,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "tests" / "kubernetes"))
+sys.path.insert(0, str(HERE))
+
+import common  # noqa: E402
 
 from agent_job import elastic_run  # noqa: E402
 from pods import remove, shared_dir  # noqa: E402
@@ -59,8 +61,7 @@ def main() -> None:
     print(f"median of {len(runs)}: kill -> next commit {summary['recovery_median_s']:.2f} s, "
           f"added pod -> commit {summary['join_median_s']:.2f} s (load "
           f"{summary['load'][0]:.1f})")
-    if args.json:
-        Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")
+    common.write_json(args.json, summary)
 
 
 if __name__ == "__main__":

@@ -36,6 +36,9 @@ import threading
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, BENCH_DIR)
+import common  # noqa: E402
+
 SLOW_HOST = "127.0.0.2"
 
 WORKER = f"""
@@ -316,9 +319,7 @@ def main() -> None:
                "finished": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     print(json.dumps({k: v for k, v in summary.items() if k not in ("runs", "equal_runs")},
                      indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(summary, f, indent=1)
+    common.write_json(args.json, summary)
 
 
 if __name__ == "__main__":

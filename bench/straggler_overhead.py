@@ -74,9 +74,7 @@ def main() -> None:
            "samples_ms": {k: [v * 1000 for v in vs] for k, vs in samples.items()},
            "load_1min_start": load, "load_1min_end": os.getloadavg()[0]}
     print(json.dumps(out, indent=1))
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(out, f, indent=1)
+    common.write_json(args.json, out)
 
 
 if __name__ == "__main__":
