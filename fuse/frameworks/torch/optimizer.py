@@ -15,7 +15,8 @@ How it works:
 * With ``Compression.powersgd(...)`` (:mod:`fuse.collectives.powersgd`), once it is active the
   hook of a gradient worth compressing feeds its error back and computes its P at once; the
   last one starts the single allreduce of every P, and ``synchronize`` does the rest (the Q's
-  in one more allreduce).  The other gradients are allreduced as without compression.
+  in one more allreduce).  The other gradients (biases, norms: small) are held back and
+  allreduced from ``synchronize`` as one grouped call beside the P and Q messages.
 * Without compression, after the first step the gradients the engine would fuse live back to
   back in one buffer, in backward order (:mod:`.grad_layout`), so it reduces them in place.
 
@@ -150,6 +151,8 @@ class DistributedOptimizer:
         # a stateful compressor (PowerSGD) runs its own step; the rest travels uncompressed
         d["_powersgd"] = compression if isinstance(compression, PowerSGD) else None
         d["_psgd_step"] = None      # this step's PowerSGDStep, once a hook made it
+        # a compressed step's uncompressed dense gradients, held back (see _submit_plain)
+        d["_psgd_plain"] = [] if self._powersgd is not None else None
         d["_compression"] = Compression.none if self._powersgd is not None else compression
         d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
         d["_sparse_as_dense"] = sparse_as_dense
@@ -253,6 +256,8 @@ class DistributedOptimizer:
         d["_group_ready"] = [0] * len(self._groups)
         d["_synchronized"] = False
         d["_psgd_step"] = None
+        if self._psgd_plain is not None:
+            d["_psgd_plain"] = []
         self._counter.reset()
         if self._layout is not None:
             d["_layout"] = GradientLayout()
@@ -329,6 +334,11 @@ class DistributedOptimizer:
             wire, ctx = self._compression.compress(grad)
             if not wire.is_contiguous():
                 wire = wire.contiguous()
+            if self._psgd_plain is not None and self._powersgd.active():
+                # a compressed step's small uncompressed gradients (biases, norms) go as one
+                # grouped allreduce from synchronize: one negotiation instead of ~100
+                self._psgd_plain.append(_InFlight(i, None, wire, ctx))
+                continue
             dense.append(_InFlight(i, None, wire, ctx))
         if len(members) == 1 and dense:
             (e,) = dense
@@ -345,6 +355,18 @@ class DistributedOptimizer:
                 process_set=self._process_set)
         self._handles[g] = sparse + dense
 
+    def _submit_plain(self) -> None:
+        """Submit the uncompressed gradients a compressed step held back, as one grouped
+        allreduce in parameter order (hooks run in each rank's own order; every rank holds
+        the same set once every group was submitted)."""
+        plain = sorted(self._psgd_plain, key=lambda e: e.index)
+        self._psgd_plain.clear()
+        plain[0].handle = mpi_ops.grouped_allreduce_async_(
+            [e.wire for e in plain], name="grouped_allreduce.powersgd_plain."
+            + self._wire_names[plain[0].index], op=self._op, prescale_factor=self._prescale,
+            postscale_factor=self._postscale, process_set=self._process_set)
+        self._handles[len(self._groups)] = plain     # a key after every group's
+
     def synchronize(self):
         """Finish every gradient's allreduce and write the results into ``p.grad``."""
         self._follow_engine()
@@ -357,6 +379,8 @@ class DistributedOptimizer:
                 continue
             if any(self._params[i].requires_grad for i in members):
                 self._submit(g)
+        if self._psgd_plain:
+            self._submit_plain()
         first_error = None
         if self._psgd_step is not None:
             step, self.__dict__["_psgd_step"] = self._psgd_step, None
