@@ -27,6 +27,12 @@ errors, the random generator).  A distributed optimizer drives one step through
 :class:`PowerSGDStep`: ``add(key, matrix_view)`` as each gradient is ready (error feedback
 and ``P = MQ`` run at once, while backward computes the rest), ``start()`` sends the fused P,
 ``finish()`` does the rest and writes the approximations into the gradients' own memory.
+
+The passes over the gradients run in fuse.engine.lowrank (csrc/lowrank.h), one row at a
+time in cache: per step and compressed gradient, one pass reading the gradient and the kept
+``M + E`` and writing the new one (with P computed from it on the way), one reading it for Q
+and one writing ``P Q^T`` into the gradient.  Q is kept transposed (r x m: the layout of the
+fused Q message too), so that every inner loop runs along a row of M.
 """
 
 from __future__ import annotations
@@ -38,6 +44,7 @@ import numpy as np
 from fuse.collectives import calls
 from fuse.collectives.array_ops import NumpyOps
 from fuse.collectives.ops import Average, Sum, op_name
+from fuse.engine import lowrank
 from fuse.worker.process_sets import global_process_set
 
 _NUMPY = NumpyOps()
@@ -84,8 +91,8 @@ class _Slot:
     key: str
     matrix: np.ndarray | None       # M (+ E with error feedback: then the error's buffer)
     rank: int
-    p: np.ndarray
-    q: np.ndarray
+    p: np.ndarray                   # n x r
+    q: np.ndarray                   # Q transposed: r x m
     out: np.ndarray | None = None   # the gradient's memory, where P Q^T goes
 
 
@@ -124,7 +131,7 @@ class PowerSGD:
         self.orthogonalization_epsilon = float(orthogonalization_epsilon)
         self.random_seed = int(random_seed)
         self.iteration = 0
-        self.qs: dict[str, np.ndarray] = {}         # the same on every rank
+        self.qs: dict[str, np.ndarray] = {}         # Q^T (r x m), the same on every rank
         # this rank's errors, kept as what the last step approximated (M + E) and the
         # approximation (P, Q): E = (M + E) - P Q^T is formed where the next step reads it,
         # a block of rows at a time in cache, instead of in passes over memory of its own
@@ -192,7 +199,7 @@ class PowerSGD:
         out = {}
         for key, target in self.targets.items():
             approx = self.approximations.get(key)
-            out[key] = target - approx[0] @ approx[1].T if approx is not None else target.copy()
+            out[key] = target - approx[0] @ approx[1] if approx is not None else target.copy()
         return out
 
     def state_dict(self) -> dict:
@@ -221,7 +228,7 @@ class PowerSGD:
         self.rng.set_state(state["rng"])
         # an error of a shape the shared Q no longer matches cannot be fed back
         for k in [k for k, t in self.targets.items()
-                  if k not in self.qs or t.shape[1] != self.qs[k].shape[0]]:
+                  if k not in self.qs or t.shape[1] != self.qs[k].shape[1]]:
             del self.targets[k]
             self.approximations.pop(k, None)
 
@@ -254,15 +261,16 @@ class PowerSGDStep:
         po = qo = 0
         for key, (n, m), r in entries:
             s = _Slot(key, None, r, self.p_buffer[po:po + n * r].reshape(n, r),
-                      self.q_buffer[qo:qo + m * r].reshape(m, r))
+                      self.q_buffer[qo:qo + m * r].reshape(r, m))
             po += n * r
             qo += m * r
             q = state.qs.get(key) if state.warm_start else None
             if q is None or q.shape != s.q.shape:
-                # the same draw on every rank: one generator, seeded alike, entries in order
-                q = state.rng.standard_normal(s.q.shape).astype(WIRE_DTYPE)
+                # the same draw on every rank: one generator, seeded alike, entries in order;
+                # drawn as m x r, DDP's shape of Q
+                q = state.rng.standard_normal((m, r)).astype(WIRE_DTYPE).T
             s.q[...] = q
-            orthogonalize(s.q, state.orthogonalization_epsilon)
+            orthogonalize(s.q.T, state.orthogonalization_epsilon)
             self.slots[key] = s
             self.pending.add(key)
 
@@ -272,22 +280,24 @@ class PowerSGDStep:
         entry has been added."""
         st = self.state
         s = self.slots[key]
-        if matrix.shape != (s.p.shape[0], s.q.shape[0]):
+        if matrix.shape != (s.p.shape[0], s.q.shape[1]):
             raise ValueError(f"PowerSGD: gradient {key!r} has shape {matrix.shape}, the step "
-                             f"expected {(s.p.shape[0], s.q.shape[0])}")
+                             f"expected {(s.p.shape[0], s.q.shape[1])}")
         s.out = matrix
         if st.use_error_feedback:
             target = st.targets.get(key)
             if target is None or target.shape != matrix.shape:
                 target = st.targets[key] = matrix.copy()
                 st.approximations.pop(key, None)
-                np.matmul(target, s.q, out=s.p)
+                lowrank.project(target, s.q, s.p)
             else:
-                _feed_back(target, matrix, st.approximations.pop(key, None), s.q, s.p)
+                # E = (M' + E') - P' Q'^T, formed here, plus the new gradient, and its P
+                pa, qa = st.approximations.pop(key, (None, None))
+                lowrank.feed_back_project(target, matrix, pa, qa, s.q, s.p)
             s.matrix = target
         else:
             s.matrix = matrix
-            np.matmul(matrix, s.q, out=s.p)
+            lowrank.project(matrix, s.q, s.p)
         self.pending.discard(key)
         return not self.pending
 
@@ -314,37 +324,17 @@ class PowerSGDStep:
             return
         for s in self.slots.values():
             orthogonalize(s.p, st.orthogonalization_epsilon)
-            np.matmul(s.matrix.T, s.p, out=s.q)
+            lowrank.back_project(s.matrix, s.p, s.q)
         handle = calls.allreduce_async(_NUMPY, self.q_buffer, output=self.q_buffer,
                                        name=f"{self.name}.Q", op=self.op,
                                        process_set=self.process_set)
         calls.synchronize(handle)
         for s in self.slots.values():
-            np.matmul(s.p, s.q.T, out=s.out)      # the approximation, into the gradient
+            lowrank.expand(s.p, s.q, s.out)      # the approximation, into the gradient
             q = s.q.copy()      # never written in place: shared by the two uses
             if st.use_error_feedback:
-                # E = (M + E) - P Q^T, formed by the next step's _feed_back
+                # E = (M + E) - P Q^T, formed by the next step's feed_back_project
                 st.approximations[s.key] = (s.p.copy(), q)
             if st.warm_start:
                 st.qs[s.key] = q
 
-
-_BLOCK = 1 << 15        # values per block of rows: 128 KiB of float32, well inside L2
-
-
-def _feed_back(target, grad, approximation, q, p) -> None:
-    """``target <- target - P' Q'^T + grad`` (last step's M + E less its approximation
-    ``(P', Q')``: the error; plus the new gradient) and ``p <- target @ q``, a block of rows at a
-    time so that each block is read from memory once and worked on in cache."""
-    n, m = target.shape
-    rows = max(1, _BLOCK // m)
-    scratch = np.empty((min(rows, n), m), dtype=target.dtype)
-    for lo in range(0, n, rows):
-        hi = min(lo + rows, n)
-        block = target[lo:hi]
-        if approximation is not None:
-            tmp = scratch[:hi - lo]
-            np.matmul(approximation[0][lo:hi], approximation[1].T, out=tmp)
-            block -= tmp
-        block += grad[lo:hi]
-        np.matmul(block, q, out=p[lo:hi])
