@@ -1,7 +1,7 @@
 """What fuse adds to a training step in counts the machine's load does not inflate much.
 
     fuserun -np 2 python bench/cpu_per_step.py [--model cnn|step] [--rounds 4]
-                                               [--before batching|layout|all] [--json f]
+                                               [--unbatched] [--json f]
 
 Three sides in one job, rounds alternating their order (barrier before each): fuse's
 DistributedOptimizer, DDP (gloo), and the plain model with no synchronisation at all.  Per step
@@ -11,10 +11,9 @@ counters (negotiation cycles, allreduces inline and through shared memory).  On 
 loaded machine wall times move with the neighbours' load; CPU time and switches move less,
 and (side minus plain) is what the side adds.  Models: ``cnn``, bench/train_cnn.py's small CNN
 on 32 images per worker (compute-bound); ``step``, the ResNet-50-shaped parameter set.
-``--before`` adds a fourth side, "fuse before": fuse's optimizer as it was before issue 36's
-second round, for before and after in one run: ``batching``, its hooks queue each gradient
-alone (``FUSE_GRAD_BATCH_BYTES=0``); ``layout``, gradients above the zero-copy threshold get
-no shared slots (staged through the engine's segments); ``all``, both.
+``--unbatched`` adds a fourth side, "fuse unbatched": fuse's optimizer with its hooks queueing
+each gradient alone (``FUSE_GRAD_BATCH_BYTES=0``, as before batching), for before and after in
+one run.
 """
 
 from __future__ import annotations
@@ -78,9 +77,8 @@ def main():
     ap.add_argument("--model", choices=("cnn", "step"), default="cnn")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
-    ap.add_argument("--before", choices=("batching", "layout", "all"), default=None,
-                    help="also time fuse without this round's batching, large shared slots "
-                         "or both")
+    ap.add_argument("--unbatched", action="store_true",
+                    help="also time fuse with each gradient queued alone")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -104,14 +102,11 @@ def main():
                                         named_parameters=fuse_model.named_parameters())
     sides = {"fuse": (fuse_model, fuse_opt), "DDP": (ddp_model, sgd(ddp_model)),
              "plain": (plain_model, sgd(plain_model))}
-    if args.before:
+    if args.unbatched:
         opt = hvd.DistributedOptimizer(sgd(before_model),
                                        named_parameters=before_model.named_parameters())
-        if args.before in ("batching", "all"):
-            opt._batch_bytes = 0    # what FUSE_GRAD_BATCH_BYTES=0 sets, for this one only
-        if args.before in ("layout", "all"):
-            opt._share_large = False
-        sides["fuse before"] = (before_model, opt)
+        opt._batch_bytes = 0    # what FUSE_GRAD_BATCH_BYTES=0 sets, for this optimizer only
+        sides["fuse unbatched"] = (before_model, opt)
 
     def stepper(model, opt):
         def step():
