@@ -139,6 +139,14 @@ class Config:
                                    "this many bytes are reduced through shared memory instead "
                                    "of the backend or the inline path (any backend; the "
                                    "world's process set); 0 turns this off", bounds=_BYTES)
+    # the torch DistributedOptimizer's hooks queue ready gradients together up to this many
+    # bytes (and whatever is left when backward ends): one engine wake-up per batch instead of
+    # one per gradient, while a large gradient still goes the moment it is ready
+    grad_batch_bytes: int = _knob(1024 * 1024, "GRAD_BATCH_BYTES",
+                                  doc="PyTorch's DistributedOptimizer queues gradients that "
+                                      "become ready during backward together, each still its "
+                                      "own allreduce, until they reach this many bytes or "
+                                      "backward ends; 0 queues each one alone", bounds=_BYTES)
     hierarchical_allreduce: str = _knob(
         "auto", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLREDUCE", _parse_auto_bool,
         "for a job on several hosts with the same number (>1) of ranks on each: 1 reduces every "
