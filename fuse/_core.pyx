@@ -146,6 +146,7 @@ cdef class Engine(CoordinatorLink):
         self.executor = Executor(self._records)
         self.executor.split_bytes = config.split_threshold
         self.executor.shm_bytes = config.shm_threshold
+        self.executor.inline_bytes = config.inline_threshold
         self.executor.tl = self.tl
         self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
         self.runner.tl = self.tl

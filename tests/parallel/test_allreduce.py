@@ -341,12 +341,17 @@ def path_by_size() -> dict:
         fuse.shutdown()
 
 
-@pytest.mark.parametrize("threshold,paths", [
-    (None, ("inline", "shm", "shm")),
-    ("0", ("inline", "inline", "backend")),     # shared memory off: the inline threshold rules
+@pytest.mark.parametrize("env,paths", [
+    ({}, ("inline", "shm", "shm")),
+    # shared memory off: the inline threshold rules
+    ({"FUSE_SHM_THRESHOLD": "0"}, ("inline", "inline", "backend")),
+    # the inline limit below the shared-memory threshold, as with 8 ranks on a host (64 KiB /
+    # 8 = 8 KiB per rank against 16 KiB): 20 KiB is too large to travel inline and goes
+    # through shared memory, not the ring
+    ({"FUSE_SHM_THRESHOLD": "65536", "FUSE_INLINE_THRESHOLD": "16384"},
+     ("inline", "shm", "shm")),
 ])
-def test_allreduce_path_by_size_on_one_host(threshold, paths):
-    env = {} if threshold is None else {"FUSE_SHM_THRESHOLD": threshold}
+def test_allreduce_path_by_size_on_one_host(env, paths):
     out = run_job(path_by_size, 2, env)
     expect = dict(zip(("1 KiB", "20 KiB", "128 KiB"), ((p, True) for p in paths)))
     assert out == [expect] * 2, out
