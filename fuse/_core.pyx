@@ -95,6 +95,7 @@ cdef class Engine(CoordinatorLink):
     cdef double spin_budget             # how long _drive spins now (see _adapt_spin)
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
     cdef int64_t st_driven              # loop: waits that completed while their thread drove
+    cdef int64_t st_sent_here           # loop: requests their caller sent (_submit_here)
     cdef ControlChannel channel         # loop (its send_* and wake: any thread); the idle sleep
     # knobs (the coordinator's are in it)
     # this rank's view
@@ -310,6 +311,7 @@ cdef class Engine(CoordinatorLink):
             self._take_loop(True)
         if self.table.take_queue(batch) == S_RUNNING and batch.size():
             self._submit(batch)
+            self.st_sent_here += 1
         # rank 0: its own request may have been the last one a response waited for, which
         # the coordinator must emit even if this caller does not wait for it now
         wake = self.rank == 0 and self.coord.ready.size() != 0
@@ -420,7 +422,8 @@ cdef class Engine(CoordinatorLink):
         (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
         straight between the ranks' shared gradient buffers) and how many hierarchically
         across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``), waits that
-        completed while the waiting thread ran the loop itself (``driven``), coordinator cycles that
+        completed while the waiting thread ran the loop itself (``driven``), requests that thread
+        sent itself, leaving the engine thread asleep (``sent_by_caller``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
@@ -430,7 +433,7 @@ cdef class Engine(CoordinatorLink):
                 "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
                 "hierarchical_allgathers": x.st_hier_gather,
                 "shm_direct": shm.direct if shm is not None else 0,
-                "driven": self.st_driven,
+                "driven": self.st_driven, "sent_by_caller": self.st_sent_here,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
                 "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}
