@@ -113,6 +113,7 @@ cdef class Engine(CoordinatorLink):
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _backend
     cdef object _thread
+    cdef object _engine_ident   # the engine thread's threading.get_ident(), once started
     cdef object _log
     cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
     cdef string stragglers      # lock: the coordinator's latest straggler report (its body)
@@ -187,6 +188,7 @@ cdef class Engine(CoordinatorLink):
     def start(self):
         self._thread = threading.Thread(target=self._run, name="fuse-engine", daemon=True)
         self._thread.start()
+        self._engine_ident = self._thread.ident
 
     def _run(self):
         with nogil:
@@ -279,7 +281,8 @@ cdef class Engine(CoordinatorLink):
         handles = self.table.admit(reqs, drivable, self.psets.map, self.rank)
         for h, spec in zip(handles, specs):
             self._records[h] = spec
-        if reqs.size() == 1 and drivable[0]:
+        # (never on the engine thread itself, which holds the loop _submit_here may wait for)
+        if reqs.size() == 1 and drivable[0] and threading.get_ident() != self._engine_ident:
             first = handles[0]
             with nogil:
                 sent = self._submit_here(first)
