@@ -6,10 +6,12 @@
 With ``--mpi`` the script starts itself under ``mpiexec -n 2`` with FUSE_BACKEND=mpi (unless an
 MPI launcher started it) and compares fuse's MPI backend with raw ``comm.Allreduce``; otherwise
 it compares fuse (Gloo backend) with ``torch.distributed`` (gloo).  Both sides reduce float32
-zeros (``--dtype float16``: half floats) in place with a sum.  For each size, rounds alternate
-the two sides (barrier before each); a measurement is the mean time of ``calls`` back-to-back
-allreduces, fewer calls for bigger sizes.  Reported per size: median time per call, algorithm
-bandwidth (bytes / time) and the ratio fuse/competitor of the times.
+zeros (``--dtype float16``: half floats) in place with a sum.  After a warm-up pass, each
+round times every size on both sides (sides alternating, a barrier before each); a
+measurement is the median of ``calls`` back-to-back allreduces timed one by one, fewer calls
+for bigger sizes (see ``sweep``).  Reported per size: the median over rounds, algorithm
+bandwidth (bytes / time), the ratio fuse/competitor of the times, and whether fuse's curve
+rises with the size (``monotonic_breaks``).
 """
 
 from __future__ import annotations
@@ -17,7 +19,9 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import statistics
 import sys
+import time
 
 import numpy as np
 
@@ -52,26 +56,79 @@ def parse_sizes(text: str) -> list[int]:
     return out
 
 
+def call_times(fn, calls: int) -> list[float]:
+    """Wall time of each of ``calls`` back-to-back calls of ``fn``."""
+    out = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - start)
+    return out
+
+
 def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 200,
           itemsize: int = 4) -> list[dict]:
-    """For each size, alternating rounds of the sides ``make_sides(n_elements)`` returns.
+    """Every size on every side, ``rounds`` times over; one row per size.
 
-    ``make_sides`` returns {label: fn} where fn() does one allreduce of ``n_elements`` values.
+    ``make_sides(n_elements)`` returns {label: fn} where fn() does one allreduce of
+    ``n_elements`` values.  What makes the small sizes' figures hold still (issue 36: 4 B
+    came out slower than 32 B in one run, by tens of us):
+
+    * a warm-up pass over every size and side before anything is timed, so no size pays for
+      the job's first calls (connections, first-touch pages, the engine's first negotiation);
+    * rounds outermost, the sizes in turn inside each round (forward, then backward in the
+      next), so a change of the machine's load reaches every size alike instead of the sizes
+      that happen to run during it;
+    * the sides' order alternating from size to size and round to round, a barrier before each
+      measurement, and a few untimed calls after every switch;
+    * each call timed on its own and a measurement taken as the median call: the mean of a
+      few hundred calls of 20-50 us moves by tens of us when the scheduler takes the core away
+      once (other processes on a shared machine), the median does not.
+
+    A row's samples are the per-round medians; its median, the median over rounds.  The
+    per-round means stay in the row (``mean_s``) for the tail that the medians leave out.
     """
+    bufs = {nbytes: make_sides(max(1, nbytes // itemsize)) for nbytes in sizes}
+    calls = {nbytes: calls_for(nbytes, max_calls) for nbytes in sizes}
+    for nbytes in sizes:                                # warm-up: everything once
+        for fn in bufs[nbytes].values():
+            call_times(fn, min(calls[nbytes], 5))
+    labels = list(bufs[sizes[0]])
+    medians = {n: {label: [] for label in labels} for n in sizes}
+    means = {n: {label: [] for label in labels} for n in sizes}
+    for rnd in range(rounds):
+        for i, nbytes in enumerate(sizes if rnd % 2 == 0 else sizes[::-1]):
+            order = labels if (rnd + i) % 2 == 0 else labels[::-1]
+            for label in order:
+                fn = bufs[nbytes][label]
+                barrier()
+                call_times(fn, max(1, calls[nbytes] // 20))
+                t = call_times(fn, calls[nbytes])
+                medians[nbytes][label].append(statistics.median(t))
+                means[nbytes][label].append(sum(t) / len(t))
     rows = []
     for nbytes in sizes:
-        sides = make_sides(max(1, nbytes // itemsize))
-        calls = calls_for(nbytes, max_calls)
-        for fn in sides.values():                      # warm-up: connections, buffers, cache
-            common.time_per_call(fn, min(calls, 5))
-        samples = common.alternating_rounds(
-            {label: (lambda fn=fn: common.time_per_call(fn, calls)) for label, fn in sides.items()},
-            rounds, barrier)
-        row = common.comparison(f"allreduce {common.format_bytes(nbytes)}", samples, unit="s",
-                                size_bytes=nbytes, calls=calls)
+        row = common.comparison(f"allreduce {common.format_bytes(nbytes)}", medians[nbytes],
+                                unit="s", size_bytes=nbytes, calls=calls[nbytes],
+                                statistic="median call per round, median over rounds",
+                                mean_s=means[nbytes])
         row["bandwidth_GBps"] = {label: nbytes / t / 1e9 for label, t in row["median"].items()}
         rows.append(row)
     return rows
+
+
+def monotonic_breaks(rows: list[dict], label: str) -> list[str]:
+    """Where a larger size took less time than a smaller one on side ``label`` (sizes in
+    order): each as text, saying whether the gap is beyond the rounds' spread of the two."""
+    out = []
+    for a, b in zip(rows, rows[1:]):
+        ta, tb = a["median"][label], b["median"][label]
+        if ta > tb:
+            spread = max(max(r["samples"][label]) - min(r["samples"][label]) for r in (a, b))
+            out.append(f"{common.format_bytes(a['size_bytes'])} {ta * 1e6:.1f} us > "
+                       f"{common.format_bytes(b['size_bytes'])} {tb * 1e6:.1f} us ("
+                       + ("within" if ta - tb <= spread else "beyond") + " the rounds' spread)")
+    return out
 
 
 def gloo_sides(fuse, dtype="float32"):
@@ -152,15 +209,21 @@ def main() -> int:
     make_sides, close = (mpi_sides if args.mpi else gloo_sides)(fuse, args.dtype)
     rows = sweep(sizes, args.rounds, make_sides, fuse.barrier, args.max_calls,
                  np.dtype(args.dtype).itemsize)
+    breaks = monotonic_breaks(rows, "fuse")
     extra = {"mpi_library": mpi_library_version()} if args.mpi else {}
     if fuse.rank() == 0:
         backend = "mpi" if args.mpi else "gloo"
         print_rows(rows, f"{args.dtype} allreduce sweep, fuse ({backend}) vs "
                          f"{rows[0]['competitor']}, {fuse.size()} ranks, {args.rounds} rounds, "
                          "medians")
+        beyond = [b for b in breaks if "beyond" in b]
+        print("fuse's curve: " + ("not monotonic: " + "; ".join(beyond) if beyond else
+                                  "monotonic" + (" but for ties within the rounds' spread: "
+                                                 + "; ".join(breaks) if breaks else "")))
         record = common.job_record(f"allreduce_{backend}", rows, machine.describe(),
                                    vars(args) | {"sizes": sizes, "workers": fuse.size(),
-                                                 "fuse_backend": backend}, **extra)
+                                                 "fuse_backend": backend},
+                                   monotonic_breaks=breaks, **extra)
         common.write_json(args.json, record)
     close()
     fuse.shutdown()

@@ -1,6 +1,7 @@
 """What fuse adds to a training step in counts the machine's load does not inflate much.
 
-    fuserun -np 2 python bench/cpu_per_step.py [--model cnn|step] [--rounds 4] [--json f]
+    fuserun -np 2 python bench/cpu_per_step.py [--model cnn|step] [--rounds 4]
+                                               [--unbatched] [--json f]
 
 Three sides in one job, rounds alternating their order (barrier before each): fuse's
 DistributedOptimizer, DDP (gloo), and the plain model with no synchronisation at all.  Per step
@@ -10,6 +11,9 @@ counters (negotiation cycles, allreduces inline and through shared memory).  On 
 loaded machine wall times move with the neighbours' load; CPU time and switches move less,
 and (side minus plain) is what the side adds.  Models: ``cnn``, bench/train_cnn.py's small CNN
 on 32 images per worker (compute-bound); ``step``, the ResNet-50-shaped parameter set.
+``--unbatched`` adds a fourth side, "fuse unbatched": fuse's optimizer with its hooks queueing
+each gradient alone (``FUSE_GRAD_BATCH_BYTES=0``, as before batching), for before and after in
+one run.
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from torch_step import init_torch_distributed  # noqa: E402
 import fuse.torch as hvd  # noqa: E402
 from fuse.worker import lifecycle  # noqa: E402
 
-ENGINE_COUNTERS = ("cycles", "driven", "shm", "inline", "tensors")
+ENGINE_COUNTERS = ("cycles", "driven", "shm", "shm_direct", "inline", "tensors", "copy_seconds",
+                   "backend_seconds")
 
 
 def thread_cpu() -> dict[str, float]:
@@ -72,6 +77,8 @@ def main():
     ap.add_argument("--model", choices=("cnn", "step"), default="cnn")
     ap.add_argument("--rounds", type=int, default=4)
     ap.add_argument("--steps", type=int, default=20)
+    ap.add_argument("--unbatched", action="store_true",
+                    help="also time fuse with each gradient queued alone")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -86,7 +93,7 @@ def main():
         xs = torch.randn(32, 8) + rank
         make, loss = ShapedModel, (lambda m: m(xs))
     torch.manual_seed(0)
-    fuse_model, ddp_model, plain_model = make(), make(), make()
+    fuse_model, ddp_model, plain_model, before_model = make(), make(), make(), make()
     ddp_model = torch.nn.parallel.DistributedDataParallel(ddp_model)
 
     def sgd(model):
@@ -95,6 +102,11 @@ def main():
                                         named_parameters=fuse_model.named_parameters())
     sides = {"fuse": (fuse_model, fuse_opt), "DDP": (ddp_model, sgd(ddp_model)),
              "plain": (plain_model, sgd(plain_model))}
+    if args.unbatched:
+        opt = hvd.DistributedOptimizer(sgd(before_model),
+                                       named_parameters=before_model.named_parameters())
+        opt._batch_bytes = 0    # what FUSE_GRAD_BATCH_BYTES=0 sets, for this optimizer only
+        sides["fuse unbatched"] = (before_model, opt)
 
     def stepper(model, opt):
         def step():
@@ -127,8 +139,8 @@ def main():
             print(f"  {label:>5}: wall {med['wall_s'] * 1e3:7.2f} ms  CPU "
                   f"{med['cpu_s'] * 1e3:6.2f} ms  switches {med['voluntary_switches']:5.1f} "
                   f"vol {med['involuntary_switches']:5.1f} invol"
-                  + (f"  engine {med['engine']}" if label == "fuse" else ""))
-        for label in ("fuse", "DDP"):
+                  + (f"  engine {med['engine']}" if label.startswith("fuse") else ""))
+        for label in [lb for lb in sides if lb != "plain"]:
             print(f"  {label} adds over plain: CPU "
                   f"{(summary[label]['cpu_s'] - summary['plain']['cpu_s']) * 1e3:+.2f} ms, "
                   f"voluntary switches {summary[label]['voluntary_switches'] - summary['plain']['voluntary_switches']:+.1f}")

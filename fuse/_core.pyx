@@ -92,8 +92,10 @@ cdef class Engine(CoordinatorLink):
     # never after; other threads take it through _take_loop and _hand_back_loop.
     cdef Lock* loop_lock
     cdef double spin_s
+    cdef double spin_budget             # how long _drive spins now (see _adapt_spin)
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
     cdef int64_t st_driven              # loop: waits that completed while their thread drove
+    cdef int64_t st_sent_here           # loop: requests their caller sent (_submit_here)
     cdef ControlChannel channel         # loop (its send_* and wake: any thread); the idle sleep
     # knobs (the coordinator's are in it)
     # this rank's view
@@ -111,6 +113,7 @@ cdef class Engine(CoordinatorLink):
     cdef object _records        # handle -> its RequestSpec, until wait() (under the GIL)
     cdef object _backend
     cdef object _thread
+    cdef object _engine_ident   # the engine thread's threading.get_ident(), once started
     cdef object _log
     cdef Timeline* tl           # the timeline's event buffer (recording on rank 0 only)
     cdef string stragglers      # lock: the coordinator's latest straggler report (its body)
@@ -129,6 +132,7 @@ cdef class Engine(CoordinatorLink):
         self.rank = config.rank
         self.size = config.size
         self.spin_s = config.spin_time_us / 1e6
+        self.spin_budget = self.spin_s
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
         self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
         self.table = HandleTable(self.channel)
@@ -144,6 +148,7 @@ cdef class Engine(CoordinatorLink):
         self.executor = Executor(self._records)
         self.executor.split_bytes = config.split_threshold
         self.executor.shm_bytes = config.shm_threshold
+        self.executor.inline_bytes = config.inline_threshold
         self.executor.tl = self.tl
         self.runner = ResponseRunner(self.table, self.submitter, self.psets, self.executor)
         self.runner.tl = self.tl
@@ -183,6 +188,7 @@ cdef class Engine(CoordinatorLink):
     def start(self):
         self._thread = threading.Thread(target=self._run, name="fuse-engine", daemon=True)
         self._thread.start()
+        self._engine_ident = self._thread.ident
 
     def _run(self):
         with nogil:
@@ -270,11 +276,53 @@ cdef class Engine(CoordinatorLink):
         cdef size_t i
         for i in range(reqs.size()):
             drivable.push_back(self._drivable(reqs[i]))
+        cdef int64_t first
+        cdef bint sent = False
         handles = self.table.admit(reqs, drivable, self.psets.map, self.rank)
         for h, spec in zip(handles, specs):
             self._records[h] = spec
-        self.channel.wake()
+        # (never on the engine thread itself, which holds the loop _submit_here may wait for)
+        if reqs.size() == 1 and drivable[0] and threading.get_ident() != self._engine_ident:
+            first = handles[0]
+            with nogil:
+                sent = self._submit_here(first)
+        if not sent:
+            self.channel.wake()
         return handles
+
+    cdef bint _submit_here(self, int64_t handle) noexcept nogil:
+        """Send a lone drivable request to the coordinator from the calling thread, leaving
+        the engine thread asleep (waiting, if need be, for the engine thread to finish a pass
+        of the loop); False when it is not lone or the caller is not to spin (_adapt_spin):
+        then the engine thread must be woken to send it.
+
+        Waking the engine thread for a request whose caller then waits for it (_drive) made
+        the two race for the loop: when the engine thread won, the caller slept on its handle
+        and the call cost three thread wake-ups instead of none, and which of them won varied
+        from call to call (bench/allreduce.py: the scatter of the small sizes, issue 36).
+        Only the sending happens here, never the collective, so an asynchronous caller still
+        overlaps it with its own work: the answer wakes the engine thread through its
+        sockets, unmuted again below, unless the caller is by then waiting and reads it
+        itself.  The engine thread's timers (the coordinator's stall check, a worker's watch
+        on rank 0) start when the caller waits and hands the loop back, or at the next
+        message."""
+        cdef vector[Request] batch
+        cdef bint wake
+        if self.spin_budget <= 0 or not self.table.driving_alone(handle):
+            return False
+        if not self._take_loop(False):
+            self._take_loop(True)
+        if self.table.take_queue(batch) == S_RUNNING and batch.size():
+            self._submit(batch)
+            self.st_sent_here += 1
+        # rank 0: its own request may have been the last one a response waited for, which
+        # the coordinator must emit even if this caller does not wait for it now
+        wake = self.rank == 0 and self.coord.ready.size() != 0
+        self.channel.mute(False)
+        lock_release(self.loop_lock)
+        if wake or self.table.has_queued():
+            self.channel.wake()
+        return True
 
     def poll(self, int64_t handle):
         """True once the handle has completed (successfully or not)."""
@@ -291,9 +339,10 @@ cdef class Engine(CoordinatorLink):
         cdef int status = H_PENDING
         cdef HandleState hs
         cdef bint known = True
+        cdef double since = 0
         if self.spin_s > 0:
             with nogil:
-                self._drive(handle)
+                since = self._drive(handle)
         while True:
             with nogil:                 # the lock is only ever waited for without the GIL
                 status = self.table.wait_step(handle, 100.0, &hs)
@@ -302,6 +351,8 @@ cdef class Engine(CoordinatorLink):
             if status != H_PENDING:
                 break
             PyErr_CheckSignals()        # lets Ctrl-C through
+        if since > 0:
+            self._adapt_spin(now_seconds() - since)
         record = self._records.pop(handle, None)
         if record is not None:
             (<RequestSpec>record).release()     # the engine is done with its memory
@@ -374,7 +425,8 @@ cdef class Engine(CoordinatorLink):
         (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
         straight between the ranks' shared gradient buffers) and how many hierarchically
         across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``), waits that
-        completed while the waiting thread ran the loop itself (``driven``), coordinator cycles that
+        completed while the waiting thread ran the loop itself (``driven``), requests that thread
+        sent itself, leaving the engine thread asleep (``sent_by_caller``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
         the coordinator computed inline, and seconds spent copying through the fusion buffer
         and in the backend."""
@@ -384,7 +436,7 @@ cdef class Engine(CoordinatorLink):
                 "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
                 "hierarchical_allgathers": x.st_hier_gather,
                 "shm_direct": shm.direct if shm is not None else 0,
-                "driven": self.st_driven,
+                "driven": self.st_driven, "sent_by_caller": self.st_sent_here,
                 "cycles": self.coord.st_cycles,
                 "tensors": x.st_tensors, "inline": x.st_inline, "bytes": x.st_bytes,
                 "copy_seconds": x.st_copy_s, "backend_seconds": x.st_backend_s}
@@ -484,9 +536,26 @@ cdef class Engine(CoordinatorLink):
             tl_cycle(self.tl, cycle_ts)
         return STEP_PROGRESS if progressed else STEP_IDLE
 
-    cdef void _drive(self, int64_t handle) noexcept nogil:
+    cdef void _adapt_spin(self, double waited) noexcept nogil:
+        """After a wait the caller could drive: spin longer next time (by an eighth of
+        FUSE_SPIN_TIME_US, up to all of it) if this wait ended well within the spin time,
+        half as long if it outlasted it, down to none: then the engine thread does the work
+        and the caller sleeps at once.  On a machine with more runnable threads than cores a
+        peer is often descheduled for longer than any spin; a caller that spins through it
+        takes the core that peer needs and then sleeps anyway (load 17, a fixed spin with
+        the caller sending its own request: 1.1x the time and up to 1.8x the CPU per small
+        call of the engine thread sending it).  Called with the GIL, so the waiting threads
+        take turns."""
+        if waited <= self.spin_s / 2:
+            self.spin_budget = min(self.spin_s, self.spin_budget + self.spin_s / 8)
+        elif waited > self.spin_s:
+            self.spin_budget = self.spin_budget / 2 if self.spin_budget > self.spin_s / 16 else 0
+
+    cdef double _drive(self, int64_t handle) noexcept nogil:
         """Wait for ``handle`` by running the loop on this thread, polling without sleeping,
-        for up to ``spin_s`` of idleness.
+        for up to ``spin_budget`` of idleness (``spin_s``, or less after long waits: see
+        _adapt_spin).  Returns when it started, or would have but for a spin budget of 0 (0:
+        the handle was not the caller's to drive).
 
         Handing a small collective to the engine thread and back costs two thread wake-ups
         (tens of microseconds each on a busy or virtual machine), more than the rest of the
@@ -498,15 +567,18 @@ cdef class Engine(CoordinatorLink):
         I/O loop); a thread spinning beside them, here or on a peer rank, takes the core they
         need (a 128 KiB Gloo allreduce took 3x as long).
         Whatever is left when this returns is the engine thread's again."""
-        cdef double idle_since
+        cdef double idle_since, started
         cdef int step
         cdef bint done = False
         cdef bint timed
         if not self.table.driving_alone(handle):
-            return
+            return 0
+        if self.spin_budget <= 0:
+            return now_seconds()        # the engine thread has it (see _submit_here)
         if not self._take_loop(False):
-            return                      # the engine thread is at work
+            return 0                    # the engine thread is at work
         idle_since = now_seconds()
+        started = idle_since
         while True:
             step = self._iterate()
             if step == STEP_STOP:
@@ -517,10 +589,11 @@ cdef class Engine(CoordinatorLink):
                 break
             if step == STEP_PROGRESS:
                 idle_since = now_seconds()
-            elif now_seconds() - idle_since > self.spin_s:
+            elif now_seconds() - idle_since > self.spin_budget:
                 break
         timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under loop_lock)
         self._hand_back_loop(not done or timed)
+        return started
 
     cdef bint _take_loop(self, bint block) noexcept nogil:
         """A thread other than the engine thread takes the loop (waiting for it if ``block``,

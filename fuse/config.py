@@ -138,7 +138,16 @@ class Config:
                                doc="when every rank is on one host, allreduces of at least "
                                    "this many bytes are reduced through shared memory instead "
                                    "of the backend or the inline path (any backend; the "
-                                   "world's process set); 0 turns this off", bounds=_BYTES)
+                                   "world's process set), and so are smaller ones too large "
+                                   "to travel inline; 0 turns this off", bounds=_BYTES)
+    # the torch DistributedOptimizer's hooks queue ready gradients together up to this many
+    # bytes (and whatever is left when backward ends): one engine wake-up per batch instead of
+    # one per gradient, while a large gradient still goes the moment it is ready
+    grad_batch_bytes: int = _knob(1024 * 1024, "GRAD_BATCH_BYTES",
+                                  doc="PyTorch's DistributedOptimizer queues gradients that "
+                                      "become ready during backward together, each still its "
+                                      "own allreduce, until they reach this many bytes or "
+                                      "backward ends; 0 queues each one alone", bounds=_BYTES)
     hierarchical_allreduce: str = _knob(
         "auto", "HIERARCHICAL_ALLREDUCE", "HIERARCHICAL_ALLREDUCE", _parse_auto_bool,
         "for a job on several hosts with the same number (>1) of ranks on each: 1 reduces every "
@@ -162,8 +171,9 @@ class Config:
     spin_time_us: float = _knob(100.0, "SPIN_TIME_US",
                                 doc="microseconds a thread waiting for the only collective in "
                                     "flight runs the engine loop itself, polling, before it "
-                                    "sleeps (latency of small synchronous calls); 0 turns "
-                                    "this off", bounds=(0.0, 1e6))
+                                    "sleeps (latency of small synchronous calls; less while "
+                                    "recent waits outlast it); 0 turns this off",
+                                bounds=(0.0, 1e6))
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
                                      "partly submitted, to fuse them", bounds=(0.0, 60000.0))

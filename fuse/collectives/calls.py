@@ -173,6 +173,27 @@ def allreduce_async(ops: ArrayOps, tensor, *, output=None, name=None, op=None, a
         buffers, n, op, prescale_factor, postscale_factor, pset)], lambda v, a, r: out)[0]
 
 
+def allreduce_each_async_(ops: ArrayOps, tensors: Sequence, names: Sequence[str], *, op,
+                          prescale_factor=1.0, postscale_factor=1.0,
+                          process_set=global_process_set) -> list[int]:
+    """In-place allreduces of ``tensors``, each its own collective under its own name (one
+    handle each, as ``allreduce_async`` in place), queued in one call so the engine thread
+    wakes once for all of them.  Unlike a grouped allreduce nothing ties them together: the
+    coordinator still matches each name across ranks on its own, so ranks that batch their
+    tensors differently still meet."""
+    op = resolve_op(op, None)
+    check_scale(op, prescale_factor, postscale_factor)
+    if op == Adasum:
+        raise UnsupportedOpError("allreduce_each_async_ does not take Adasum")
+    pset = _pset(process_set)
+    specs = [_allreduce_spec(_allreduce_buffers(ops, t, t), n, op, prescale_factor,
+                             postscale_factor, pset) for t, n in zip(tensors, names)]
+    handles = state.engine().enqueue(specs)
+    for h, t in zip(handles, tensors):
+        _finishers[h] = lambda v, a, r, t=t: t
+    return handles
+
+
 def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, name=None,
                             op=None, average=None, prescale_factor=1.0, postscale_factor=1.0,
                             process_set=global_process_set):

@@ -13,7 +13,7 @@ from fuse.worker.lifecycle import (add_process_set, ccl_built, cross_rank, cross
                                 is_homogeneous, is_initialized, local_rank, local_size,
                                 mpi_built, mpi_enabled, mpi_threads_supported, nccl_built, rank,
                                 remove_process_set, rocm_built, shutdown, size, start_timeline,
-                                stop_timeline)
+                                stop_timeline, sycl_built)
 from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum
 from fuse.worker.process_sets import ProcessSet, global_process_set
 from fuse.worker.straggler import straggler_report

@@ -13,7 +13,7 @@ import re
 from typing import Iterator
 
 from fuse.worker.lifecycle import (ccl_built, cuda_built, ddl_built, gloo_built,  # noqa: F401
-                                mpi_built, nccl_built, rocm_built)
+                                mpi_built, nccl_built, rocm_built, sycl_built)
 from fuse.collectives.ops import resolve_op
 
 

@@ -204,7 +204,10 @@ cdef class Coordinator:
         cdef PSet* ps
         cdef int pos
         cdef Pending* entry
-        cdef double now = now_seconds()
+        # the clock only where it is read: a new entry's first arrival (the stall check's age)
+        # and every arrival while the straggler meter is on (otherwise one clock read per
+        # request, per tensor of every step, for nothing)
+        cdef double now = 0.0
         cdef double waited_alone
         cdef int host
         if self.psets.map.count(req.pset) == 0:
@@ -217,6 +220,7 @@ cdef class Coordinator:
                          _str(" is not a member of process set ") + _int_str(req.pset))
             return
         if self.table.count(key) == 0:
+            now = now_seconds()
             entry = &self.table[key]
             entry.reqs.resize(ps.ranks.size())
             entry.have.assign(ps.ranks.size(), 0)
@@ -250,6 +254,8 @@ cdef class Coordinator:
         elif self.meter.enabled:
             # how long after the first rank this one came; if it is the last, how long the
             # others had waited for it alone, and the ranks of other hosts for its host
+            if now == 0.0:
+                now = now_seconds()
             self.meter.arrived(req.rank, now - entry.first_time)
             waited_alone = now - entry.last_time
             host = self.meter.host_of[req.rank]

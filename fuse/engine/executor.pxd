@@ -32,6 +32,7 @@ cdef class SharedSegments:
 cdef class Executor:
     cdef FusionBufferManager fusion
     cdef size_t shm_bytes       # allreduces of at least this size go through shared memory
+    cdef size_t inline_bytes    # FUSE_INLINE_THRESHOLD: what travels inline (bytes x set size)
     cdef size_t split_bytes     # allreduces of at least this size run as two concurrent halves
     cdef Lane* lane             # runs the second half (created on first use)
     cdef Timeline* tl           # the engine's; spans around copies and the backend call

@@ -33,6 +33,7 @@ cdef class HandleTable:
     cdef void fail_pending_locked(self) noexcept nogil
     cdef int current_state(self, string* failure=*) noexcept nogil
     cdef bint has_work(self) noexcept nogil
+    cdef bint has_queued(self) noexcept nogil
     cdef object failure_text(self)
     cdef object refusal_locked(self, vector[Request]& reqs, unordered_map[int, PSet]& psets,
                                int rank)

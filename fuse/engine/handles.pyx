@@ -114,6 +114,15 @@ cdef class HandleTable:
         lock_release(self.lock)
         return busy
 
+    cdef bint has_queued(self) noexcept nogil:
+        """Whether anything waits to be submitted, or the engine is stopping: has_work without
+        what is in flight, which the engine thread hears of through its sockets."""
+        cdef bint busy
+        lock_acquire(self.lock)
+        busy = self.queue.size() != 0 or self.state != S_RUNNING
+        lock_release(self.lock)
+        return busy
+
     cdef object failure_text(self):
         """(under the lock)"""
         if self.failure.size():

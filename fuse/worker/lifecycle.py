@@ -454,6 +454,13 @@ def ccl_built() -> bool:
     return False
 
 
+def sycl_built() -> bool:
+    """Intel's Horovod distribution (intel-optimization-for-horovod) asks whether oneCCL was
+    built for SYCL (XPU) devices; its test suite calls this before every GPU test.  fuse has no
+    SYCL backend, so False, as ``ccl_built``."""
+    return False
+
+
 def _start_timeline_locked(engine, config: Config, file_path: str, mark_cycles: bool) -> None:
     from fuse.engine.timeline import TimelineWriter
     if job.timeline is not None:

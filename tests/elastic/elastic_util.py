@@ -153,18 +153,18 @@ def check_training(out_dir: Path, batches: int, expect_workers: int) -> list[dic
     return res
 
 
-# The sampled workers (worker_torch.py, tests/mxnet/mx_worker_elastic.py): SAMPLES rows, an
-# ElasticSampler over them, SGD with momentum 0.5 and learning rate 0.125 on the sum of the
-# rows every committed step processed.
+# The sampled workers (sampled_job.py's loop in worker_torch.py and
+# tests/mxnet/mx_worker_elastic.py): SAMPLES rows, an ElasticSampler over them, SGD with
+# momentum 0.5 and learning rate 0.125 on the sum of the rows every committed step processed.
 SAMPLES = 60
 
 
-def _sampled_data() -> np.ndarray:
+def sampled_data() -> np.ndarray:
     return np.random.default_rng(7).integers(-8, 9, size=(SAMPLES, DIM)).astype(np.float64)
 
 
 def _rebuild_sampled(log) -> np.ndarray:
-    data = _sampled_data()
+    data = sampled_data()
     w = np.zeros(DIM)
     buf = None
     for _epoch, idx in log:

@@ -37,6 +37,20 @@ def test_gradient_layout_spares_the_fusion_buffer():
         assert res["direct"][0] == 0 and all(d == 1 for d in res["direct"][1:]), res
 
 
+def test_hooks_queue_gradients_in_batches():
+    import workers_optimizer as w
+    results = run_job(w.batched_hooks)
+    for r, res in enumerate(results):
+        assert res["default"]["default_cap"] == 1024 * 1024, res
+        for label, case in res.items():
+            assert case["diff"] < 2e-5, (r, label, case)
+            # the end-of-backward callback queued what was left before backward returned
+            assert case["queued_in_backward"], (r, label, case)
+    # all 6 gradients reached the coordinator (rank 0) in one message from each rank: one
+    # cycle answered them all, every step after the first (which also builds the layout)
+    assert results[0]["default"]["cycles"][1:] == [1] * 3, results[0]
+
+
 def test_optimizer_options_and_errors():
     import workers_optimizer as w
     assert run_job(w.options) == [{"ok": True}, {"ok": True}]

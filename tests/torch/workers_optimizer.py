@@ -151,6 +151,53 @@ def gradient_layout():
     return out
 
 
+def batched_hooks():
+    """The hooks queue ready gradients in batches (FUSE_GRAD_BATCH_BYTES): WideNet's 6
+    gradients as one batch at the end of backward (one coordinator cycle a step on rank 0),
+    or cut by a smaller cap; the ranks may batch differently (rank 0 queues each gradient
+    alone in "mixed"), since each gradient is still its own collective.  Each case trains like 1
+    process with batch 2B."""
+    from fuse.worker import lifecycle
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    B = 4
+    loss_fn = torch.nn.functional.cross_entropy
+    engine = lifecycle.engine()
+    # (rank 0's cap, rank 1's); None: the default
+    caps = {"default": (None, None), "mixed": (0, None), "cut": (64 * 1024, 300 * 1024)}
+    out = {}
+    for label, per_rank in caps.items():
+        torch.manual_seed(0)
+        model = WideNet()
+        ref = copy.deepcopy(model)
+        opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05,
+                                                       momentum=0.9),
+                                       named_parameters=model.named_parameters())
+        default_cap = opt._batch_bytes
+        if per_rank[r] is not None:
+            opt._batch_bytes = per_rank[r]
+        ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+        cycles = []
+        for step in range(4):
+            g = torch.Generator().manual_seed(step)
+            x = torch.randn(n * B, 64, generator=g)
+            y = torch.randint(0, 3, (n * B,), generator=g)
+            before = engine.stats()["cycles"]
+            opt.zero_grad()
+            loss_fn(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+            queued_in_backward = all(e.handle is not None
+                                     for es in opt._handles.values() for e in es)
+            opt.step()
+            cycles.append(engine.stats()["cycles"] - before)
+            ref_opt.zero_grad()
+            loss_fn(ref(x), y).backward()
+            ref_opt.step()
+        out[label] = {"diff": _max_diff(model, ref), "cycles": cycles,
+                      "queued_in_backward": queued_in_backward,
+                      "default_cap": default_cap}
+    return out
+
+
 def _one_step(opt, model, r, scale=1.0):
     opt.zero_grad()
     (model(torch.ones(2, 1, 8, 8) * (r + 1)).sum() * scale).backward()

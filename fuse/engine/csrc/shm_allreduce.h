@@ -34,6 +34,7 @@ struct ShmHeader {
   std::atomic<uint64_t> arrived;   // the number of barriers this rank has reached
   int64_t pid;                     // for the liveness check while others wait on it
   std::atomic<uint32_t> wake;      // low bits of `arrived`: the word waiters sleep on (futex)
+  std::atomic<uint32_t> sleepers;  // how many waiters may sleep on `wake` now
   // this rank's buffer in the current call: region index (-1: none), offset, bytes; written
   // before a barrier, read by the others after it
   int64_t region;
@@ -356,9 +357,15 @@ class ShmAllreduce {
     ++epoch_;
     ShmHeader* me = header(rank_);
     me->arrived.store(epoch_, std::memory_order_release);
-    me->wake.store(static_cast<uint32_t>(epoch_), std::memory_order_release);
-    // not FUTEX_PRIVATE: the word lives in memory shared between processes
-    syscall(SYS_futex, &me->wake, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
+    // Wake only if someone sleeps: a FUTEX_WAKE is a system call, and a peer that is on time
+    // catches the arrival while spinning (three barriers per small allreduce).  The store of
+    // `wake` and the load of `sleepers` here, against the increment of `sleepers` and the
+    // load of `wake` in the waiter, are all sequentially consistent: either this sees the
+    // sleeper, or the sleeper sees the new word (and FUTEX_WAIT returns at once).
+    me->wake.store(static_cast<uint32_t>(epoch_), std::memory_order_seq_cst);
+    if (me->sleepers.load(std::memory_order_seq_cst) != 0)
+      // not FUTEX_PRIVATE: the word lives in memory shared between processes
+      syscall(SYS_futex, &me->wake, FUTEX_WAKE, 0x7fffffff, nullptr, nullptr, 0);
     double waiting_since = 0;     // set once spinning is over: the clock is only read while asleep
     bool warned = false;
     for (size_t k = 0; k < bases_.size(); ++k) {
@@ -371,12 +378,17 @@ class ShmAllreduce {
 #endif
           continue;
         }
-        uint32_t seen = h->wake.load(std::memory_order_acquire);
-        if (h->arrived.load(std::memory_order_acquire) >= epoch_) break;
+        h->sleepers.fetch_add(1, std::memory_order_seq_cst);
+        uint32_t seen = h->wake.load(std::memory_order_seq_cst);
+        if (h->arrived.load(std::memory_order_acquire) >= epoch_) {
+          h->sleepers.fetch_sub(1, std::memory_order_relaxed);
+          break;
+        }
         struct timespec slice = {0, 100 * 1000 * 1000};
         // returns at once if the word moved on since `seen` (no lost wake-up)
         long rc = syscall(SYS_futex, &h->wake, FUTEX_WAIT, seen, &slice, nullptr, 0);
         const bool slept_out = rc != 0 && errno == ETIMEDOUT;
+        h->sleepers.fetch_sub(1, std::memory_order_relaxed);
         if (slept_out && kill(static_cast<pid_t>(h->pid), 0) != 0 && errno == ESRCH) {
           snprintf(err, errlen,
                    "shared-memory allreduce: rank %zu (pid %lld) exited while rank %d "

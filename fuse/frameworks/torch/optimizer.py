@@ -7,6 +7,13 @@ How it works:
   the hook submits its allreduce (in place on ``p.grad``, zero copy, unless compressed) and
   returns at once; the engine's background thread negotiates, fuses the gradients that are
   ready into the fusion buffer and reduces them while autograd computes the rest.
+* Ready gradients are queued in batches (``FUSE_GRAD_BATCH_BYTES``, 1 MiB): a hook adds its
+  gradient to the batch and queues the batch once it holds that many bytes; whatever is left
+  goes when backward ends (an autograd final callback).  Each gradient is still its own
+  allreduce under its own name, so ranks that batch differently still meet; the batch only
+  spares the engine thread one wake-up and negotiation per gradient (a small CNN's 8 gradients
+  took 5-6 engine cycles a step where DDP sends one bucket).  A large gradient fills a batch by
+  itself and goes at once.
 * With ``groups``, the members of a group are submitted together as one grouped allreduce when
   the last of them is ready.
 * ``step()`` first calls :meth:`synchronize`, which submits whatever the hooks did not (unused
@@ -37,6 +44,7 @@ import torch
 
 from fuse.worker import lifecycle
 from fuse.worker import state as job_state
+from fuse.collectives import calls as collectives
 from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
 from fuse.collectives.ops import Adasum, Average, Sum
 from fuse.collectives.powersgd import PowerSGD
@@ -184,10 +192,14 @@ class DistributedOptimizer:
         d["_densified"] = set()     # sparse gradients reduced as dense this step
         d["_handles"] = {}          # group index -> [(param index, handle, wire, ctx)]
         d["_hook_handles"] = []
+        d["_batch"] = []            # _InFlight entries waiting to be queued together
+        d["_batch_nbytes"] = 0
+        d["_flush_queued"] = False  # the end-of-backward callback is queued
         # an elastic job may grow from one worker: hooks then, as in Horovod
         d["_active"] = process_set.included() and (len(process_set.ranks) > 1
                                                    or job_state.config().elastic)
         d["_engine_generation"] = job_state.engine_generation()     # see _follow_engine
+        d["_batch_bytes"] = job_state.config().grad_batch_bytes if self._active else 0
         # compressed gradients travel as new tensors, so only uncompressed ones get slots
         d["_layout"] = (GradientLayout() if self._active and compression is Compression.none
                         else None)
@@ -258,6 +270,7 @@ class DistributedOptimizer:
         d["_psgd_step"] = None
         if self._psgd_plain is not None:
             d["_psgd_plain"] = []
+        d["_batch"], d["_batch_nbytes"], d["_flush_queued"] = [], 0, False
         self._counter.reset()
         if self._layout is not None:
             d["_layout"] = GradientLayout()
@@ -340,6 +353,13 @@ class DistributedOptimizer:
                 self._psgd_plain.append(_InFlight(i, None, wire, ctx))
                 continue
             dense.append(_InFlight(i, None, wire, ctx))
+        # host tensors only: device ones go to the GPU backend or are staged (the stand-in
+        # of tests/torch/test_gpu_standin.py routes CPU tensors to the device path)
+        if (len(members) == 1 and dense and self._batch_bytes
+                and dense[0].wire.device.type == "cpu" and not _device.routes([dense[0].wire])):
+            self._handles[g] = dense
+            self._add_to_batch(dense[0])
+            return
         if len(members) == 1 and dense:
             (e,) = dense
             e.handle = mpi_ops.allreduce_async_(e.wire, name=self._wire_names[e.index],
@@ -367,6 +387,47 @@ class DistributedOptimizer:
             postscale_factor=self._postscale, process_set=self._process_set)
         self._handles[len(self._groups)] = plain     # a key after every group's
 
+    def _add_to_batch(self, entry: _InFlight) -> None:
+        """Queue ``entry``'s allreduce with the batch: now if the batch is full, else when
+        backward ends (or at ``synchronize``, whichever comes first)."""
+        self._batch.append(entry)
+        self.__dict__["_batch_nbytes"] += entry.wire.numel() * entry.wire.element_size()
+        if self._batch_nbytes >= self._batch_bytes:
+            self._flush()
+        elif not self._flush_queued:
+            try:
+                torch.autograd.Variable._execution_engine.queue_callback(self._end_of_backward)
+            except RuntimeError:    # not inside a backward pass: nothing to wait for
+                self._flush()
+                return
+            self.__dict__["_flush_queued"] = True
+
+    def _end_of_backward(self):
+        self.__dict__["_flush_queued"] = False
+        self._flush()
+
+    def _flush(self) -> None:
+        """Queue the batch's allreduces in one call (one engine wake-up)."""
+        batch = self._batch
+        if not batch:
+            return
+        d = self.__dict__
+        d["_batch"], d["_batch_nbytes"] = [], 0
+        try:
+            handles = collectives.allreduce_each_async_(
+                mpi_ops.ops, [e.wire for e in batch], [self._wire_names[e.index] for e in batch],
+                op=self._op, prescale_factor=self._prescale, postscale_factor=self._postscale,
+                process_set=self._process_set)
+        except BaseException:
+            # never queued: forget them, so synchronize submits them again rather than
+            # waiting for nothing
+            queued = {id(e) for e in batch}
+            for g in [g for g, es in self._handles.items() if es and id(es[0]) in queued]:
+                del self._handles[g]
+            raise
+        for e, h in zip(batch, handles):
+            e.handle = h
+
     def synchronize(self):
         """Finish every gradient's allreduce and write the results into ``p.grad``."""
         self._follow_engine()
@@ -374,11 +435,18 @@ class DistributedOptimizer:
             self._counter.reset()
             self.__dict__["_synchronized"] = True
             return
-        for g, members in enumerate(self._groups):
-            if g in self._handles:
-                continue
-            if any(self._params[i].requires_grad for i in members):
-                self._submit(g)
+        # what the hooks did not submit goes in batches too, flushed here (no callback)
+        self.__dict__["_flush_queued"] = True
+        try:
+            self._flush()
+            for g, members in enumerate(self._groups):
+                if g in self._handles:
+                    continue
+                if any(self._params[i].requires_grad for i in members):
+                    self._submit(g)
+            self._flush()
+        finally:
+            self.__dict__["_flush_queued"] = False
         if self._psgd_plain:
             self._submit_plain()
         first_error = None
