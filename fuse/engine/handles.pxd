@@ -25,7 +25,7 @@ cdef class HandleTable:
     cdef ControlChannel channel         # to wake the engine thread on failure
 
     cdef void complete_locked(self, int64_t handle, int status, const string& error,
-                              int error_kind) noexcept nogil
+                              int error_kind, bint notify=*) noexcept nogil
     cdef void fail(self, const string& why, int kind) noexcept nogil
     cdef void fail_from(self, int who, const string& msg, int kind) noexcept nogil
     cdef void fail_locked(self, const string& why, int kind) noexcept nogil

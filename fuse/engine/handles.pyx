@@ -38,7 +38,9 @@ cdef class HandleTable:
         self.next_handle = 1
 
     cdef void complete_locked(self, int64_t handle, int status, const string& error,
-                              int error_kind) noexcept nogil:
+                              int error_kind, bint notify=True) noexcept nogil:
+        """(under the lock) With ``notify`` False the caller wakes the waiters itself, after
+        releasing the lock (see retire)."""
         cdef unordered_map[int64_t, HandleState].iterator it = self.handles.find(handle)
         if it == self.handles.end():
             return
@@ -47,7 +49,8 @@ cdef class HandleTable:
         deref_hs(it).status = status
         deref_hs(it).error = error
         deref_hs(it).error_kind = error_kind
-        lock_notify_all(self.lock)
+        if notify:
+            lock_notify_all(self.lock)
 
     cdef void fail_from(self, int who, const string& msg, int kind) noexcept nogil:
         """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole)."""
@@ -253,8 +256,13 @@ cdef class HandleTable:
         handle completes."""
         lock_acquire(self.lock)
         self.names_in_flight.erase(key)
-        self.complete_locked(handle, status, error, error_kind)
+        self.complete_locked(handle, status, error, error_kind, False)
         lock_release(self.lock)
+        # Woken after the unlock: a waiter woken while the engine thread still holds the lock
+        # blocks on it at once, two context switches per completion instead of one (perf
+        # sched_switch on synchronize()'s thread, issue 36).  No wake-up is lost: the waiter
+        # reads the status under the lock before it waits (wait_step).
+        lock_notify_all(self.lock)
 
     cdef bint begin_stop(self) noexcept nogil:
         """shutdown(): a running engine starts stopping.  Whether it was running."""
