@@ -74,6 +74,13 @@ cdef enum:
     STEP_IDLE = 1
     STEP_STOP = 2
 
+# how a waiting thread's drive went (Engine._drive, for Engine._adapt_spin)
+cdef enum:
+    DRIVE_NOT_MINE = 0      # not the caller's to drive (or the engine stopped)
+    DRIVE_DONE = 1          # completed while the caller drove
+    DRIVE_SPUN_OUT = 2      # the spin ran out idle first
+    DRIVE_SKIPPED = 3       # a spin budget of 0: the engine thread had it
+
 
 cdef class Engine(CoordinatorLink):
     """The per-process engine.  Built by :func:`fuse.worker.lifecycle.init`; not for direct use.
@@ -93,6 +100,7 @@ cdef class Engine(CoordinatorLink):
     cdef Lock* loop_lock
     cdef double spin_s
     cdef double spin_budget             # how long _drive spins now (see _adapt_spin)
+    cdef int spin_skipped               # waits since the budget fell to 0 (see _adapt_spin)
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
     cdef int64_t st_driven              # loop: waits that completed while their thread drove
     cdef int64_t st_sent_here           # loop: requests their caller sent (_submit_here)
@@ -339,10 +347,10 @@ cdef class Engine(CoordinatorLink):
         cdef int status = H_PENDING
         cdef HandleState hs
         cdef bint known = True
-        cdef double since = 0
+        cdef int drove = DRIVE_NOT_MINE
         if self.spin_s > 0:
             with nogil:
-                since = self._drive(handle)
+                drove = self._drive(handle)
         while True:
             with nogil:                 # the lock is only ever waited for without the GIL
                 status = self.table.wait_step(handle, 100.0, &hs)
@@ -351,8 +359,8 @@ cdef class Engine(CoordinatorLink):
             if status != H_PENDING:
                 break
             PyErr_CheckSignals()        # lets Ctrl-C through
-        if since > 0:
-            self._adapt_spin(now_seconds() - since)
+        if drove != DRIVE_NOT_MINE:
+            self._adapt_spin(drove)
         record = self._records.pop(handle, None)
         if record is not None:
             (<RequestSpec>record).release()     # the engine is done with its memory
@@ -536,26 +544,37 @@ cdef class Engine(CoordinatorLink):
             tl_cycle(self.tl, cycle_ts)
         return STEP_PROGRESS if progressed else STEP_IDLE
 
-    cdef void _adapt_spin(self, double waited) noexcept nogil:
+    cdef void _adapt_spin(self, int drove) noexcept nogil:
         """After a wait the caller could drive: spin longer next time (by an eighth of
-        FUSE_SPIN_TIME_US, up to all of it) if this wait ended well within the spin time,
-        half as long if it outlasted it, down to none: then the engine thread does the work
-        and the caller sleeps at once.  On a machine with more runnable threads than cores a
-        peer is often descheduled for longer than any spin; a caller that spins through it
-        takes the core that peer needs and then sleeps anyway (load 17, a fixed spin with
-        the caller sending its own request: 1.1x the time and up to 1.8x the CPU per small
-        call of the engine thread sending it).  Called with the GIL, so the waiting threads
-        take turns."""
-        if waited <= self.spin_s / 2:
+        FUSE_SPIN_TIME_US, up to all of it) if the collective completed while this thread
+        drove, half as long if the spin ran out idle first, down to none: then the engine
+        thread does the work and the caller sleeps at once; every 16th such wait tries an
+        eighth of the spin again.  On a machine with more runnable threads than cores a peer
+        is often descheduled for longer than any spin; a caller that spins through it takes
+        the core that peer needs and then sleeps anyway (load 17, a fixed spin with the
+        caller sending its own request: 1.1x the time and up to 1.8x the CPU per small call
+        of the engine thread sending it).  Only idleness counts: the time a driven
+        collective spends reducing (a shared-memory allreduce of 1 MiB takes longer than the
+        whole spin) is work this thread would otherwise hand to the engine thread and wait
+        for, two wake-ups later (judged by the whole wait, the quiet suite run's 1 MiB took
+        300.6 us against 134.0 us before).  Called with the GIL, so the waiting threads take
+        turns."""
+        if drove == DRIVE_DONE:
             self.spin_budget = min(self.spin_s, self.spin_budget + self.spin_s / 8)
-        elif waited > self.spin_s:
+        elif drove == DRIVE_SPUN_OUT:
             self.spin_budget = self.spin_budget / 2 if self.spin_budget > self.spin_s / 16 else 0
+        elif drove == DRIVE_SKIPPED:
+            self.spin_skipped += 1
+            if self.spin_skipped >= 16:
+                self.spin_skipped = 0
+                self.spin_budget = self.spin_s / 8
 
-    cdef double _drive(self, int64_t handle) noexcept nogil:
+    cdef int _drive(self, int64_t handle) noexcept nogil:
         """Wait for ``handle`` by running the loop on this thread, polling without sleeping,
         for up to ``spin_budget`` of idleness (``spin_s``, or less after long waits: see
-        _adapt_spin).  Returns when it started, or would have but for a spin budget of 0 (0:
-        the handle was not the caller's to drive).
+        _adapt_spin).  Returns how it went, for _adapt_spin: DRIVE_DONE (completed while
+        driving), DRIVE_SPUN_OUT (idle longer than the budget), DRIVE_SKIPPED (a budget of 0)
+        or DRIVE_NOT_MINE (not the caller's to drive, or the engine thread was at work).
 
         Handing a small collective to the engine thread and back costs two thread wake-ups
         (tens of microseconds each on a busy or virtual machine), more than the rest of the
@@ -567,18 +586,17 @@ cdef class Engine(CoordinatorLink):
         I/O loop); a thread spinning beside them, here or on a peer rank, takes the core they
         need (a 128 KiB Gloo allreduce took 3x as long).
         Whatever is left when this returns is the engine thread's again."""
-        cdef double idle_since, started
+        cdef double idle_since
         cdef int step
         cdef bint done = False
         cdef bint timed
         if not self.table.driving_alone(handle):
-            return 0
+            return DRIVE_NOT_MINE
         if self.spin_budget <= 0:
-            return now_seconds()        # the engine thread has it (see _submit_here)
+            return DRIVE_SKIPPED        # the engine thread has it (see _submit_here)
         if not self._take_loop(False):
-            return 0                    # the engine thread is at work
+            return DRIVE_NOT_MINE       # the engine thread is at work
         idle_since = now_seconds()
-        started = idle_since
         while True:
             step = self._iterate()
             if step == STEP_STOP:
@@ -593,7 +611,9 @@ cdef class Engine(CoordinatorLink):
                 break
         timed = self._idle_timeout_ms() >= 0     # (coordinator state: read under loop_lock)
         self._hand_back_loop(not done or timed)
-        return started
+        if done:
+            return DRIVE_DONE
+        return DRIVE_SPUN_OUT if step != STEP_STOP else DRIVE_NOT_MINE
 
     cdef bint _take_loop(self, bint block) noexcept nogil:
         """A thread other than the engine thread takes the loop (waiting for it if ``block``,
