@@ -172,7 +172,7 @@ class Config:
                                 doc="microseconds a thread waiting for the only collective in "
                                     "flight runs the engine loop itself, polling, before it "
                                     "sleeps (latency of small synchronous calls; less while "
-                                    "recent waits outlast it); 0 turns this off",
+                                    "recent spins run out idle); 0 turns this off",
                                 bounds=(0.0, 1e6))
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
