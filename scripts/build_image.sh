@@ -75,11 +75,19 @@ torch_version=$("$PY" -c "import torch; print(torch.__version__)")
 cp "$CACHE"/deps/*.whl "$ctx/wheels/"
 
 # -- 3. the image -------------------------------------------------------------------------------
+# The image this tag named before: a rebuild moves the tag and would leave it behind, untagged,
+# 1 GB a build (16 GB of them filled this machine's disk until CI's pip ran out of space).
+previous=$(podman image inspect "$IMAGE" --format '{{.Id}}' 2>/dev/null || true)
 start=$(date +%s.%N)
 wheels_key=$(cd "$ctx/wheels" && sha256sum -- *.whl | sha256sum | cut -c1-16)
-podman build -q --runtime runc --build-arg BASE="$BASE" --build-arg WHEELS="$wheels_key" \
+podman build -q --layers=false --runtime runc --build-arg BASE="$BASE" --build-arg WHEELS="$wheels_key" \
   -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx" >/dev/null
 end=$(date +%s.%N)
+current=$(podman image inspect "$IMAGE" --format '{{.Id}}')
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
+  # only if nothing else names or uses it (another tag, a container): then rmi refuses; keep it
+  podman rmi "$previous" >/dev/null 2>&1 || true
+fi
 size=$(podman image inspect "$IMAGE" --format '{{.Size}}')
 layers=$(podman image inspect "$IMAGE" --format '{{len .RootFS.Layers}}')
 printf 'build_image: %s built in %s s (base %s): %d MB, %d layers\n' "$IMAGE" \
