@@ -30,6 +30,31 @@
 
 namespace fuse {
 
+// The last step of a part's reduction for the common case (float32 sum, the gradients'), in
+// one pass: out = (out + peer) * post, also stored into `pub` (this rank's segment, for the
+// others to collect).  The generic path makes three passes of it (the reduce, scale_buffer,
+// the memcpy that publishes); the arithmetic is the same, so are the results: the sum is
+// rounded to float, then the product, as there.
+inline void sum_scale_f32(float* __restrict out, const float* __restrict peer,
+                          float* __restrict pub, size_t n, float post) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = (out[i] + peer[i]) * post;
+    out[i] = v;
+    pub[i] = v;
+  }
+}
+
+// The same where the result also goes back where the peer's input was (its region, in the
+// direct path): read, then overwritten, in the same pass.
+inline void sum_scale_f32_both(float* __restrict out, float* __restrict theirs, size_t n,
+                               float post) {
+  for (size_t i = 0; i < n; ++i) {
+    const float v = (out[i] + theirs[i]) * post;
+    out[i] = v;
+    theirs[i] = v;
+  }
+}
+
 struct ShmHeader {
   std::atomic<uint64_t> arrived;   // the number of barriers this rank has reached
   int64_t pid;                     // for the liveness check while others wait on it
@@ -92,9 +117,12 @@ class ShmAllreduce {
     const size_t step = (chunk_ / (n * esize)) * n * esize;   // whole elements, n parts
     char* raw = static_cast<char*>(buf);
     const size_t total = count * esize;
+    // float32 sums take the one-pass last step (sum_scale_f32); one rank alone has no peer
+    const bool fused = dtype == FUSE_FLOAT32 && op == FUSE_OP_SUM && n > 1;
     int in_regions = direct_if_shared(raw, total, err, errlen);
     if (in_regions < 0) return -in_regions;
-    if (in_regions) return reduce_in_regions(raw, count, esize, reduce, dtype, post, err, errlen);
+    if (in_regions)
+      return reduce_in_regions(raw, count, esize, reduce, dtype, post, fused, err, errlen);
     std::vector<size_t> cut(n + 1);
     for (size_t lo = 0; lo < total; lo += step, ++chunks_) {
       const size_t hi = lo + step < total ? lo + step : total;
@@ -109,11 +137,21 @@ class ShmAllreduce {
       if (int rc = barrier(err, errlen)) return rc;
       // 2. reduce the part this rank owns from everyone's copy, then publish the result
       const size_t a = cut[rank_], z = cut[rank_ + 1];
-      for (size_t k = 0; k < n; ++k)
-        if (k != static_cast<size_t>(rank_) && z > a)
-          reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
-      scale_buffer(raw + a, (z - a) / esize, dtype, post);
-      memcpy(mine + (a - lo), raw + a, z - a);
+      if (fused) {
+        for (size_t k = 0; k < n; ++k)      // every peer but the last (none with 2 ranks)
+          if (k != static_cast<size_t>(rank_) && k != last_peer() && z > a)
+            reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
+        sum_scale_f32(reinterpret_cast<float*>(raw + a),
+                      reinterpret_cast<const float*>(data(last_peer()) + half + (a - lo)),
+                      reinterpret_cast<float*>(mine + (a - lo)), (z - a) / esize,
+                      static_cast<float>(post));
+      } else {
+        for (size_t k = 0; k < n; ++k)
+          if (k != static_cast<size_t>(rank_) && z > a)
+            reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
+        scale_buffer(raw + a, (z - a) / esize, dtype, post);
+        memcpy(mine + (a - lo), raw + a, z - a);
+      }
       if (int rc = barrier(err, errlen)) return rc;
       // 3. collect the other parts' results
       for (size_t k = 0; k < n; ++k)
@@ -319,20 +357,28 @@ class ShmAllreduce {
   // byte read once per rank and written once per rank, one barrier at the end.  Only the owner
   // touches a part, in anyone's region, so the parts need no barrier between them.
   int reduce_in_regions(char* raw, size_t count, size_t esize, ReduceFn reduce, int dtype,
-                        double post, char* err, size_t errlen) {
+                        double post, bool fused, char* err, size_t errlen) {
     const ShmHeader* me = header(rank_);
     const Region& reg = regions_[me->region];
     const size_t n = bases_.size();
     const size_t a = (count * rank_ / n) * esize, z = (count * (rank_ + 1) / n) * esize;
     const size_t block = (kDirectBlockBytes / esize) * esize;
+    const size_t last = last_peer();
     for (size_t lo = a; lo < z; lo += block) {
       const size_t len = lo + block < z ? block : z - lo;
       for (size_t k = 0; k < n; ++k)
-        if (k != static_cast<size_t>(rank_))
+        if (k != static_cast<size_t>(rank_) && !(fused && k == last))
           reduce(raw + lo, raw + lo, reg.bases[k] + me->offset + lo, len / esize);
-      scale_buffer(raw + lo, len / esize, dtype, post);
+      if (fused) {
+        // the last peer's copy is read and then overwritten with the result in the same pass
+        char* theirs = reg.bases[last] + me->offset + lo;
+        sum_scale_f32_both(reinterpret_cast<float*>(raw + lo), reinterpret_cast<float*>(theirs),
+                           len / esize, static_cast<float>(post));
+      } else {
+        scale_buffer(raw + lo, len / esize, dtype, post);
+      }
       for (size_t k = 0; k < n; ++k)
-        if (k != static_cast<size_t>(rank_))
+        if (k != static_cast<size_t>(rank_) && !(fused && k == last))
           memcpy(reg.bases[k] + me->offset + lo, raw + lo, len);
     }
     ++direct;
@@ -342,6 +388,12 @@ class ShmAllreduce {
   // the unit of the direct reduction: small enough that the result is still in cache when it
   // is copied to the other ranks
   static constexpr size_t kDirectBlockBytes = 256 * 1024;
+
+  // the highest rank other than this one: whose copy the one-pass last step reads
+  size_t last_peer() const {
+    const size_t n = bases_.size();
+    return static_cast<size_t>(rank_) == n - 1 ? n - 2 : n - 1;
+  }
 
   ShmHeader* header(size_t k) const { return reinterpret_cast<ShmHeader*>(bases_[k]); }
   char* data(size_t k) const { return bases_[k] + kShmHeaderBytes; }
