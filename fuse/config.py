@@ -125,6 +125,12 @@ class Config:
                                      doc="allreduces larger than this many bytes are reduced in "
                                          "place, not copied through the fusion buffer",
                                      bounds=_BYTES)
+    malloc_trim_threshold: int = _knob(
+        128 * 1024 * 1024, "MALLOC_TRIM_THRESHOLD",
+        doc="bytes of freed heap glibc's malloc keeps instead of returning them to the kernel "
+            "(blocks up to 32 MiB then come from the heap too), so a step's gradients do not "
+            "come back as fresh pages every step; 0 leaves malloc as it is, and so does a "
+            "MALLOC_*_ or GLIBC_TUNABLES malloc setting of your own", bounds=_BYTES)
     split_threshold: int = _knob(4 * 1024 * 1024, "SPLIT_THRESHOLD",
                                  doc="allreduces of at least this many bytes are reduced as two "
                                      "halves at once, over two connections (native backends "

@@ -84,6 +84,8 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         elif name != config.backend:
             config = Config.from_env(**{**overrides, "backend": name})
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
+        from fuse.worker import malloc_tuning
+        malloc_tuning.keep_freed_memory(config.malloc_trim_threshold)
         _check_thread_affinity(config)      # before anything starts that would need stopping
         _warn_oversubscribed(config, log)
         ignored_knobs.warn_ignored_knobs(config.local_rank, log)
