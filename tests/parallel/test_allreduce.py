@@ -280,6 +280,13 @@ def test_large_allreduce_splits_in_two_halves(threshold, expect_split):
     assert splits == ([8, 8] if expect_split else [0, 0])   # 3 + 3 + 2 allreduces
 
 
+def exact_average(base, n: int):
+    """The Average over n ranks of ``base * (rank + 1)`` (float32), bit for bit: the sums are
+    integers below 2**24, and the average is their product with 1/n rounded to float32, by the
+    one-pass float32 kernel as by the generic passes."""
+    return (base * np.float32(n * (n + 1) // 2)) * np.float32(1.0 / n)
+
+
 def shared_memory_average(count: int) -> dict:
     """Allreduces large enough for the same-host shared-memory path (FUSE_SHM_THRESHOLD,
     16 KiB): an Average of odd length (uneven parts, two chunks), scaled inside the
@@ -300,10 +307,7 @@ def shared_memory_average(count: int) -> dict:
             m = 70001 + (i % 3) * 50000
             got = fuse.allreduce(np.full(m, r + i, np.int32), name=f"burst{i}", op=fuse.Sum)
             burst &= bool((got == n * i + n * (n - 1) // 2).all())
-        # exact: the sums are integers below 2**24, and the average is their product with
-        # 1/n rounded to float32, by the one-pass float32 kernel as by the generic passes
-        exact = (base * np.float32(n * (n + 1) // 2)) * np.float32(1.0 / n)
-        return {"average": bool(np.array_equal(out, exact)),
+        return {"average": bool(np.array_equal(out, exact_average(base, n))),
                 "sum": bool(np.array_equal(ints, np.arange(count) * (n * (n + 1) // 2))),
                 "burst": burst, "shm": lifecycle.engine().stats()["shm"]}
     finally:
@@ -391,8 +395,7 @@ def shared_region_allreduces(count: int) -> dict:
         a[:] = base * (r + 1)
         out["same offset"] = direct_calls(lambda: fuse.allreduce_(a, op=fuse.Average,
                                                                     name="same"))
-        out["same ok"] = bool(np.array_equal(                   # exact, as above
-            a, (base * np.float32(n * (n + 1) // 2)) * np.float32(1.0 / n)))
+        out["same ok"] = bool(np.array_equal(a, exact_average(base, n)))
         k = ints[:count]
         k[:] = np.arange(count) * (r + 1)
         out["int64"] = direct_calls(lambda: fuse.allreduce_(k, op=fuse.Sum, name="ints"))

@@ -123,6 +123,7 @@ class ShmAllreduce {
     if (in_regions < 0) return -in_regions;
     if (in_regions)
       return reduce_in_regions(raw, count, esize, reduce, dtype, post, fused, err, errlen);
+    const size_t last = last_peer();
     std::vector<size_t> cut(n + 1);
     for (size_t lo = 0; lo < total; lo += step, ++chunks_) {
       const size_t hi = lo + step < total ? lo + step : total;
@@ -137,18 +138,15 @@ class ShmAllreduce {
       if (int rc = barrier(err, errlen)) return rc;
       // 2. reduce the part this rank owns from everyone's copy, then publish the result
       const size_t a = cut[rank_], z = cut[rank_ + 1];
+      for (size_t k = 0; k < n; ++k)      // fused: the last peer is left to sum_scale_f32
+        if (k != static_cast<size_t>(rank_) && !(fused && k == last) && z > a)
+          reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
       if (fused) {
-        for (size_t k = 0; k < n; ++k)      // every peer but the last (none with 2 ranks)
-          if (k != static_cast<size_t>(rank_) && k != last_peer() && z > a)
-            reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
         sum_scale_f32(reinterpret_cast<float*>(raw + a),
-                      reinterpret_cast<const float*>(data(last_peer()) + half + (a - lo)),
+                      reinterpret_cast<const float*>(data(last) + half + (a - lo)),
                       reinterpret_cast<float*>(mine + (a - lo)), (z - a) / esize,
                       static_cast<float>(post));
       } else {
-        for (size_t k = 0; k < n; ++k)
-          if (k != static_cast<size_t>(rank_) && z > a)
-            reduce(raw + a, raw + a, data(k) + half + (a - lo), (z - a) / esize);
         scale_buffer(raw + a, (z - a) / esize, dtype, post);
         memcpy(mine + (a - lo), raw + a, z - a);
       }
@@ -389,7 +387,8 @@ class ShmAllreduce {
   // is copied to the other ranks
   static constexpr size_t kDirectBlockBytes = 256 * 1024;
 
-  // the highest rank other than this one: whose copy the one-pass last step reads
+  // the highest rank other than this one: whose copy the one-pass last step reads (only when
+  // `fused`, which needs a peer: with one rank this value means nothing)
   size_t last_peer() const {
     const size_t n = bases_.size();
     return static_cast<size_t>(rank_) == n - 1 ? n - 2 : n - 1;
