@@ -80,8 +80,8 @@ cp "$CACHE"/deps/*.whl "$ctx/wheels/"
 previous=$(podman image inspect "$IMAGE" --format '{{.Id}}' 2>/dev/null || true)
 start=$(date +%s.%N)
 wheels_key=$(cd "$ctx/wheels" && sha256sum -- *.whl | sha256sum | cut -c1-16)
-podman build -q --layers=false --runtime runc --build-arg BASE="$BASE" --build-arg WHEELS="$wheels_key" \
-  -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx" >/dev/null
+podman build -q --layers=false --runtime runc --build-arg BASE="$BASE" \
+  --build-arg WHEELS="$wheels_key" -t "$IMAGE" -f "$ctx/Dockerfile" "$ctx" >/dev/null
 end=$(date +%s.%N)
 current=$(podman image inspect "$IMAGE" --format '{{.Id}}')
 if [ -n "$previous" ] && [ "$previous" != "$current" ]; then

@@ -29,25 +29,33 @@ M_TRIM_THRESHOLD = -1
 M_MMAP_THRESHOLD = -3
 MMAP_THRESHOLD_BYTES = 32 * 1024 * 1024
 
-_USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
+# the variables a user tunes glibc's malloc with (GLIBC_TUNABLES too, when it names glibc.malloc)
+USER_SETTINGS = ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_")
 
 
 def user_tuned_malloc(environ: Mapping[str, str] = os.environ) -> bool:
     """Whether the process was started with malloc settings of its own."""
-    return (any(name in environ for name in _USER_SETTINGS)
+    return (any(name in environ for name in USER_SETTINGS)
             or "glibc.malloc." in environ.get("GLIBC_TUNABLES", ""))
+
+
+def glibc():
+    """This process's C library if it is glibc (musl's mallopt does nothing), else None."""
+    try:
+        libc = ctypes.CDLL(None)
+    except OSError:
+        return None
+    return libc if hasattr(libc, "gnu_get_libc_version") else None
 
 
 def keep_freed_memory(trim_threshold: int, environ: Mapping[str, str] = os.environ) -> bool:
     """Fix glibc's mmap and trim thresholds (see the module's doc).  Returns whether it did."""
     if trim_threshold <= 0 or user_tuned_malloc(environ):
         return False
-    try:
-        libc = ctypes.CDLL(None)
-        mallopt = libc.mallopt
-        libc.gnu_get_libc_version       # glibc only: musl's mallopt does nothing
-    except (OSError, AttributeError):
+    libc = glibc()
+    if libc is None:
         return False
+    mallopt = libc.mallopt
     mallopt.argtypes = (ctypes.c_int, ctypes.c_int)
     mallopt.restype = ctypes.c_int
     trim = min(trim_threshold, 2**31 - 1)

@@ -1,6 +1,7 @@
 """fuse.worker.malloc_tuning: freed memory stays in the process (glibc), unless the user chose."""
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -32,22 +33,16 @@ ROUNDS = textwrap.dedent("""
 """)
 
 
-def rounds(trim_threshold: int, **env) -> dict:
-    import os
+def rounds(trim_threshold: int) -> dict:
+    """ROUNDS' result, in an environment without malloc settings of the user's own."""
     clean = {k: v for k, v in os.environ.items()
-             if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_",
-                          "GLIBC_TUNABLES")}
+             if k not in (*malloc_tuning.USER_SETTINGS, "GLIBC_TUNABLES")}
     out = subprocess.run([sys.executable, "-c", ROUNDS, str(trim_threshold)], check=True,
-                         capture_output=True, text=True, env={**clean, **env}, timeout=120)
+                         capture_output=True, text=True, env=clean, timeout=120)
     return json.loads(out.stdout)
 
 
-def glibc() -> bool:
-    import ctypes
-    return hasattr(ctypes.CDLL(None), "gnu_get_libc_version")
-
-
-@pytest.mark.skipif(not glibc(), reason="the tuning is for glibc's malloc")
+@pytest.mark.skipif(malloc_tuning.glibc() is None, reason="the tuning is for glibc's malloc")
 def test_freed_blocks_are_reused_instead_of_faulted_back_in():
     tuned = rounds(128 << 20)
     assert tuned["tuned"] is True
