@@ -790,13 +790,14 @@ cdef class Coordinator:
         (MSG_STRAGGLERS, rank 0 included: Engine.straggler_frame), draw it on the timeline and
         name whoever is flagged."""
         cdef string frame
+        cdef StragglerView view
         cdef vector[string] series
         cdef vector[double] values
         cdef int who, r
         if not self.meter.close_sample(now):
             return
-        put[uint8_t](frame, MSG_STRAGGLERS)
-        self.meter.encode(frame)
+        self.meter.view(&view)
+        frame_stragglers(frame, view)
         self.channel.send_all(frame, -1)
         self.channel.send_to(0, frame)
         if tl_on(self.tl):
