@@ -5,7 +5,7 @@
 A worker sends its requests (a full description the first time a name is seen, a cache slot
 afterwards) to the coordinator; the coordinator sends back one ordered stream of responses.
 This module serializes both, and names kinds, ops and shapes for error messages.  It holds no
-state; the structs and constants are declared in protocol.pxd so the engine (fuse/_core.pyx),
+state; the structs and constants are declared in protocol.pxd so the loop (engine/loop.pyx),
 the coordinator and the executor share one definition of each.  Every control frame is built
 and read here (frame_* and read_*).
 """
@@ -41,7 +41,8 @@ cdef const char* _op_name(int op) noexcept nogil:
     return "unknown op"
 
 
-# The Python-level names of the constants in protocol.pxd (fuse._core re-exports them).
+# The Python-level names of the constants in protocol.pxd: the one place Python code imports
+# them from.
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
 AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
 KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
@@ -322,7 +323,7 @@ cdef bint read_stragglers(Reader& rd, StragglerView* view) noexcept nogil:
         view.hosts.push_back(host)
     return not rd.bad
 
-# ---- the decoder as Python sees it: for the property-based tests of the wire format
+# ---- the wire format as Python sees it: for the property-based tests, and straggler_report()
 
 def encode_request(*, int kind, int dtype, int op, int pset, int root, double prescale,
                    double postscale, shape, args, bytes name, bytes group_key, int group_size,
