@@ -167,19 +167,14 @@ cdef struct HandleState:
 
 # The coordinator's straggler view (engine/straggler.pyx), as every rank receives it in a
 # MSG_STRAGGLERS frame (frame_stragglers): per rank and per host, medians over the window.
-cdef struct RankLag:
+cdef struct Lag:             # one rank's, or one host's (its ranks together, none alone)
     string host
-    double lateness           # seconds after the first rank its requests arrive
-    double share              # the share of the job's time spent waiting for it alone
+    double lateness           # a rank's requests arrive this long after the first rank's
+                              # (a host's: 0)
+    double share              # the share of the job's time spent waiting for it alone (a
+                              # host: the ranks of the other hosts waiting for its ranks)
     double cost               # that wait per step, seconds
     cbool flagged             # behind by more than FUSE_STRAGGLER_FACTOR
-
-
-cdef struct HostLag:
-    string host
-    double share              # the ranks of the other hosts waiting for this one's
-    double cost
-    cbool flagged             # its ranks together, none of them alone
 
 
 cdef struct StragglerView:
@@ -188,8 +183,8 @@ cdef struct StragglerView:
     double sample_s
     double factor             # FUSE_STRAGGLER_FACTOR
     int64_t samples           # samples taken since the start
-    vector[RankLag] ranks
-    vector[HostLag] hosts
+    vector[Lag] ranks
+    vector[Lag] hosts
 
 
 cdef inline double behind(double share) noexcept nogil:

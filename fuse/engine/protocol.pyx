@@ -261,66 +261,60 @@ cdef uint32_t read_count(Reader& rd) noexcept nogil:
 
 
 # the straggler view's layout version (read_stragglers refuses another)
-cdef enum: STRAGGLER_VIEW_VERSION = 1
+cdef enum: STRAGGLER_VIEW_VERSION = 2
+
+
+cdef inline void _put_lags(string& out, const vector[Lag]& lags) noexcept nogil:
+    cdef size_t i
+    put[int](out, <int>lags.size())
+    for i in range(lags.size()):
+        put_str(out, lags[i].host)
+        put[double](out, lags[i].lateness)
+        put[double](out, lags[i].share)
+        put[double](out, lags[i].cost)
+        put[char](out, lags[i].flagged)
+
+
+cdef inline void _get_lags(Reader& rd, vector[Lag]& lags) noexcept nogil:
+    """What _put_lags wrote; stops at the first short read (``rd.bad`` then says so)."""
+    cdef Lag lag
+    cdef int i, n = get[int](rd)
+    for i in range(n):
+        if rd.bad:
+            return
+        lag.host = get_str(rd)
+        lag.lateness = get[double](rd)
+        lag.share = get[double](rd)
+        lag.cost = get[double](rd)
+        lag.flagged = get[char](rd) != 0
+        lags.push_back(lag)
 
 
 cdef void frame_stragglers(string& out, const StragglerView& view) noexcept nogil:
     """MSG_STRAGGLERS (rank 0 to every rank, itself included): the straggler meter's view."""
-    cdef size_t i
     put[uint8_t](out, MSG_STRAGGLERS)
     put[int](out, STRAGGLER_VIEW_VERSION)
-    put[int](out, <int>view.ranks.size())
     put[int](out, view.filled)
     put[int](out, view.history)
     put[double](out, view.sample_s)
     put[double](out, view.factor)
     put[int64_t](out, view.samples)
-    for i in range(view.ranks.size()):
-        put_str(out, view.ranks[i].host)
-        put[double](out, view.ranks[i].lateness)
-        put[double](out, view.ranks[i].share)
-        put[double](out, view.ranks[i].cost)
-        put[char](out, view.ranks[i].flagged)
-    put[int](out, <int>view.hosts.size())
-    for i in range(view.hosts.size()):
-        put_str(out, view.hosts[i].host)
-        put[double](out, view.hosts[i].share)
-        put[double](out, view.hosts[i].cost)
-        put[char](out, view.hosts[i].flagged)
+    _put_lags(out, view.ranks)
+    _put_lags(out, view.hosts)
 
 
 cdef bint read_stragglers(Reader& rd, StragglerView* view) noexcept nogil:
     """What frame_stragglers wrote (after the type byte); False for another layout version or
     a short frame."""
-    cdef RankLag rank
-    cdef HostLag host
-    cdef int i, n
     if get[int](rd) != STRAGGLER_VIEW_VERSION:
         return False
-    n = get[int](rd)
     view.filled = get[int](rd)
     view.history = get[int](rd)
     view.sample_s = get[double](rd)
     view.factor = get[double](rd)
     view.samples = get[int64_t](rd)
-    for i in range(n):
-        if rd.bad:
-            return False
-        rank.host = get_str(rd)
-        rank.lateness = get[double](rd)
-        rank.share = get[double](rd)
-        rank.cost = get[double](rd)
-        rank.flagged = get[char](rd) != 0
-        view.ranks.push_back(rank)
-    n = get[int](rd)
-    for i in range(n):
-        if rd.bad:
-            return False
-        host.host = get_str(rd)
-        host.share = get[double](rd)
-        host.cost = get[double](rd)
-        host.flagged = get[char](rd) != 0
-        view.hosts.push_back(host)
+    _get_lags(rd, view.ranks)
+    _get_lags(rd, view.hosts)
     return not rd.bad
 
 # ---- the wire format as Python sees it: for the property-based tests, and straggler_report()
@@ -380,12 +374,11 @@ def decode_stragglers(bytes body):
     cdef string s = body
     cdef Reader rd = reader_new(s)
     cdef StragglerView view
-    cdef RankLag* lag
-    cdef HostLag* host
+    cdef Lag* lag
+    cdef size_t i
     if not read_stragglers(rd, &view):
         raise ValueError("corrupt straggler report, or one of another layout version (this "
                          f"fuse reads version {STRAGGLER_VIEW_VERSION})")
-    cdef size_t i
     ranks = []
     for i in range(view.ranks.size()):
         lag = &view.ranks[i]
@@ -395,10 +388,10 @@ def decode_stragglers(bytes body):
                       "straggler": lag.flagged})
     hosts = []
     for i in range(view.hosts.size()):
-        host = &view.hosts[i]
-        hosts.append({"host": host.host.decode(errors="replace"), "wait_share": host.share,
-                      "cost_per_step_s": host.cost, "behind": behind(host.share),
-                      "straggler": host.flagged})
+        lag = &view.hosts[i]
+        hosts.append({"host": lag.host.decode(errors="replace"), "wait_share": lag.share,
+                      "cost_per_step_s": lag.cost, "behind": behind(lag.share),
+                      "straggler": lag.flagged})
     return {"factor": view.factor, "window_s": view.history * view.sample_s,
             "samples": view.samples, "complete": view.filled >= view.history, "ranks": ranks,
             "hosts": hosts, "stragglers": [r["rank"] for r in ranks if r["straggler"]]}

@@ -33,7 +33,7 @@ from libcpp.algorithm cimport sort
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse.engine.protocol cimport HostLag, RankLag, StragglerView, behind
+from fuse.engine.protocol cimport Lag, StragglerView, behind
 
 cdef double REWARN_S = 60.0       # a rank still flagged is named again after this long
 
@@ -206,8 +206,7 @@ cdef class StragglerMeter:
 
     cdef void view(self, StragglerView* out) noexcept nogil:
         """The smoothed view, as every rank gets it (protocol.frame_stragglers)."""
-        cdef RankLag rank
-        cdef HostLag host
+        cdef Lag rank, host
         cdef int r
         cdef size_t h
         out.filled = self.filled
@@ -224,6 +223,7 @@ cdef class StragglerMeter:
             out.ranks.push_back(rank)
         for h in range(self.host_names.size()):
             host.host = self.host_names[h]
+            host.lateness = 0.0
             host.share = self.host_share_med[h]
             host.cost = self.host_cost_med[h]
             host.flagged = self.flagged[self.size + h] != 0
