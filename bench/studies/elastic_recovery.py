@@ -1,7 +1,7 @@
 """How long an elastic job of 4 workers takes to get going again after one is SIGKILLed: from
 the kill to the moment the survivors have all finished their next committed step.
 
-    python bench/elastic_recovery.py [--runs 10] [--json bench/results/elastic_recovery.json]
+    python bench/studies/elastic_recovery.py [--runs 10] [--json bench/results/studies/elastic_recovery.json]
 
 Each run starts ``fuserun -np 4 --min-np 2`` on four hosts that resolve to this machine
 (localhost, 127.0.0.1, 127.0.0.2, 127.0.0.3: distinct hosts to the driver), trains a small
@@ -37,7 +37,7 @@ train_until_killed(sys.argv[1], os.environ["FUSE_HOSTNAME"])
 
 def train_until_killed(out: str, me: str) -> int:
     """The elastic training every recovery bench times (fuserun's here, Ray's and Spark's in
-    bench/integrations_recovery.py): 60 committed steps of a small model; the worker of rank 1
+    bench/studies/integrations_recovery.py): 60 committed steps of a small model; the worker of rank 1
     notes the time in ``out``/killed and SIGKILLs itself in the middle of step 30 of the first
     generation; every worker appends each commit's time and generation to ``out``/commits.<me>."""
     import signal

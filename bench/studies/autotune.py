@@ -1,9 +1,9 @@
 """Autotune against a grid search: does FUSE_AUTOTUNE end near the best fixed setting?
 
-    python bench/autotune.py [--np 2 --steps 7 --json out.json]
+    python bench/studies/autotune.py [--np 2 --steps 7 --json out.json]
 
 A step allreduces ResNet-50's 161 gradient shapes (numpy float32, 25.6 M values; see
-``resnet50_shapes`` in bench/common.py) asynchronously and waits for all of them.
+``resnet50_shapes`` in bench/suite/common.py) asynchronously and waits for all of them.
 
 1. Grid: one job walks fixed settings (fusion threshold x cycle time x response cache), set on
    the coordinator with ``Engine.set_tuning``; per setting, 2 warm-up steps then the median of
@@ -29,13 +29,15 @@ import time
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+BENCH = os.path.dirname(HERE)
+SUITE = os.path.join(BENCH, "suite")
 MIB = 1024 * 1024
 GRID = list(itertools.product([0, MIB // 4, MIB, 4 * MIB, 16 * MIB, 64 * MIB],
                               [0.0, 1.0, 5.0], [True, False]))
 
 
 def _setup():
-    sys.path.insert(0, HERE)
+    sys.path.insert(0, SUITE)
     from common import resnet50_shapes
 
     import fuse

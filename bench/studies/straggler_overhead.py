@@ -1,7 +1,7 @@
 """What the straggler meter costs the engine: a step of many small allreduces with
 ``FUSE_STRAGGLER_POLICY=off`` (no meter) and ``warn`` (the default: the meter on).
 
-    fuserun -np 2 python bench/straggler_overhead.py [--rounds 8 --steps 30 --json f]
+    fuserun -np 2 python bench/studies/straggler_overhead.py [--rounds 8 --steps 30 --json f]
 
 A step is ResNet-50's 161 gradient tensors, each cut down to ``--numel`` float32 values
 (default 256: 1 KiB), submitted with ``allreduce_async`` and then synchronized: per-request
@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import common  # noqa: E402
 
 import fuse  # noqa: E402

@@ -14,8 +14,8 @@ the sides alternating:
 fit minus fuserun is what the estimator adds: materialisation, the Spark stage and its task
 start, reading Parquet on the ranks, checkpointing, sending the model back.
 
-Run: ``python bench/spark_estimator.py [--rounds 3] [--rows 20000] [--epochs 3]``; writes
-``bench/results/spark_estimator.json`` and prints a Markdown table.
+Run: ``python bench/studies/spark_estimator.py [--rounds 3] [--rows 20000] [--epochs 3]``; writes
+``bench/results/studies/spark_estimator.json`` and prints a Markdown table.
 """
 
 from __future__ import annotations
@@ -31,7 +31,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+BENCH = os.path.dirname(HERE)
+SUITE = os.path.join(BENCH, "suite")
+sys.path.insert(0, SUITE)
 
 from machine import describe as describe_machine  # noqa: E402
 
@@ -135,8 +137,8 @@ def main() -> int:
               "batch_size": batch, "steps_per_epoch": math.ceil(args.rows / (batch * 2)),
               "spark_session_start_s": spark_start, "times_s": times, "medians_s": medians,
               "load_before": os.getloadavg()}
-    os.makedirs(os.path.join(HERE, "results"), exist_ok=True)
-    with open(os.path.join(HERE, "results", "spark_estimator.json"), "w") as f:
+    os.makedirs(os.path.join(BENCH, "results", "studies"), exist_ok=True)
+    with open(os.path.join(BENCH, "results", "studies", "spark_estimator.json"), "w") as f:
         json.dump(result, f, indent=1)
     print(f"| side | median s ({args.rounds} rounds) |\n|---|---|")
     for side in ("fuserun", "fit", "materialise"):

@@ -1,7 +1,7 @@
 """Gradient synchronisation of a ResNet-50-shaped parameter set: fuse vs torch DDP (gloo).
 
-Run with 2 workers:  fuserun -np 2 python bench/torch_step.py [--compression fp16] [--json f]
-(fuse on MPI, DDP still on gloo:  FUSE_BACKEND=mpi mpiexec -n 2 python bench/torch_step.py)
+Run with 2 workers:  fuserun -np 2 python bench/suite/torch_step.py [--compression fp16] [--json f]
+(fuse on MPI, DDP still on gloo:  FUSE_BACKEND=mpi mpiexec -n 2 python bench/suite/torch_step.py)
 
 The model (``models.ShapedModel``) holds ResNet-50's 161 parameter tensors (25.6 M float32
 values) and nothing else, so the step is dominated by gradient synchronisation.

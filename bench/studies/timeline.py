@@ -1,9 +1,9 @@
 """What writing the timeline costs: gradient-sync steps with the timeline off vs on, same run.
 
-    fuserun -np 2 python bench/timeline.py [--rounds 7 --steps 5 --json out.json]
+    fuserun -np 2 python bench/studies/timeline.py [--rounds 7 --steps 5 --json out.json]
 
 A step allreduces ResNet-50's 161 gradient shapes (numpy float32, 25.6 M values; see
-``resnet50_shapes`` in bench/common.py) asynchronously and waits for all of them, the way
+``resnet50_shapes`` in bench/suite/common.py) asynchronously and waits for all of them, the way
 DistributedOptimizer does.  A second case does the same with 161 tiny tensors (4 floats each),
 where per-event costs weigh most.  Each round measures both modes, alternating which goes
 first; the timeline is switched with start_timeline/stop_timeline (rank 0 writes, with cycle
@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 
 
 def main():

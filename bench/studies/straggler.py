@@ -1,7 +1,7 @@
 """A slow worker, named and removed: an elastic job of 4 workers where one becomes 3x slower,
 under ``--straggler-policy remove``, beside a clean job of the 3 others.
 
-    python bench/straggler.py [--runs 3] [--json bench/results/straggler.json]
+    python bench/studies/straggler.py [--runs 3] [--json bench/results/studies/straggler.json]
 
 Each worker runs on a host of its own (localhost, 127.0.0.1, 127.0.0.2, 127.0.0.3: distinct
 hosts to the driver, all on this machine).  A step is ``--compute`` seconds of "compute" (a
@@ -36,7 +36,8 @@ import threading
 import time
 
 BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, BENCH_DIR)
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import common  # noqa: E402
 
 SLOW_HOST = "127.0.0.2"

@@ -1,8 +1,8 @@
 """The floor of the ResNet-50-shaped gradient step, measured, beside fuse's and DDP's steps.
 
-    fuserun -np 2 python bench/step_floor.py [--rounds 6] [--steps 5] [--json f]
+    fuserun -np 2 python bench/studies/step_floor.py [--rounds 6] [--steps 5] [--json f]
 
-The step of bench/torch_step.py (zero_grad, forward, backward, SGD with momentum over 161
+The step of bench/suite/torch_step.py (zero_grad, forward, backward, SGD with momentum over 161
 tensors, 25.6 M float32) cannot take less than the work no synchronisation scheme avoids:
 
 * ``forward+backward``: the same model's pass with no hooks (it reads every parameter and
@@ -31,7 +31,8 @@ import time
 import numpy as np
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import common  # noqa: E402
 import machine  # noqa: E402
 from models import ShapedModel  # noqa: E402

@@ -1,7 +1,7 @@
 """Allreduce latency and bandwidth from 4 B to 256 MiB: fuse against a competitor, same job.
 
-    fuserun -np 2 python bench/allreduce.py [--json out.json]   # Gloo vs torch.distributed
-    python bench/allreduce.py --mpi [--json out.json]           # MPI backend vs mpi4py
+    fuserun -np 2 python bench/suite/allreduce.py [--json out.json]   # Gloo vs torch.distributed
+    python bench/suite/allreduce.py --mpi [--json out.json]           # MPI backend vs mpi4py
 
 With ``--mpi`` the script starts itself under ``mpiexec -n 2`` with FUSE_BACKEND=mpi (unless an
 MPI launcher started it) and compares fuse's MPI backend with raw ``comm.Allreduce``; otherwise

@@ -2,7 +2,7 @@
 (the engine sees the same memory either way; the difference is the NDArray wait and the
 pointer lookup).  Run in the MXNet environment:
 
-    PATH=$PWD/.venv-mxnet/bin:$PATH python bench/mxnet_overhead.py
+    PATH=$PWD/.venv-mxnet/bin:$PATH python bench/studies/mxnet_overhead.py
 
 Measured here (2 workers on 2 shared cores, load average ~7 from other jobs; medians of 20):
 4 B: numpy 0.11-0.18 ms, NDArray 0.30-0.38 ms; 1 MiB: 0.7-3.9 ms vs 0.9-1.3 ms; 64 MiB:

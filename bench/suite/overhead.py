@@ -1,7 +1,7 @@
 """What an initialised but idle fuse costs: the backward pass with and without fuse, and the CPU
 an idle engine uses.
 
-    fuserun -np 2 python bench/overhead.py [--rounds 7 --idle-seconds 5 --json f]
+    fuserun -np 2 python bench/suite/overhead.py [--rounds 7 --idle-seconds 5 --json f]
 
 Backward: two models (``models.ShapedModel``, ResNet-50's 161 tensors with little compute, and
 ``models.SmallCNN`` on a batch of 32x32 images), no optimizer hooks.  Rounds alternate

@@ -1,7 +1,7 @@
 """Raw speed of the Gloo binding, without the engine: 4-byte allreduce latency and 64 MiB float32
 allreduce time/bandwidth, for each allreduce algorithm the binding offers.
 
-    python bench/gloo_raw.py [-np 2] [--reps 7] [--algorithms ring,bcube]
+    python bench/studies/gloo_raw.py [-np 2] [--reps 7] [--algorithms ring,bcube]
 
 Starts the ranks itself (spawn) and rendezvouses through a FileStore in a temporary directory.
 Prints the median of --reps timed runs (after warm-up), as measured on rank 0.

@@ -6,15 +6,15 @@ the generated part of bench/RESULTS.md.
 Workloads (each a list of jobs; a job is a benchmark script under fuserun -np 2 or mpiexec -n 2,
 writing one JSON record):
 
-  allreduce   bench/allreduce.py: 4 B .. 256 MiB, fuse (gloo) vs torch.distributed and
+  allreduce   bench/suite/allreduce.py: 4 B .. 256 MiB, fuse (gloo) vs torch.distributed and
               fuse (mpi) vs mpi4py
-  many_small  bench/torch_step.py: ResNet-50 gradient set vs DDP, fusion on/off, fp16/bf16
-  training    bench/train_cnn.py: small CNN, 1 and 2 workers (fuse vs DDP), bpps 1 and 4
-  overhead    bench/overhead.py: backward with and without fuse, idle engine CPU
-  loaded      bench/loaded.py: ResNet-50 gradient set and small CNN, fuse under fuserun vs DDP
+  many_small  bench/suite/torch_step.py: ResNet-50 gradient set vs DDP, fusion on/off, fp16/bf16
+  training    bench/suite/train_cnn.py: small CNN, 1 and 2 workers (fuse vs DDP), bpps 1 and 4
+  overhead    bench/suite/overhead.py: backward with and without fuse, idle engine CPU
+  loaded      bench/suite/loaded.py: ResNet-50 gradient set and small CNN, fuse under fuserun vs DDP
               under torchrun (each launcher's own thread defaults), quiet and beside --load
               busy processes (default 1)
-  multihost   bench/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
+  multihost   bench/suite/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
               layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
               set and 64 MiB allreduce bandwidth
 
@@ -45,9 +45,10 @@ import common  # noqa: E402
 import machine  # noqa: E402
 import report  # noqa: E402
 
-RESULTS_DIR = os.path.join(HERE, "results")
-PLOTS_DIR = os.path.join(HERE, "plots")
-RESULTS_MD = os.path.join(HERE, "RESULTS.md")
+BENCH = os.path.dirname(HERE)   # results, plots and RESULTS.md sit beside the suite and the studies
+RESULTS_DIR = os.path.join(BENCH, "results")
+PLOTS_DIR = os.path.join(BENCH, "plots")
+RESULTS_MD = os.path.join(BENCH, "RESULTS.md")
 WORKLOADS = ("allreduce", "many_small", "training", "overhead", "loaded", "multihost")
 
 

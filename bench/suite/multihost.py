@@ -1,6 +1,6 @@
 """fuse against DDP across hosts: network-namespace hosts on this machine, links capped.
 
-    sudo python bench/multihost.py [--rate 1gbit] [--layouts 2x1,4x1,2x2] [--rounds 3]
+    sudo python bench/suite/multihost.py [--rate 1gbit] [--layouts 2x1,4x1,2x2] [--rounds 3]
                                    [--steps 5] [--models step,allreduce] [--json f]
 
 The hosts come from scripts/cluster.sh (each a network namespace with its own address and
@@ -8,7 +8,7 @@ sshd, joined through a bridge; every link capped at ``--rate`` in both direction
 For each layout HOSTSxRANKS, fuse runs as its users run it, ``fuserun -np N -H a:R,b:R,...``
 from the first host (workers on the others over ssh), and DDP as its users run it, one
 ``torchrun --nnodes HOSTS --nproc_per_node RANKS`` per host. Workloads
-(bench/launched_worker.py): ``step``, the ResNet-50-shaped gradient set (25.6 M float32);
+(bench/suite/launched_worker.py): ``step``, the ResNet-50-shaped gradient set (25.6 M float32);
 ``allreduce``, one 64 MiB float32 allreduce, reported as bandwidth next to what the link
 allows for the algorithm used (fuse: hierarchical with several ranks per host, else a ring;
 DDP: a flat ring); ``step_powersgd``, the gradient set compressed with PowerSGD at rank 4 from
@@ -34,7 +34,7 @@ import sys
 import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
+ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
 import machine  # noqa: E402

@@ -1,9 +1,9 @@
 """Agent mode in containers: from a killed worker container to the survivor's next committed
 step, and from an added container to a commit with it; median of ``--runs``.
 
-    FUSE_K8S_IMAGE=localhost/fuse:test python bench/k8s_recovery.py [--runs 5] [--json PATH]
+    FUSE_K8S_IMAGE=localhost/fuse:test python bench/studies/k8s_recovery.py [--runs 5] [--json PATH]
 
-Each run is tests/kubernetes/agent_job.py's elastic scenario (the Helm chart rendered with the
+Each run is tests/kubernetes/kubernetes_util.py's elastic scenario (the Helm chart rendered with the
 image built by scripts/build_image.sh, its pods run as podman containers on one podman network):
 two worker pods train the image's example (a commit every step, ~0.1 s apart), the first is
 SIGKILLed (``podman kill``: its agent and its worker die at once, as a lost node's would) and the
@@ -24,13 +24,13 @@ import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent / "tests" / "kubernetes"))
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(HERE.parent.parent / "tests" / "support"))
+sys.path.insert(0, str(HERE.parent / "suite"))
 
 import common  # noqa: E402
 
-from agent_job import elastic_run  # noqa: E402
-from pods import remove, shared_dir  # noqa: E402
+from kubernetes_util import elastic_run  # noqa: E402
+from kubernetes_pods_util import remove, shared_dir  # noqa: E402
 
 
 def main() -> None:

@@ -1,8 +1,8 @@
 """How long an elastic job on Ray or Spark takes to get going again after a worker is
 SIGKILLed: from the kill to the survivor's first committed step in the re-formed job (as
-bench/elastic_recovery.py measures it for fuserun).
+bench/studies/elastic_recovery.py measures it for fuserun).
 
-    python bench/integrations_recovery.py [--runs 5] [--only ray|spark] [--json FILE]
+    python bench/studies/integrations_recovery.py [--runs 5] [--only ray|spark] [--json FILE]
 
 Ray: an ``ElasticRayExecutor`` (min_np 1, max_np 2) on a local cluster of two nodes of 1 CPU
 each (ray.cluster_utils, both on this machine), one worker per node.  Spark: a
@@ -30,7 +30,7 @@ BENCH_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 def train(out: str) -> int:
-    """bench/elastic_recovery.py's training, run by a Ray actor or a Spark task (this function
+    """bench/studies/elastic_recovery.py's training, run by a Ray actor or a Spark task (this function
     travels to them by value; the training is imported from the bench folder there)."""
     sys.path.insert(0, BENCH_DIR)
     from elastic_recovery import train_until_killed

@@ -1,6 +1,6 @@
 """End-to-end synthetic training of a small CNN: samples per second, fuse vs DDP.
 
-    fuserun -np 2 python bench/train_cnn.py [--json f]
+    fuserun -np 2 python bench/suite/train_cnn.py [--json f]
 
 The model is ``models.SmallCNN`` (3 conv layers, 32x32 RGB synthetic images, 10 classes),
 trained with SGD + momentum and cross-entropy, ``--batch`` images per worker per micro-step

@@ -1,6 +1,6 @@
 """What fuse adds to a training step in counts the machine's load does not inflate much.
 
-    fuserun -np 2 python bench/cpu_per_step.py [--model cnn|step] [--rounds 4]
+    fuserun -np 2 python bench/studies/cpu_per_step.py [--model cnn|step] [--rounds 4]
                                                [--unbatched] [--json f]
 
 Three sides in one job, rounds alternating their order (barrier before each): fuse's
@@ -9,7 +9,7 @@ and side: wall time, the process's CPU time (getrusage: every thread), voluntary
 involuntary context switches, each thread's CPU time (/proc, clock ticks), and the engine's
 counters (negotiation cycles, allreduces inline and through shared memory).  On a shared,
 loaded machine wall times move with the neighbours' load; CPU time and switches move less,
-and (side minus plain) is what the side adds.  Models: ``cnn``, bench/train_cnn.py's small CNN
+and (side minus plain) is what the side adds.  Models: ``cnn``, bench/suite/train_cnn.py's small CNN
 on 32 images per worker (compute-bound); ``step``, the ResNet-50-shaped parameter set.
 ``--unbatched`` adds a fourth side, "fuse unbatched": fuse's optimizer with its hooks queueing
 each gradient alone (``FUSE_GRAD_BATCH_BYTES=0``, as before batching), for before and after in
@@ -26,7 +26,8 @@ import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import common  # noqa: E402
 import machine  # noqa: E402
 from models import ShapedModel, SmallCNN, synthetic_images  # noqa: E402

@@ -1,11 +1,11 @@
 """fuse's core collectives against torch.distributed (gloo): 4-byte latency, 64 MiB bandwidth and
 the CPU of an idle engine.
 
-    fuserun -np 2 python bench/core.py [--rounds 7] [--idle-seconds 5] [--json out.json]
+    fuserun -np 2 python bench/studies/core.py [--rounds 7] [--idle-seconds 5] [--json out.json]
 
-A thin command over the suite's pieces: the allreduce comparison of bench/allreduce.py at two
+A thin command over the suite's pieces: the allreduce comparison of bench/suite/allreduce.py at two
 sizes (alternating rounds, medians, ratio fuse/torch) and the idle measurement of
-bench/overhead.py.
+bench/suite/overhead.py.
 """
 
 import argparse
@@ -14,7 +14,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import allreduce  # noqa: E402
 import common  # noqa: E402
 import machine  # noqa: E402

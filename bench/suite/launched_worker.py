@@ -1,7 +1,7 @@
-"""One side of bench/loaded.py: a training loop started by its launcher the usual way.
+"""One side of bench/suite/loaded.py: a training loop started by its launcher the usual way.
 
-    fuserun -np 2 python bench/launched_worker.py --side fuse --model step --json f
-    torchrun --nproc_per_node 2 bench/launched_worker.py --side ddp --model step --json f
+    fuserun -np 2 python bench/suite/launched_worker.py --side fuse --model step --json f
+    torchrun --nproc_per_node 2 bench/suite/launched_worker.py --side ddp --model step --json f
 
 Unlike the other benchmarks, fuse and DDP do not share a process here: each side runs under
 its own launcher with that launcher's defaults (fuserun's thread budget, torchrun's

@@ -1,6 +1,6 @@
 """Keras training throughput of a small CNN on synthetic data with fuse, 1 and 2 workers.
 
-Run:  python bench/keras_throughput.py [--batch 64 --warmup 10 --steps 40 --rounds 3]
+Run:  python bench/studies/keras_throughput.py [--batch 64 --warmup 10 --steps 40 --rounds 3]
 (in the TensorFlow environment: PATH=$PWD/.venv-tf/bin:$PATH).  It starts the workers itself
 through ``fuse.run`` (Gloo), once with 1 worker and once with 2, each worker limited to one
 TensorFlow compute thread so that a worker's compute is the same in both runs.

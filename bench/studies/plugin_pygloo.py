@@ -3,7 +3,7 @@
 (Not named pygloo.py: the script's folder comes first on sys.path and would hide the package.)
 
     bash scripts/test_pygloo.sh                   # makes .venv-pygloo (Python 3.10 + plugin)
-    PATH=$PWD/.venv-pygloo/bin:$PATH fuserun -np 2 python bench/plugin_pygloo.py [--json out.json]
+    PATH=$PWD/.venv-pygloo/bin:$PATH fuserun -np 2 python bench/studies/plugin_pygloo.py [--json out.json]
 
 Both sides are fuse, the same engine making the same calls; only the backend differs: fuse's
 Gloo binding (GIL released, a native ops table the engine thread calls without the GIL) and
@@ -14,7 +14,7 @@ FUSE_INLINE_THRESHOLD=0 (set here): otherwise small allreduces travel with the n
 large ones through shared memory, on either backend, and neither would reach the binding.
 
 Two measurements per backend and round:
-- time per blocking allreduce (float32 sum, in place) per size, as in bench/allreduce.py;
+- time per blocking allreduce (float32 sum, in place) per size, as in bench/suite/allreduce.py;
 - what the framework's Python threads keep while allreduces are in flight: a thread counts
   loop iterations while the main thread waits on back-to-back allreduces of ``--probe-size``.
   Reported: its rate over its rate with nothing in flight (measured just after, same round;
@@ -33,7 +33,8 @@ import time
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import common  # noqa: E402
 import machine  # noqa: E402
 from allreduce import calls_for, parse_sizes  # noqa: E402

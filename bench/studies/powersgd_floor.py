@@ -1,9 +1,9 @@
 """The floor of a PowerSGD step on the ResNet-50-shaped gradient set, measured per rank.
 
-    python bench/powersgd_floor.py [--procs 2] [--steps 8] [--json f]
+    python bench/studies/powersgd_floor.py [--procs 2] [--steps 8] [--json f]
 
 What a rank's step must do whatever the scheme, timed piece by piece in ``--procs`` processes
-at once (the ranks of bench/multihost.py's 2x1 or 4x1 layouts share this machine's cores and
+at once (the ranks of bench/suite/multihost.py's 2x1 or 4x1 layouts share this machine's cores and
 memory bandwidth the same way), one thread each, no communication:
 
 * ``forward+backward``: the model's pass with no hooks (reads every parameter, writes every
@@ -28,7 +28,9 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+BENCH = os.path.dirname(HERE)
+SUITE = os.path.join(BENCH, "suite")
+sys.path.insert(0, SUITE)
 
 
 def one_rank(steps: int, start, out) -> None:

@@ -13,8 +13,8 @@ sides alternating:
 - ``spark``: ``fuse.spark.run(job, num_proc=2)`` on a local[2] SparkSession started once
   beforehand (also reported separately).
 
-Run: ``python bench/integrations_startup.py [--rounds 5]``; writes
-``bench/results/integrations_startup.json`` and prints a Markdown table.  Needs
+Run: ``python bench/studies/integrations_startup.py [--rounds 5]``; writes
+``bench/results/studies/integrations_startup.json`` and prints a Markdown table.  Needs
 Ray, PySpark and Java (``scripts/setup.sh`` installs them).
 """
 
@@ -30,7 +30,9 @@ import tempfile
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, HERE)
+BENCH = os.path.dirname(HERE)
+SUITE = os.path.join(BENCH, "suite")
+sys.path.insert(0, SUITE)
 
 from machine import describe as describe_machine  # noqa: E402
 
@@ -50,7 +52,7 @@ if __name__ == "__main__":
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
-    parser.add_argument("--out", default=os.path.join(HERE, "results",
+    parser.add_argument("--out", default=os.path.join(BENCH, "results", "studies",
                                                       "integrations_startup.json"))
     args = parser.parse_args()
 

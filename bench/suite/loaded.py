@@ -1,7 +1,7 @@
 """fuse against DDP, each started by its own launcher the usual way, quiet and beside busy
 processes.
 
-    python bench/loaded.py [--load 1] [--rounds 5] [--steps 10] [--models step,cnn] [--json f]
+    python bench/suite/loaded.py [--load 1] [--rounds 5] [--steps 10] [--models step,cnn] [--json f]
 
 A worker's compute threads decide how a job fares next to anything else that runs: N workers
 each with one OpenMP thread per core make every parallel region wait for a descheduled thread
@@ -12,7 +12,7 @@ any thread variable, and records what each worker ran with.
 
 For each load level (0 and ``--load``: that many ``while True: pass`` processes beside the
 job, started before the level's rounds and stopped after them) and each model
-(bench/launched_worker.py: ``step`` = ResNet-50-shaped gradient set, ``cnn`` = small CNN),
+(bench/suite/launched_worker.py: ``step`` = ResNet-50-shaped gradient set, ``cnn`` = small CNN),
 rounds alternate which side's job runs first; a job times ``--steps`` steps after a warm-up
 and reports its median. The result is the median over rounds and the ratio fuse/DDP.
 """

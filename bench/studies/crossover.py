@@ -1,6 +1,6 @@
 """Where each allreduce path wins, by size: the measurement the size thresholds come from.
 
-    fuserun -np 2 python bench/crossover.py [--sizes 16K,32K,...] [--rounds 5] [--json f]
+    fuserun -np 2 python bench/studies/crossover.py [--sizes 16K,32K,...] [--rounds 5] [--json f]
 
 fuse picks an allreduce's path by its size (fuse/engine/submitter.pyx, executor.pyx): small
 ones travel inline with the negotiation and the coordinator reduces them
@@ -22,7 +22,8 @@ import sys
 
 import numpy as np
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+SUITE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "suite")
+sys.path.insert(0, SUITE)  # the suite's shared modules (common, machine, models, ...)
 import common  # noqa: E402
 import machine  # noqa: E402
 from allreduce import calls_for, parse_sizes  # noqa: E402
