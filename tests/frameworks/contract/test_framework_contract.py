@@ -11,13 +11,16 @@ import the start-up module that imports them."""
 from __future__ import annotations
 
 import ast
+import importlib
 import pathlib
 import re
 
 import needs
+import numpy as np
 import pytest
 
 import fuse
+from fuse import _core
 from fuse.collectives.array_ops import ArrayOps
 from fuse.frameworks import describe_frameworks, framework_names, load_framework
 
@@ -51,8 +54,47 @@ def test_each_adapter_hands_out_ops_with_every_verb(name):
     assert isinstance(compression.fp16.ops, type(ops)), compression.fp16.ops
 
 
+# The float32 tensor [1.5, -2, 3], made by each built-in framework itself (not through the
+# adapter, whose verbs are what is checked)
+MAKERS = {
+    "numpy": lambda: np.array([1.5, -2.0, 3.0], np.float32),
+    "torch": lambda: importlib.import_module("torch").tensor([1.5, -2.0, 3.0]),
+    "tensorflow": lambda: importlib.import_module("tensorflow").constant([1.5, -2.0, 3.0]),
+    "mxnet": lambda: importlib.import_module("mxnet").nd.array([1.5, -2.0, 3.0],
+                                                                dtype="float32"),
+}
+
+
+def _values(ops, tensor, dtype) -> list:
+    """What ``describe`` exposes of ``tensor``'s memory, read as ``dtype``."""
+    return np.frombuffer(ops.describe(tensor)[0], dtype).tolist()
+
+
+@pytest.mark.parametrize("name", sorted(MAKERS))
+def test_each_adapters_verbs_work_on_its_frameworks_tensors(name):
+    ops = _loaded(name).ops()
+    tensor = MAKERS[name]()
+    framework = type(tensor).__module__.split(".")[0]
+    _buffer, code, shape = ops.describe(tensor)
+    assert (code, shape) == (_core.DTYPE_CODES["float32"], (3,))
+    assert _values(ops, tensor, np.float32) == [1.5, -2.0, 3.0]
+    assert ops.dtype_name(tensor) == "float32" and ops.is_floating(tensor)
+    # compression's cast: a tensor of the same framework, with the same values
+    half = ops.cast(tensor, "float16")
+    assert type(half).__module__.split(".")[0] == framework, type(half)
+    assert ops.dtype_name(half) == "float16"
+    assert _values(ops, half, np.float16) == [1.5, -2.0, 3.0]
+    whole = ops.cast(tensor, "int32")
+    assert ops.dtype_name(whole) == "int32" and not ops.is_floating(whole)
+    assert ops.describe(ops.empty_like(tensor))[1:] == (code, (3,))
+    made, _ = ops.allocator(tensor)((2, 2))
+    assert ops.describe(made)[1:] == (code, (2, 2))
+    counts = ops.from_numpy(np.arange(3, dtype=np.int64), like=tensor)
+    assert _values(ops, counts, np.int64) == [0, 1, 2]
+
+
 def test_every_builtin_adapter_is_registered():
-    assert {"numpy", "torch", "tensorflow", "mxnet"} <= set(framework_names())
+    assert set(MAKERS) <= set(framework_names())
 
 
 def _imports(path: pathlib.Path) -> set[str]:
