@@ -8,6 +8,7 @@ Before: the job hung until ssh's own keep-alive gave up (~58 s), and the cut-off
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
@@ -82,9 +83,9 @@ def test_a_static_job_ends_naming_the_cut_off_rank_and_its_host(tmp_path):
             assert rc != 0, text[-3000:]
             # the job ended through the engine's peer timeout, the detector the error names
             # (ssh's own keep-alive, the slower path, says nothing of the kind)
-            assert (f"rank 1 (host {b}) stopped answering: its end of the control connection "
-                    f"acknowledged nothing for 15 s (FUSE_PEER_TIMEOUT_SECONDS)") in text, \
-                text[-3000:]
+            assert re.search(rf"rank 1 \(host {re.escape(b)}\) stopped answering: its end of "
+                             r"the control connection acknowledged nothing for \d+ s "
+                             r"\(FUSE_PEER_TIMEOUT_SECONDS\)", text), text[-3000:]
             # the cut-off rank exited by itself: the launcher cannot reach it to stop it
             assert wait_dead([pids[1]], 60) == [], "the cut-off rank is still running"
         finally:
