@@ -66,7 +66,11 @@ MAKERS = {
 
 
 def _values(ops, tensor, dtype) -> list:
-    """What ``describe`` exposes of ``tensor``'s memory, read as ``dtype``."""
+    """What ``describe`` exposes of ``tensor``'s memory, read as ``dtype``.  MXNet runs its
+    operators asynchronously and its describe expects a ready NDArray (fuse's MXNet calls
+    wait for it first), so an MXNet result is waited for here too."""
+    if hasattr(tensor, "wait_to_read"):
+        tensor.wait_to_read()
     return np.frombuffer(ops.describe(tensor)[0], dtype).tolist()
 
 
