@@ -127,8 +127,9 @@ cat "$WORK/versions.json"; echo
 "$PY" -m fuse.info 2>&1 | sed -n '1,40p'
 HAS_GPU=$("$PY" -c 'import json, sys; print(int(bool(json.load(open(sys.argv[1])).get("cuda_available"))))' "$WORK/versions.json" 2>/dev/null || echo 0)
 if [ "$MODE" = dry-run ]; then
-  say "dry run: GPU parts skipped"
+  say "dry run: GPU parts skipped (any GPU hidden from the tests)"
   HAS_GPU=0
+  export CUDA_VISIBLE_DEVICES=""
 elif [ "$HAS_GPU" != 1 ]; then
   say "no GPU visible: the GPU tests and the benchmark are skipped (this is not a GPU check)"
 fi

@@ -11,6 +11,7 @@ import fuse.torch as hvd
 
 
 def _device():
+    hvd.init()
     torch.cuda.set_device(hvd.local_rank())
     return torch.device("cuda", hvd.local_rank())
 
@@ -79,9 +80,9 @@ def _target(shared_gpu: bool = False):
     mode = _mode()
     if mode == "standin":
         import fake_torch_cuda
-        fake_torch_cuda.install()
-        return torch.device("cpu")
-    if mode == "cpu":
+        fake_torch_cuda.install()      # before init: the device path loads the stand-in
+    hvd.init(process_sets="dynamic")   # collectives_vs_cpu adds a process set
+    if mode in ("standin", "cpu"):
         return torch.device("cpu")
     index = 0 if shared_gpu else hvd.local_rank()
     torch.cuda.set_device(index)
@@ -119,6 +120,8 @@ def _cases(r: int, n: int, ps):
             base = torch.arange(1, 7, dtype=torch.float64).reshape(2, 3) * (r + 1)
             if op == hvd.Product:       # small values: no overflow in float16 or int32
                 base = torch.tensor([[1, 2, 1], [3, 1, 2]], dtype=torch.float64) + (r % 2)
+            if "process_set" in kw and not kw["process_set"].included():
+                return []       # not a member: nothing to compare on this rank
             return [hvd.allreduce(make(base.to(dtype)), op=op, name=f"ar.{sfx}", **kw)]
         return call
 
@@ -180,7 +183,7 @@ def collectives_vs_cpu():
     results did not stay on the device."""
     dev = _target()
     r, n = hvd.rank(), hvd.size()
-    ps = hvd.add_process_set(list(range(n)))
+    ps = hvd.add_process_set([0]) if n > 1 else hvd.global_process_set
     out = {"checked": [], "mismatches": [], "errors": [], "off_device": [],
            "device_path": None}
     for i, (label, call) in enumerate(_cases(r, n, ps)):
@@ -203,7 +206,8 @@ def collectives_vs_cpu():
                 out["mismatches"].append((label, k, a.tolist(), b.tolist()))
     from fuse.worker import device_path
     out["device_path"] = device_path.get() is not None
-    hvd.remove_process_set(ps)
+    if n > 1:
+        hvd.remove_process_set(ps)
     return out
 
 
