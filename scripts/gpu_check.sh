@@ -5,7 +5,8 @@
 #   scripts/gpu_check.sh --prepare   here, with a registry: wheelhouse/ gets fuse's CPython 3.12
 #                                    wheel (scripts/build_wheels.sh) and the pure-Python wheels
 #                                    fuse needs that the GPU machine lacks (stevedore and its own)
-#   scripts/gpu_check.sh             there: uses wheelhouse/ only (no registry, no compiler)
+#   scripts/gpu_check.sh             there: uses wheelhouse/ only (no registry, no compiler);
+#                                    wheelhouse/ is git-ignored, so carry it there
 #   scripts/gpu_check.sh --dry-run   anywhere: the same steps with the GPU parts skipped, to
 #                                    check the plumbing on a machine without a GPU
 #
@@ -14,7 +15,7 @@
 # itself a venv, a .pth file adds its site-packages, which --system-site-packages would miss).
 # The tests run from a copy of tests/ outside the checkout, so the checkout's uncompiled fuse/
 # cannot shadow the installed one.  A GPU that is present makes FUSE_TEST_REQUIRE=gpu fail any
-# GPU test that would skip.  Time limits: tests 300 s, benchmark 240 s (the whole under 8 min).
+# GPU test that would skip.  Time limits: tests 210 s, benchmark 180 s (the whole under 8 min).
 # Environment: OUT (default /tmp/gpu_check), FUSE_WHEELHOUSE (default wheelhouse), PYTHON (the
 # Python with torch; default python3).  Exits non-zero when the install, a test or the
 # benchmark failed.
@@ -64,7 +65,15 @@ step() { STEPS+=("$1=$2"); say "$1: $( [ "$2" = 0 ] && echo ok || echo "FAILED (
 
 # -- 1. install fuse from the wheelhouse, offline, into a venv over the machine's Python --------
 VENV=$WORK/venv
-"$PYTHON" -m venv --system-site-packages "$VENV"
+PY=$VENV/bin/python
+if "$PYTHON" -m venv --system-site-packages "$VENV"; then
+  PIP=("$PY" -m pip)
+else    # a Python without ensurepip (Debian's without python3-venv): its own pip installs
+  say "venv without pip; $PYTHON's pip installs into it"
+  rm -rf "$VENV"
+  "$PYTHON" -m venv --system-site-packages --without-pip "$VENV"
+  PIP=("$PYTHON" -m pip --python "$PY")
+fi
 # when $PYTHON is itself a venv, --system-site-packages shows its base's packages, not its own
 "$PYTHON" - "$VENV" <<'PY'
 import os, site, sys, sysconfig
@@ -77,7 +86,6 @@ if sys.prefix != sys.base_prefix:
         f.write("\n".join(dirs) + "\n")
     print("parent venv's site-packages added:", ", ".join(dirs))
 PY
-PY=$VENV/bin/python
 tag=$("$PY" -c 'import sys; print("cp%d%d" % sys.version_info[:2])')
 wheel=$(ls "$WHEELHOUSE"/fuse_dl-*-"$tag"-"$tag"-*.whl 2>/dev/null | head -1)
 if [ -z "$wheel" ]; then
@@ -85,7 +93,7 @@ if [ -z "$wheel" ]; then
   install_rc=1
 else
   say "installing $(basename "$wheel") offline"
-  "$PY" -m pip install -q --no-index --find-links "$WHEELHOUSE" "$wheel"
+  "${PIP[@]}" install -q --no-index --find-links "$WHEELHOUSE" "$wheel"
   install_rc=$?
 fi
 step install "$install_rc"
@@ -109,7 +117,8 @@ try:
     if v["cuda_available"]:
         v["gpu"] = torch.cuda.get_device_name(0)
         v["gpus"] = torch.cuda.device_count()
-        v["nccl_torch"] = ".".join(map(str, torch.cuda.nccl.version()))
+        n = torch.cuda.nccl.version()
+        v["nccl_torch"] = ".".join(map(str, n)) if isinstance(n, tuple) else str(n)
 except Exception as err:
     v["torch_error"] = repr(err)
 try:
@@ -125,7 +134,9 @@ print(json.dumps(v))
 PY
 cat "$WORK/versions.json"; echo
 "$PY" -m fuse.info 2>&1 | sed -n '1,40p'
-HAS_GPU=$("$PY" -c 'import json, sys; print(int(bool(json.load(open(sys.argv[1])).get("cuda_available"))))' "$WORK/versions.json" 2>/dev/null || echo 0)
+HAS_GPU=$("$PY" -c 'import json, sys
+print(int(bool(json.load(open(sys.argv[1])).get("cuda_available"))))' "$WORK/versions.json" \
+  2>/dev/null || echo 0)
 if [ "$MODE" = dry-run ]; then
   say "dry run: GPU parts skipped (any GPU hidden from the tests)"
   HAS_GPU=0
@@ -142,10 +153,11 @@ if [ "$install_rc" = 0 ]; then
   [ "$HAS_GPU" = 1 ] && require=(FUSE_TEST_REQUIRE=gpu)
   # the stand-in runs of the same workers first (no GPU needed: the installed wheel's wiring),
   # then tests/gpu (skipped with the reason without a GPU)
-  env "${require[@]}" timeout 300 "$PY" -m pytest -p no:cacheprovider -q -ra \
+  standin=tests/frameworks/torch/test_gpu_standin.py
+  env "${require[@]}" timeout 210 "$PY" -m pytest -p no:cacheprovider -q -ra \
       --junitxml="$OUT/tests.xml" tests/gpu \
-      tests/frameworks/torch/test_gpu_standin.py::test_standin_wiring_collectives_match_the_cpu_call \
-      tests/frameworks/torch/test_gpu_standin.py::test_cpu_run_of_the_shared_gpu_training_check
+      "$standin::test_standin_wiring_collectives_match_the_cpu_call" \
+      "$standin::test_cpu_run_of_the_shared_gpu_training_check"
   step tests $?
 else
   step tests skipped
@@ -153,7 +165,7 @@ fi
 
 # -- 4. the benchmark -----------------------------------------------------------------------------
 if [ "$HAS_GPU" = 1 ] && [ "$install_rc" = 0 ]; then
-  PYTHONUNBUFFERED=1 timeout 240 "$PY" bench/studies/gpu.py --json "$OUT/bench_gpu.json"
+  PYTHONUNBUFFERED=1 timeout 180 "$PY" bench/studies/gpu.py --json "$OUT/bench_gpu.json"
   step bench $?
 else
   "$PY" bench/studies/gpu.py --help > /dev/null

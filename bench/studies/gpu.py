@@ -57,7 +57,12 @@ def gpu_versions(torch) -> dict:
             "cuda_runtime_cupy": cupy.cuda.runtime.runtimeGetVersion(),
             "torch": torch.__version__, "cupy": cupy.__version__,
             "nccl_cupy": nccl.get_version(),
-            "nccl_torch": ".".join(map(str, torch.cuda.nccl.version()))}
+            "nccl_torch": nccl_text(torch.cuda.nccl.version())}
+
+
+def nccl_text(version) -> str:
+    """torch.cuda.nccl.version(): a (major, minor, patch) tuple, an int in older torch."""
+    return ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
 
 
 def timed(torch, fn, calls: int) -> float:
