@@ -343,3 +343,56 @@ def _convert(f: dataclasses.Field, var: str, text: str) -> Any:
         return text
     except ValueError as err:
         raise ValueError(f"environment variable {var}={text!r}: {err}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """An environment variable fuse reads outside :class:`Config`: one the launcher, the agents
+    or a backend needs before a Config exists, or in a process that never makes one."""
+    name: str
+    horovod: str | None
+    default: str
+    read_by: str
+    doc: str
+
+
+# Listed here so that the configuration reference, generated from this module, names every
+# variable fuse reads; the code that reads each one is named in ``read_by``.
+OTHER_SETTINGS: tuple[Setting, ...] = (
+    Setting("FUSE_MPI_THREADS_DISABLE", "HOROVOD_MPI_THREADS_DISABLE", "0", "the MPI backend",
+            "initialise MPI with MPI_THREAD_SERIALIZED instead of MPI_THREAD_MULTIPLE (enough "
+            "for fuse, not for mpi4py calls of your own from other threads)"),
+    Setting("FUSE_CONTROLLER_ADDR", None, "rank 0's address on the route to the store",
+            "rank 0", "the address rank 0 announces for its control channel; set it when that "
+            "route picks an address the other hosts cannot reach"),
+    Setting("FUSE_RENDEZVOUS_DIR", None, "", "workers without a launcher",
+            "without a launcher's store (no FUSE_GLOO_RENDEZVOUS_ADDR): a directory every worker "
+            "reaches, used as a file store to rendezvous"),
+    Setting("FUSE_SECRET_KEY", None, "made by the launcher", "launcher, workers, agents",
+            "the job's secret (hex): every request to the rendezvous store and fuse.run's "
+            "payloads are signed with it; local workers get it in their environment, ssh "
+            "workers on standard input; agents need it set"),
+    Setting("FUSE_START_TIMEOUT", "HOROVOD_START_TIMEOUT", "30", "fuserun, fuse.run",
+            "seconds the workers on ssh hosts get to start (--start-timeout wins)"),
+    Setting("FUSE_SSH_ARGS", None, "", "fuserun",
+            "extra arguments for every ssh the launcher runs, split as a shell would"),
+    Setting("FUSE_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT", "600",
+            "fuse.spark.run, run_elastic",
+            "seconds until every rank's Spark task must have started (start_timeout wins)"),
+    Setting("FUSE_STORE_ADDR", None, "this host's name", "fuserun --agents",
+            "the name or address agents and workers reach the driver's store at "
+            "(--store-addr wins)"),
+    Setting("FUSE_STORE_PORT", None, "any free port", "fuserun --agents",
+            "the driver's store port (--store-port wins)"),
+    Setting("FUSE_AGENT_STALE_SECONDS", None, "2", "fuserun --agents",
+            "an agent whose heartbeat stops for this long is a lost host"),
+    Setting("FUSE_DRIVER", None, "", "fuserun --agent", "HOST:PORT of the driver's store"),
+    Setting("FUSE_AGENT_SLOTS", None, "1", "fuserun --agent", "workers this agent runs"),
+    Setting("FUSE_AGENT_CONNECT_TIMEOUT", None, "300", "fuserun --agent",
+            "seconds an agent keeps trying to reach the driver"),
+    Setting("FUSE_AGENT_NAME", None, "the host name", "fuserun --agent",
+            "how the agent names itself to the driver"),
+    Setting("FUSE_AGENT_PRELOAD", None, "", "fuserun --agent",
+            "comma-separated modules a warm zygote imports once; ranks whose command is that "
+            "Python are forked from it (fuse's image: fuse.torch,torch._dynamo)"),
+)
