@@ -7,10 +7,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
+# The venv first on PATH before fuse is imported: the editable install rebuilds changed compiled
+# code on import with the venv's meson, ninja and cython.
+export PATH="$(pwd)/.venv/bin:$PATH"
 if ! { [ -x .venv/bin/python ] && .venv/bin/python -c "import fuse" 2>/dev/null; }; then
   FUSE_SETUP_MINIMAL=1 bash scripts/setup.sh
 fi
-export PATH="$(pwd)/.venv/bin:$PATH"
 mapfile -t DOCS_EXTRA < <(python - <<'PY'
 import tomllib
 with open("pyproject.toml", "rb") as f:
