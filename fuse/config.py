@@ -135,11 +135,10 @@ class Config:
                                  doc="allreduces of at least this many bytes are reduced as two "
                                      "halves at once, over two connections (native backends "
                                      "such as Gloo); 0 turns this off", bounds=_BYTES)
-    # 16 KiB: where shared memory overtakes the inline path (bench/studies/crossover.py, 2 ranks on the
-    # 2-core VM at load 9-13: wall-time crossovers of 4, 16 and 32 KiB in three runs; CPU time
-    # per call, which the load inflates less, 93 against 102 us at 8 KiB and 139 against 79 us
-    # at 16 KiB); the backend's ring is slower than shared memory at every size measured
-    # (4 B .. 4 MiB), so nothing is left to it on one host
+    # 16 KiB: where shared memory overtakes the inline path (bench/studies/crossover.py, 2 ranks
+    # on a shared 2-core VM: wall-time crossovers between 4 and 32 KiB, CPU time per call between
+    # 8 and 16 KiB; bench/results/studies/step_floor.md); the backend's ring is slower than
+    # shared memory at every size measured (4 B .. 4 MiB), so nothing is left to it on one host
     shm_threshold: int = _knob(16 * 1024, "SHM_THRESHOLD",
                                doc="when every rank is on one host, allreduces of at least "
                                    "this many bytes are reduced through shared memory instead "
