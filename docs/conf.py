@@ -25,7 +25,7 @@ extensions = [
 ]
 
 source_suffix = {".md": "markdown"}
-exclude_patterns = ["_build", "README.md"]
+exclude_patterns = ["_build", "README.md", "_snippets"]  # snippets are included by pages
 myst_enable_extensions = ["colon_fence", "deflist"]
 myst_heading_anchors = 3
 
