@@ -7,6 +7,8 @@ so that the pages cannot drift from what fuse reads:
 ``{fuse-cli} fuserun`` / ``{fuse-cli} agent``
     every flag of ``fuserun``'s argument parser (:func:`fuse.runner.launch.make_parser`) or of
     ``fuserun --agent``'s (:func:`fuse.runner.agent.make_parser`), group by group;
+``{horovod-api} torch`` (tensorflow, tensorflow.keras, mxnet)
+    every name of Horovod's framework module beside fuse's, checked with ``hasattr``;
 ``{horovod-flags}`` / ``{horovod-env}``
     every ``horovodrun`` flag and ``HOROVOD_*`` variable (``horovod_surface.py``) beside what
     fuse does with it; a flag fuserun lacks or a variable nothing explains fails the build;
@@ -215,6 +217,21 @@ def horovod_env_markdown() -> list[str]:
     return _table(["Horovod", "fuse", "Difference"], rows)
 
 
+def horovod_api_markdown(framework: str) -> list[str]:
+    """Every name of ``horovod.<framework>`` beside ``fuse.<framework>``'s; a name fuse lacks
+    fails the build."""
+    import importlib
+
+    from horovod_surface import API_DIFFERENCES, HOROVOD_API
+    module = importlib.import_module(f"fuse.{framework}")
+    missing = [n for n in HOROVOD_API[framework] if not hasattr(module, n)]
+    if missing:
+        raise ValueError(f"fuse.{framework} lacks horovod.{framework}'s {missing}")
+    return _table([f"`horovod.{framework}`", f"`fuse.{framework}`", "Difference"],
+                  [[f"`{n}`", f"`{n}`", API_DIFFERENCES.get((framework, n), "the same")]
+                   for n in HOROVOD_API[framework]])
+
+
 class _Generated(SphinxDirective):
     def render(self, lines: list[str]) -> list[nodes.Node]:
         container = nodes.container()
@@ -253,7 +270,15 @@ class HorovodEnvDirective(_Generated):
         return self.render(horovod_env_markdown())
 
 
+class HorovodApiDirective(_Generated):
+    required_arguments = 1
+
+    def run(self):
+        return self.render(horovod_api_markdown(self.arguments[0]))
+
+
 def setup(app):
+    app.add_directive("horovod-api", HorovodApiDirective)
     app.add_directive("horovod-flags", HorovodFlagsDirective)
     app.add_directive("horovod-env", HorovodEnvDirective)
     app.add_directive("fuse-chart-values", ChartValuesDirective)

@@ -71,3 +71,64 @@ ENV_DIFFERENCES = {
     "TIMELINE": "start_timeline() works without DYNAMIC",
     "MPI_THREADS_DISABLE": "MPI_THREAD_SERIALIZED (Horovod: MPI_THREAD_SINGLE)",
 }
+
+# Horovod's public names per framework module (the basics are in every one of them).
+BASICS = [
+    "init", "shutdown", "is_initialized", "start_timeline", "stop_timeline", "size",
+    "local_size", "cross_size", "rank", "local_rank", "cross_rank", "is_homogeneous",
+    "mpi_threads_supported", "mpi_enabled", "gloo_enabled", "mpi_built", "gloo_built",
+    "nccl_built", "ddl_built", "ccl_built", "cuda_built", "rocm_built", "Average", "Sum",
+    "Adasum", "Min", "Max", "Product", "ProcessSet", "global_process_set", "add_process_set",
+    "remove_process_set",
+]
+HOROVOD_API = {
+    "torch": BASICS + [
+        "allreduce", "allreduce_async", "allreduce_", "allreduce_async_", "grouped_allreduce",
+        "grouped_allreduce_async", "grouped_allreduce_", "grouped_allreduce_async_",
+        "sparse_allreduce_async", "allgather", "allgather_async", "grouped_allgather",
+        "grouped_allgather_async", "broadcast", "broadcast_async", "broadcast_",
+        "broadcast_async_", "alltoall", "alltoall_async", "reducescatter", "reducescatter_async",
+        "grouped_reducescatter", "grouped_reducescatter_async", "barrier", "join", "poll",
+        "synchronize", "broadcast_parameters", "broadcast_optimizer_state", "broadcast_object",
+        "allgather_object", "DistributedOptimizer", "SyncBatchNorm", "Compression",
+        "HorovodInternalError", "elastic"],
+    "tensorflow": BASICS + [
+        "allreduce", "grouped_allreduce", "reducescatter", "grouped_reducescatter", "allgather",
+        "grouped_allgather", "broadcast", "broadcast_", "alltoall", "join", "broadcast_variables",
+        "broadcast_global_variables", "BroadcastGlobalVariablesHook", "broadcast_object",
+        "broadcast_object_fn", "allgather_object", "DistributedOptimizer",
+        "DistributedGradientTape", "PartialDistributedGradientTape", "SyncBatchNormalization",
+        "size_op", "local_size_op", "rank_op", "local_rank_op", "process_set_included_op",
+        "Compression", "elastic"],
+    "tensorflow.keras": [
+        "init", "shutdown", "size", "rank", "local_rank", "local_size", "Average", "Sum",
+        "global_process_set", "Compression", "DistributedOptimizer",
+        "PartialDistributedOptimizer", "allreduce", "allgather", "broadcast", "reducescatter",
+        "broadcast_global_variables", "load_model", "callbacks", "elastic"],
+    "mxnet": BASICS + [
+        "allreduce", "allreduce_", "grouped_allreduce", "grouped_allreduce_", "allgather",
+        "grouped_allgather", "broadcast", "broadcast_", "alltoall", "reducescatter",
+        "grouped_reducescatter", "broadcast_object", "allgather_object", "broadcast_parameters",
+        "DistributedOptimizer", "DistributedTrainer", "Compression"],
+}
+
+# Where a name fuse has behaves differently from Horovod's (module, name) -> difference.
+API_DIFFERENCES = {
+    ("torch", "DistributedOptimizer"): "ready gradients queued together (FUSE_GRAD_BATCH_BYTES), "
+                                       "each its own allreduce; Compression.powersgd added",
+    ("torch", "broadcast_optimizer_state"): "no step on zero gradients to create the state",
+    ("torch", "Compression"): "also bf16 and powersgd",
+    ("torch", "alltoall"): "returns (output, received_splits) when splits is given",
+    ("torch", "elastic"): "the same; MXNet has one too (fuse.mxnet.elastic)",
+    ("tensorflow", "DistributedOptimizer"): "tf.compat.v1.train optimizers not supported",
+    ("tensorflow", "BroadcastGlobalVariablesHook"): "not supported (TF1 session hooks)",
+    ("tensorflow", "allreduce"): "XLA (jit_compile) refused with XlaNotSupportedError",
+    ("tensorflow", "Compression"): "also bf16",
+    ("tensorflow", "SyncBatchNormalization"): "a Keras 3 layer; fused=False accepted",
+    ("tensorflow.keras", "DistributedOptimizer"): "Keras 3 optimizers; op=Adasum refused",
+    ("tensorflow.keras", "callbacks"): "momentum_correction accepted, no effect (Keras 3); "
+                                       "BestModelCheckpoint takes a filepath",
+    ("mxnet", "allreduce"): "returns when the result is written; priority ignored; CPU only",
+    ("mxnet", "alltoall"): "returns (output, received_splits) when splits is given",
+    ("mxnet", "DistributedTrainer"): "CPU NDArrays only; row_sparse gradients refused",
+}
