@@ -217,22 +217,42 @@ def horovod_env_markdown() -> list[str]:
     return _table(["Horovod", "fuse", "Difference"], rows)
 
 
-def horovod_api_markdown(framework: str) -> list[str]:
+def horovod_api_markdown(framework: str, mocked: list[str]) -> list[str]:
     """Every name of ``horovod.<framework>`` beside ``fuse.<framework>``'s; a name fuse lacks
-    fails the build."""
+    fails the build.  ``mocked``: the frameworks autodoc mocks (not installed here)."""
     import importlib
 
-    from horovod_surface import API_DIFFERENCES, HOROVOD_API
-    module = importlib.import_module(f"fuse.{framework}")
-    missing = [n for n in HOROVOD_API[framework] if not hasattr(module, n)]
+    from sphinx.ext.autodoc.mock import mock
+
+    from horovod_surface import API_ABSENT, API_DIFFERENCES, HOROVOD_API
+    with mock(mocked):
+        module = importlib.import_module(f"fuse.{framework}")
+    missing = [n for n in HOROVOD_API[framework]
+               if not hasattr(module, n) and (framework, n) not in API_ABSENT]
     if missing:
         raise ValueError(f"fuse.{framework} lacks horovod.{framework}'s {missing}")
-    return _table([f"`horovod.{framework}`", f"`fuse.{framework}`", "Difference"],
-                  [[f"`{n}`", f"`{n}`", API_DIFFERENCES.get((framework, n), "the same")]
-                   for n in HOROVOD_API[framework]])
+    rows = []
+    for n in HOROVOD_API[framework]:
+        if (framework, n) in API_ABSENT:
+            rows.append([f"`{n}`", "", API_ABSENT[(framework, n)]])
+        else:
+            rows.append([f"`{n}`", f"`{n}`", API_DIFFERENCES.get((framework, n), "the same")])
+    return _table([f"`horovod.{framework}`", f"`fuse.{framework}`", "Difference"], rows)
 
 
 class _Generated(SphinxDirective):
+    """Runs ``make()`` and renders its Markdown; a ValueError (a flag, name or variable the
+    reference cannot account for) becomes a build error naming it."""
+
+    def make(self) -> list[str]:
+        raise NotImplementedError
+
+    def run(self):
+        try:
+            return self.render(self.make())
+        except ValueError as err:
+            raise self.error(str(err)) from None
+
     def render(self, lines: list[str]) -> list[nodes.Node]:
         container = nodes.container()
         self.state.nested_parse(StringList(lines, source="(generated)"), self.content_offset,
@@ -241,40 +261,41 @@ class _Generated(SphinxDirective):
 
 
 class ConfigDirective(_Generated):
-    def run(self):
-        return self.render(config_markdown())
+    def make(self):
+        return config_markdown()
 
 
 class CliDirective(_Generated):
     required_arguments = 1
 
-    def run(self):
-        return self.render(cli_markdown(_parser(self.arguments[0])))
+    def make(self):
+        return cli_markdown(_parser(self.arguments[0]))
 
 
 class ChartValuesDirective(_Generated):
-    def run(self):
+    def make(self):
         import os
-        path = os.path.join(self.env.srcdir, os.pardir, "charts", "fuse", "values.yaml")
-        self.env.note_dependency(os.path.abspath(path))
-        return self.render(chart_markdown(os.path.abspath(path)))
+        path = os.path.abspath(os.path.join(self.env.srcdir, os.pardir, "charts", "fuse",
+                                            "values.yaml"))
+        self.env.note_dependency(path)
+        return chart_markdown(path)
 
 
 class HorovodFlagsDirective(_Generated):
-    def run(self):
-        return self.render(horovod_flags_markdown())
+    def make(self):
+        return horovod_flags_markdown()
 
 
 class HorovodEnvDirective(_Generated):
-    def run(self):
-        return self.render(horovod_env_markdown())
+    def make(self):
+        return horovod_env_markdown()
 
 
 class HorovodApiDirective(_Generated):
     required_arguments = 1
 
-    def run(self):
-        return self.render(horovod_api_markdown(self.arguments[0]))
+    def make(self):
+        return horovod_api_markdown(self.arguments[0], self.env.config.autodoc_mock_imports)
 
 
 def setup(app):

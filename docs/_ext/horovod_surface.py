@@ -121,7 +121,6 @@ API_DIFFERENCES = {
     ("torch", "alltoall"): "returns (output, received_splits) when splits is given",
     ("torch", "elastic"): "the same; MXNet has one too (fuse.mxnet.elastic)",
     ("tensorflow", "DistributedOptimizer"): "tf.compat.v1.train optimizers not supported",
-    ("tensorflow", "BroadcastGlobalVariablesHook"): "not supported (TF1 session hooks)",
     ("tensorflow", "allreduce"): "XLA (jit_compile) refused with XlaNotSupportedError",
     ("tensorflow", "Compression"): "also bf16",
     ("tensorflow", "SyncBatchNormalization"): "a Keras 3 layer; fused=False accepted",
@@ -131,4 +130,10 @@ API_DIFFERENCES = {
     ("mxnet", "allreduce"): "returns when the result is written; priority ignored; CPU only",
     ("mxnet", "alltoall"): "returns (output, received_splits) when splits is given",
     ("mxnet", "DistributedTrainer"): "CPU NDArrays only; row_sparse gradients refused",
+}
+
+# Names fuse does not have, and why.
+API_ABSENT = {
+    ("tensorflow", "BroadcastGlobalVariablesHook"): "not there: TF1 session hooks are not "
+                                                    "supported; use broadcast_variables",
 }
