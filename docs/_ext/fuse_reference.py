@@ -56,35 +56,42 @@ def _bounds(field: dataclasses.Field) -> str:
     return _describe_bounds(*bounds) if bounds is not None else ""
 
 
+def _entry(name: str, doc: str, facts: list[str]) -> list[str]:
+    """One variable as a definition-list entry: its name, then its meaning and the facts."""
+    meaning = " ".join(doc.split())
+    return [f"`{name}`", f": {meaning[0].upper() + meaning[1:]}. " + " ".join(facts), ""]
+
+
 def config_markdown() -> list[str]:
     from fuse.config import LOG_LEVELS, OTHER_SETTINGS, STRAGGLER_POLICIES, Config
     choices = {"log_level": ", ".join(LOG_LEVELS), "straggler_policy": ", ".join(STRAGGLER_POLICIES),
-               "hierarchical_allreduce": "1/0, true/false, auto",
-               "hierarchical_allgather": "1/0, true/false, auto",
-               "thread_affinity": "core numbers, comma-separated"}
-    types = {bool: "boolean", int: "integer", float: "number", str: "text"}
+               "hierarchical_allreduce": "1/0, true/false or auto",
+               "hierarchical_allgather": "1/0, true/false or auto",
+               "thread_affinity": "core numbers separated by commas"}
+    types = {bool: "a boolean (1/0, true/false, yes/no, on/off)", int: "an integer",
+             float: "a number", str: "text"}
     hints = __import__("typing").get_type_hints(Config)
-    rows = []
+    lines = ["### Read by every worker at `init()`", "",
+             "Generated from `fuse.config.Config`.", ""]
     for f in dataclasses.fields(Config):
         if not f.metadata:
             continue
         m = f.metadata
-        accepted = choices.get(f.name) or _bounds(f) or types.get(hints[f.name], "")
-        if hints[f.name] is bool:
-            accepted = "1/0, true/false, yes/no, on/off"
-        rows.append([f"`FUSE_{m['env']}`", f"`HOROVOD_{m['horovod']}`" if m["horovod"] else "",
-                     _size(f.default), f"{types.get(hints[f.name], '')}; {accepted}"
-                     if accepted and accepted != types.get(hints[f.name]) else
-                     types.get(hints[f.name], ""), m["doc"]])
-    lines = ["### Read by every worker at `init()`", "",
-             "Generated from `fuse.config.Config`.", ""]
-    lines += _table(["Variable", "Horovod alias", "Default", "Accepted", "Meaning"], rows)
+        accepted = choices.get(f.name) or types.get(hints[f.name], "")
+        if _bounds(f):
+            accepted += f" {_bounds(f)}"
+        facts = [f"Default: {_size(f.default)}.", f"Accepts {accepted}."]
+        if m["horovod"]:
+            facts.append(f"Horovod's spelling: `HOROVOD_{m['horovod']}`.")
+        lines += _entry(f"FUSE_{m['env']}", m["doc"], facts)
     lines += ["### Read by the launcher, the agents or a backend", "",
               "Generated from `fuse.config.OTHER_SETTINGS`.", ""]
-    lines += _table(["Variable", "Horovod alias", "Default", "Read by", "Meaning"],
-                    [[f"`{s.name}`", f"`{s.horovod}`" if s.horovod else "",
-                      f"`{s.default}`" if s.default.isdigit() else (s.default or "unset"),
-                      s.read_by, s.doc] for s in OTHER_SETTINGS])
+    for st in OTHER_SETTINGS:
+        default = f"`{st.default}`" if st.default.isdigit() else (st.default or "unset")
+        facts = [f"Default: {default}.", f"Read by {st.read_by}."]
+        if st.horovod:
+            facts.append(f"Horovod's spelling: `{st.horovod}`.")
+        lines += _entry(st.name, st.doc, facts)
     return lines
 
 
