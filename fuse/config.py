@@ -293,7 +293,7 @@ class Config:
                 var = self.explicit.get(f.name, "FUSE_" + f.metadata["env"])
                 where = "argument " + f.name if var == "argument" else var
                 raise ValueError(f"{where}={value!r} is out of range: it must be "
-                                 f"{_describe_bounds(*bounds)}")
+                                 f"{describe_bounds(*bounds)}")
         for name in ("hierarchical_allreduce", "hierarchical_allgather"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected 'auto', 'on' or "
@@ -315,7 +315,8 @@ class Config:
         return rows
 
 
-def _describe_bounds(low: float, high: float) -> str:
+def describe_bounds(low: float, high: float) -> str:
+    """How init()'s errors and the generated reference say a knob's range: "from 0 to 2**40"."""
     def text(v):
         return f"2**{int(v).bit_length() - 1}" if isinstance(v, int) and v >= 1 << 20 else f"{v:g}"
     return f"from {text(low)} to {text(high)}"

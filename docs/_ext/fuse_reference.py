@@ -51,9 +51,9 @@ def _size(value) -> str:
 
 
 def _bounds(field: dataclasses.Field) -> str:
-    from fuse.config import _describe_bounds  # the wording init() uses in its errors
+    from fuse.config import describe_bounds  # the wording init() uses in its errors
     bounds = field.metadata.get("bounds")
-    return _describe_bounds(*bounds) if bounds is not None else ""
+    return describe_bounds(*bounds) if bounds is not None else ""
 
 
 def _entry(name: str, doc: str, facts: list[str]) -> list[str]:
