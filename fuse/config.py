@@ -96,7 +96,7 @@ def _knob(default, env: str, horovod: str | None = None, parse=None, doc: str = 
 @dataclasses.dataclass(frozen=True)
 class Config:
     # identity (set by fuserun / horovodrun-style launchers)
-    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process", bounds=(0, 1 << 30))
+    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process (set by the launcher)", bounds=(0, 1 << 30))
     size: int = _knob(1, "SIZE", "SIZE", doc="number of processes", bounds=(1, 1 << 30))
     local_rank: int = _knob(0, "LOCAL_RANK", "LOCAL_RANK", doc="rank on this host",
                             bounds=(0, 1 << 30))
@@ -106,10 +106,13 @@ class Config:
                             bounds=(0, 1 << 30))
     cross_size: int = _knob(1, "CROSS_SIZE", "CROSS_SIZE", doc="number of hosts",
                             bounds=(1, 1 << 30))
-    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME", doc="host identity")
+    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME", doc="this host's name in the job (set by the launcher)")
     # backends
-    backend: str = _knob("gloo", "BACKEND", doc="CPU backend plugin (entry point in fuse.backends)")
-    gpu_backend: str = _knob("nccl", "GPU_BACKEND", doc="GPU backend plugin")
+    backend: str = _knob("gloo", "BACKEND", doc="the CPU backend plugin (an entry point in fuse.backends: gloo, mpi, or a "
+                       "third party's); gloo unless started by a bare mpirun (then mpi); "
+                       "HOROVOD_CPU_OPERATIONS is read as a fallback")
+    gpu_backend: str = _knob("nccl", "GPU_BACKEND", doc="the GPU backend plugin for CUDA tensors (an entry point in "
+                           "fuse.device_backends)")
     rendezvous_addr: str = _knob("", "GLOO_RENDEZVOUS_ADDR", "GLOO_RENDEZVOUS_ADDR",
                                  doc="address of the launcher's rendezvous store")
     rendezvous_port: int = _knob(-1, "GLOO_RENDEZVOUS_PORT", "GLOO_RENDEZVOUS_PORT",
@@ -181,17 +184,20 @@ class Config:
                                 bounds=(0.0, 1e6))
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
-                                     "partly submitted, to fuse them", bounds=(0.0, 60000.0))
+                                     "partly submitted, to fuse them (never when nothing else "
+                                     "is pending)", bounds=(0.0, 60000.0))
     cache_capacity: int = _knob(1024, "CACHE_CAPACITY", "CACHE_CAPACITY",
                                 doc="response cache entries; 0 disables the cache",
                                 bounds=(0, 1 << 24))
     disable_group_fusion: bool = _knob(False, "DISABLE_GROUP_FUSION", "DISABLE_GROUP_FUSION",
-                                       parse_bool, "fuse grouped tensors only with their group")
+                                       parse_bool, "fuse the tensors of a grouped call only with each other")
     dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
-                                       parse_bool, "allow add/remove_process_set after init")
-    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool, doc="elastic mode")
+                                       parse_bool, "allow add_process_set/remove_process_set after init()")
+    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool, doc="elastic mode: init() joins the elastic driver's newest "
+                   "generation (the driver sets it)")
     elastic_timeout: float = _knob(600.0, "ELASTIC_TIMEOUT", "ELASTIC_TIMEOUT",
-                                   doc="elastic: seconds a worker waits for the job to re-form",
+                                   doc="elastic: seconds the driver waits for --min-np slots, and a worker for the job "
+                                       "to re-form (fuserun --elastic-timeout)",
                                    bounds=(1.0, 1e7))
     rendezvous_generation: int = _knob(
         -1, "RENDEZVOUS_GENERATION",
@@ -202,11 +208,14 @@ class Config:
                                       parse_bool, "turn off the stall inspector")
     stall_check_time_seconds: float = _knob(60.0, "STALL_CHECK_TIME_SECONDS",
                                             "STALL_CHECK_TIME_SECONDS",
-                                            doc="warn about ranks missing for this long",
+                                            doc="warn, listing the missing ranks and tensors, when "
+                                                "some ranks have waited this long for others",
                                             bounds=(0.0, 1e7))
     stall_shutdown_time_seconds: float = _knob(0.0, "STALL_SHUTDOWN_TIME_SECONDS",
                                                "STALL_SHUTDOWN_TIME_SECONDS",
-                                               doc="fail the job after this long (0: never)",
+                                               doc="fail the job with StallError after this long (0: never); also how long "
+                                                   "workers wait for a silent rank 0; a value below "
+                                                   "FUSE_STALL_CHECK_TIME_SECONDS is ignored",
                                                bounds=(0.0, 1e7))
     peer_timeout_seconds: float = _knob(
         15.0, "PEER_TIMEOUT_SECONDS",
@@ -229,29 +238,35 @@ class Config:
                            "trace, debug, info, warning, error or fatal")
     log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", parse_bool,
                                 "omit timestamps from log lines")
-    timeline: str = _knob("", "TIMELINE", "TIMELINE", doc="Chrome-trace output path, or DYNAMIC")
+    timeline: str = _knob("", "TIMELINE", "TIMELINE", doc="rank 0 writes a Chrome trace of every tensor's "
+                      "phases to this path; DYNAMIC: nothing until start_timeline(path)")
     timeline_mark_cycles: bool = _knob(False, "TIMELINE_MARK_CYCLES", "TIMELINE_MARK_CYCLES",
-                                       parse_bool, "mark engine cycles in the timeline")
-    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool, "tune fusion online")
+                                       parse_bool, "add a CYCLE_START marker for every engine cycle that did work")
+    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool, "tune the fusion threshold, cycle time and "
+                          "response cache online (the autotune extra); knobs set explicitly stay fixed")
     autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG",
-                              doc="CSV of autotune samples (rank 0)")
+                              doc="rank 0 writes one CSV row per autotune sample: "
+                                  "cycle_time_ms, fusion_threshold, cache_enabled, score")
     autotune_warmup_samples: int = _knob(3, "AUTOTUNE_WARMUP_SAMPLES", "AUTOTUNE_WARMUP_SAMPLES",
                                          doc="autotune samples discarded before tuning",
                                          bounds=(0, 1 << 20))
     autotune_steps_per_sample: int = _knob(10, "AUTOTUNE_STEPS_PER_SAMPLE",
                                            "AUTOTUNE_STEPS_PER_SAMPLE",
-                                           doc="coordinator cycles (with allreduces) per sample",
+                                           doc="coordinator cycles that emitted responses per "
+                                               "autotune sample (a sample lasts 0.2 s at least)",
                                            bounds=(1, 1 << 20))
     autotune_bayes_opt_max_samples: int = _knob(20, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
                                                 "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-                                                doc="samples before autotune fixes the best",
+                                                doc="scored samples after which autotune fixes the "
+                                                    "best setting and stops",
                                                 bounds=(1, 1 << 20))
     autotune_gaussian_process_noise: float = _knob(0.8, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
                                                    "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
                                                    doc="Gaussian-process noise, in [0, 1]",
                                                    bounds=(0.0, 1.0))
     thread_affinity: str = _knob("", "THREAD_AFFINITY", "THREAD_AFFINITY", _parse_cores,
-                                 doc="cores for the engine thread, one per local rank")
+                                 doc="cores separated by commas: local rank i pins its "
+                                     "engine thread to the i-th")
     # where the value of each field came from: name -> env variable (only fields set by env)
     explicit: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
