@@ -96,7 +96,8 @@ def _knob(default, env: str, horovod: str | None = None, parse=None, doc: str = 
 @dataclasses.dataclass(frozen=True)
 class Config:
     # identity (set by fuserun / horovodrun-style launchers)
-    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process (set by the launcher)", bounds=(0, 1 << 30))
+    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process (set by the launcher)",
+                      bounds=(0, 1 << 30))
     size: int = _knob(1, "SIZE", "SIZE", doc="number of processes", bounds=(1, 1 << 30))
     local_rank: int = _knob(0, "LOCAL_RANK", "LOCAL_RANK", doc="rank on this host",
                             bounds=(0, 1 << 30))
@@ -106,13 +107,16 @@ class Config:
                             bounds=(0, 1 << 30))
     cross_size: int = _knob(1, "CROSS_SIZE", "CROSS_SIZE", doc="number of hosts",
                             bounds=(1, 1 << 30))
-    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME", doc="this host's name in the job (set by the launcher)")
+    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME",
+                          doc="this host's name in the job (set by the launcher)")
     # backends
-    backend: str = _knob("gloo", "BACKEND", doc="the CPU backend plugin (an entry point in fuse.backends: gloo, mpi, or a "
-                       "third party's); gloo unless started by a bare mpirun (then mpi); "
-                       "HOROVOD_CPU_OPERATIONS is read as a fallback")
-    gpu_backend: str = _knob("nccl", "GPU_BACKEND", doc="the GPU backend plugin for CUDA tensors (an entry point in "
-                           "fuse.device_backends)")
+    backend: str = _knob("gloo", "BACKEND",
+                         doc="the CPU backend plugin (an entry point in fuse.backends: gloo, mpi "
+                             "or a third party's); gloo unless started by a bare mpirun (then "
+                             "mpi); HOROVOD_CPU_OPERATIONS is read as a fallback")
+    gpu_backend: str = _knob("nccl", "GPU_BACKEND",
+                             doc="the GPU backend plugin for CUDA tensors (an entry point in "
+                                 "fuse.device_backends)")
     rendezvous_addr: str = _knob("", "GLOO_RENDEZVOUS_ADDR", "GLOO_RENDEZVOUS_ADDR",
                                  doc="address of the launcher's rendezvous store")
     rendezvous_port: int = _knob(-1, "GLOO_RENDEZVOUS_PORT", "GLOO_RENDEZVOUS_PORT",
@@ -190,14 +194,18 @@ class Config:
                                 doc="response cache entries; 0 disables the cache",
                                 bounds=(0, 1 << 24))
     disable_group_fusion: bool = _knob(False, "DISABLE_GROUP_FUSION", "DISABLE_GROUP_FUSION",
-                                       parse_bool, "fuse the tensors of a grouped call only with each other")
+                                       parse_bool,
+                                       "fuse the tensors of a grouped call only with each other")
     dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
-                                       parse_bool, "allow add_process_set/remove_process_set after init()")
-    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool, doc="elastic mode: init() joins the elastic driver's newest "
-                   "generation (the driver sets it)")
+                                       parse_bool,
+                                       "allow add_process_set/remove_process_set after init()")
+    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool,
+                          doc="elastic mode: init() joins the elastic driver's newest "
+                              "generation (the driver sets it)")
     elastic_timeout: float = _knob(600.0, "ELASTIC_TIMEOUT", "ELASTIC_TIMEOUT",
-                                   doc="elastic: seconds the driver waits for --min-np slots, and a worker for the job "
-                                       "to re-form (fuserun --elastic-timeout)",
+                                   doc="elastic: seconds the driver waits for --min-np slots, "
+                                       "and a worker for the job to re-form (fuserun "
+                                       "--elastic-timeout)",
                                    bounds=(1.0, 1e7))
     rendezvous_generation: int = _knob(
         -1, "RENDEZVOUS_GENERATION",
@@ -213,8 +221,9 @@ class Config:
                                             bounds=(0.0, 1e7))
     stall_shutdown_time_seconds: float = _knob(0.0, "STALL_SHUTDOWN_TIME_SECONDS",
                                                "STALL_SHUTDOWN_TIME_SECONDS",
-                                               doc="fail the job with StallError after this long (0: never); also how long "
-                                                   "workers wait for a silent rank 0; a value below "
+                                               doc="fail the job with StallError after this "
+                                                   "long (0: never); also how long workers "
+                                                   "wait for a silent rank 0; a value below "
                                                    "FUSE_STALL_CHECK_TIME_SECONDS is ignored",
                                                bounds=(0.0, 1e7))
     peer_timeout_seconds: float = _knob(
@@ -238,12 +247,16 @@ class Config:
                            "trace, debug, info, warning, error or fatal")
     log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", parse_bool,
                                 "omit timestamps from log lines")
-    timeline: str = _knob("", "TIMELINE", "TIMELINE", doc="rank 0 writes a Chrome trace of every tensor's "
-                      "phases to this path; DYNAMIC: nothing until start_timeline(path)")
+    timeline: str = _knob("", "TIMELINE", "TIMELINE",
+                          doc="rank 0 writes a Chrome trace of every tensor's phases to this "
+                              "path; DYNAMIC: nothing until start_timeline(path)")
     timeline_mark_cycles: bool = _knob(False, "TIMELINE_MARK_CYCLES", "TIMELINE_MARK_CYCLES",
-                                       parse_bool, "add a CYCLE_START marker for every engine cycle that did work")
-    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool, "tune the fusion threshold, cycle time and "
-                          "response cache online (the autotune extra); knobs set explicitly stay fixed")
+                                       parse_bool,
+                                       "add a CYCLE_START marker for every engine cycle that did "
+                                       "work")
+    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool,
+                           "tune the fusion threshold, cycle time and response cache online "
+                           "(the autotune extra); knobs set explicitly stay fixed")
     autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG",
                               doc="rank 0 writes one CSV row per autotune sample: "
                                   "cycle_time_ms, fusion_threshold, cache_enabled, score")

@@ -20,8 +20,9 @@ writing one JSON record):
 
 Writes bench/results/<workload>.json, bench/plots/*.png, bench/results/<workload>.md (the
 workload's page: setting, rerun command, latest table) and the index in bench/RESULTS.md, from
-all result files present (so ``--only`` refreshes one workload and keeps the others).  A job that fails or exceeds its time limit is killed and reported; a competitor
-that is not installed (mpi4py, torch) is skipped with a note.  Exit status 1 if a job failed.
+all result files present (so ``--only`` refreshes one workload and keeps the others).  A job
+that fails or exceeds its time limit is killed and reported; a competitor that is not installed
+(mpi4py, torch) is skipped with a note.  Exit status 1 if a job failed.
 """
 
 from __future__ import annotations

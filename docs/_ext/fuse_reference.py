@@ -64,7 +64,8 @@ def _entry(name: str, doc: str, facts: list[str]) -> list[str]:
 
 def config_markdown() -> list[str]:
     from fuse.config import LOG_LEVELS, OTHER_SETTINGS, STRAGGLER_POLICIES, Config
-    choices = {"log_level": ", ".join(LOG_LEVELS), "straggler_policy": ", ".join(STRAGGLER_POLICIES),
+    choices = {"log_level": ", ".join(LOG_LEVELS),
+               "straggler_policy": ", ".join(STRAGGLER_POLICIES),
                "hierarchical_allreduce": "1/0, true/false or auto",
                "hierarchical_allgather": "1/0, true/false or auto",
                "thread_affinity": "core numbers separated by commas"}

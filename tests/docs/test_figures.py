@@ -1,8 +1,9 @@
 """Every measured figure the README and the documentation quote (a ratio such as 0.47x, a time
-such as 80.8 ms or 1.72 s: measurements carry decimals, settings such as "1 ms" do not) is tied to the benchmark that produced it: the paragraph
-that quotes it links that benchmark's results page (bench/results/...md), and the figure is on
-that page, where its setting (hardware, date, load) and the command that reproduces it are.
-Code blocks (commands, quoted log lines) are not figures."""
+such as 80.8 ms or 1.72 s: measurements carry decimals, settings such as "1 ms" do not) is tied
+to the benchmark that produced it: the paragraph that quotes it links that benchmark's results
+page (bench/results/...md), and the figure is on that page, where its setting (hardware, date,
+load) and the command that reproduces it are.  Code blocks (commands, quoted log lines) are not
+figures."""
 
 import pathlib
 import re
