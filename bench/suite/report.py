@@ -201,7 +201,8 @@ def loaded_section(w: dict) -> str:
         "job. A job times 10 steps after 3 warm-up steps (median); rounds alternate which "
         "side's job runs first; the figure is the median over rounds. ResNet-50 gradient set: "
         "the step of the many_small workload (allreduce-bound); small CNN: one step of the "
-        "training workload's model, 32 images per worker (compute-bound).", "", "![beside busy processes](plots/loaded.png)"])
+        "training workload's model, 32 images per worker (compute-bound).", "",
+        "![beside busy processes](plots/loaded.png)"])
 
 
 def multihost_section(w: dict) -> str:
