@@ -37,7 +37,8 @@ html_static_path = ["_static"]
 # are built (TensorFlow and MXNet each need an environment of their own, see Install) is
 # replaced by a mock, so that its fuse module imports and its docstrings are read all the same.
 OPTIONAL_FRAMEWORKS = ["tensorflow", "keras", "mxnet", "torch", "ray", "pyspark", "pyarrow",
-                       "lightning", "lightning_fabric", "pytorch_lightning", "cupy", "mpi4py"]
+                       "lightning", "lightning_fabric", "lightning_utilities", "pytorch_lightning",
+                       "cupy", "mpi4py", "ml_dtypes", "optuna", "scipy"]
 autodoc_mock_imports = [m for m in OPTIONAL_FRAMEWORKS if importlib.util.find_spec(m) is None]
 
 autodoc_default_options = {"members": True, "undoc-members": False, "show-inheritance": False}
