@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 
+import needs
 import numpy as np
 import pytest
 
@@ -90,3 +91,26 @@ def test_durable_without_a_directory_says_which_variable(monkeypatch):
     assert durable.wanted(None) is False
     with pytest.raises(ValueError, match=durable.DIR_ENV):
         durable.wanted(True)
+
+
+def test_a_torch_state_is_written_and_read_back(tmp_path, monkeypatch):
+    torch = needs.module("torch")
+    from fuse.torch.elastic import TorchState
+    monkeypatch.setenv(durable.DIR_ENV, str(tmp_path))
+    torch.manual_seed(0)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.ones(4, 3)).sum().backward()
+    opt.step()
+    state = TorchState(model, opt, epoch=5)
+    durable.write(state.saved())
+
+    other_model = torch.nn.Linear(3, 2)
+    other_opt = torch.optim.SGD(other_model.parameters(), lr=0.1, momentum=0.9)
+    other = TorchState(other_model, other_opt, epoch=0)
+    other.load_saved(durable.read())
+    assert other.epoch == 5
+    for a, b in zip(model.parameters(), other_model.parameters()):
+        assert torch.equal(a, b)
+    assert other_opt.state_dict()["state"][0]["momentum_buffer"].equal(
+        opt.state_dict()["state"][0]["momentum_buffer"])
