@@ -14,6 +14,7 @@ not a partition.  The listener accepts and closes at once: it carries nothing.
 from __future__ import annotations
 
 import errno
+import os
 import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +30,7 @@ class _Listener:
     def __init__(self, addr: str):
         self.sock = socket.create_server((addr, 0), backlog=128)
         self.address = (addr, self.sock.getsockname()[1])
+        self.pid = os.getpid()      # a forked child starts its own (the thread stays behind)
         threading.Thread(target=self._serve, name="fuse-peer-probe", daemon=True).start()
 
     def _serve(self) -> None:
@@ -45,8 +47,8 @@ def listen(addr: str) -> tuple[str, int]:
     listener starts on the first call and stays for the process's life."""
     global _listener
     with _lock:
-        if _listener is None or _listener.address[0] != addr:
-            if _listener is not None:
+        if _listener is None or _listener.address[0] != addr or _listener.pid != os.getpid():
+            if _listener is not None and _listener.pid == os.getpid():
                 _listener.sock.close()
             _listener = _Listener(addr)
         return _listener.address
