@@ -554,8 +554,9 @@ class ElasticJob(Job):
     @staticmethod
     def _why_left_out(slot: Slot, reports: dict, host_of: dict[int, str]) -> str:
         if any(slot.rank in lost for lost, _ in reports.values()):
-            return (f"(rank {slot.rank}) stopped answering its peers: its host is cut off or "
-                    "down")
+            return (f"(rank {slot.rank}) stopped answering its peers (their control "
+                    "connections' keep-alive, FUSE_PEER_TIMEOUT_SECONDS): its host is cut off "
+                    "or down")
         peers = sorted({a for a, (_, cut) in reports.items() if slot.rank in cut} |
                        set(reports.get(slot.rank, ([], []))[1]))
         named = ", ".join(f"rank {r} (host {host_of[r]})" for r in peers if r in host_of)
