@@ -123,7 +123,9 @@ class Config:
                                  doc="port of the launcher's rendezvous store", bounds=(-1, 65535))
     gloo_iface: str = _knob("", "GLOO_IFACE", "GLOO_IFACE", doc="network interface for Gloo")
     gloo_timeout_seconds: float = _knob(30.0, "GLOO_TIMEOUT_SECONDS", "GLOO_TIMEOUT_SECONDS",
-                                        doc="rendezvous and collective timeout", bounds=(1.0, 1e7))
+                                        doc="rendezvous timeout; a collective waits for a "
+                                            "peer at most this or FUSE_PEER_TIMEOUT_SECONDS, "
+                                            "the smaller", bounds=(1.0, 1e7))
     # engine
     fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
                                   doc="fusion buffer size in bytes; 0 disables fusion",
