@@ -422,6 +422,12 @@ OTHER_SETTINGS: tuple[Setting, ...] = (
             "seconds an agent keeps trying to reach the driver"),
     Setting("FUSE_AGENT_NAME", None, "the host name", "fuserun --agent",
             "how the agent names itself to the driver"),
+    Setting("FUSE_ELASTIC_CHECKPOINT_DIR", None, "", "elastic workers (rank 0)",
+            "a directory every commit() of an elastic state is also written to (atomically); "
+            "a job started again with the same command resumes from the last one there"),
+    Setting("FUSE_ELASTIC_INCARNATION", None, "set by the elastic driver", "elastic workers",
+            "the generation the driver started this worker process for; the rendezvous refuses "
+            "a process whose generation is not the one the plan names for its slot"),
     Setting("FUSE_AGENT_PRELOAD", None, "", "fuserun --agent",
             "comma-separated modules a warm zygote imports once; ranks whose command is that "
             "Python are forked from it (fuse's image: fuse.torch,torch._dynamo)"),
