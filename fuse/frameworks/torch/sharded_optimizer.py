@@ -151,6 +151,7 @@ class ShardedOptimizer:
         d["_owned"] = set(self._plan.owned_by(self._rank))
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
+        d["_synchronized"] = False
         self._counter.reset()
 
     def _drop_foreign_state(self) -> None:
@@ -243,9 +244,9 @@ class ShardedOptimizer:
         self._handles.clear()
         self._counter.reset()
         self.__dict__["_ready"] = [0] * len(self._plan.buckets)
-        self.__dict__["_synchronized"] = True
         if first_error is not None:
             raise first_error
+        self.__dict__["_synchronized"] = True
 
     @contextlib.contextmanager
     def skip_synchronize(self):
