@@ -75,10 +75,13 @@ class ShardedOptimizerStateHandler(StateHandler):
     """A sharded optimizer (``DistributedOptimizer(..., sharded=True)``): ``save`` keeps the
     full state, gathered from every shard (commit is collective), so that any surviving worker
     holds what a killed worker owned; ``restore`` loads it back (each rank keeps its shard);
-    ``sync`` gives every rank, new ones too, rank 0's committed state sharded by the job's
-    current size, or before any commit the live state (``broadcast_optimizer_state``).
-    Nothing collective happens at construction: a worker joining a running job builds its
-    state while the others are already in ``sync``."""
+    ``reset`` (after every re-form, also when workers were only removed and ``sync`` is
+    skipped) loads the committed state again, sharded over the new set of workers: the
+    removed workers' shards exist nowhere else (the hosts change at a commit, so the committed
+    state is the live one); ``sync`` gives every rank, new ones too, rank 0's committed state,
+    or before any commit the live state (``broadcast_optimizer_state``).  Nothing collective
+    happens at construction: a worker joining a running job builds its state while the
+    others are already in ``sync``."""
 
     def __init__(self, value):
         super().__init__(value)
@@ -93,6 +96,9 @@ class ShardedOptimizerStateHandler(StateHandler):
     def restore(self):
         if self._saved is not None:
             self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def reset(self):
+        self.restore()
 
     def sync(self):
         full = _c.broadcast_object(self._saved, 0, name="fuse.elastic.sharded_optimizer")
