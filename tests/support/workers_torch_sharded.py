@@ -67,18 +67,23 @@ def _train(model, opt, steps, first, rank, n, passes=1, clip=None, process_set=N
             opt.step()
 
 
-def equivalence(bucket_bytes):
-    """AdamW with and without sharded=True, several options; the consolidated state; a plain
-    AdamW restored from it continuing as the sharded one does."""
-    hvd.init()
+VARIANTS = {      # label: (DistributedOptimizer keywords, backward passes, clip norm)
+    "bpps2": ({"backward_passes_per_step": 2}, 2, None),
+    "predivide": ({"gradient_predivide_factor": 2.0}, 1, None),
+    "fp16": ({"compression": hvd.Compression.fp16}, 1, None),
+    "clip": ({}, 1, 0.05),
+}
+
+
+def equivalence(bucket_bytes, variants, init=True):
+    """AdamW with and without sharded=True, with the options ``variants`` names; the
+    consolidated state; a plain AdamW restored from it continuing as the sharded one does."""
+    if init:
+        hvd.init()
     r, n = hvd.rank(), hvd.size()
     res = {}
-    for label, kw, passes, clip in (
-            ("plain", {}, 1, None),
-            ("bpps2", {"backward_passes_per_step": 2}, 2, None),
-            ("predivide", {"gradient_predivide_factor": 2.0}, 1, None),
-            ("fp16", {"compression": hvd.Compression.fp16}, 1, None),
-            ("clip", {}, 1, 0.05)):
+    for label in variants:
+        kw, passes, clip = VARIANTS[label]
         (sm, so), (um, uo) = _pair_with(r, bucket_bytes, **kw)
         _train(sm, so, STEPS, 0, r, n, passes, clip)
         _train(um, uo, STEPS, 0, r, n, passes, clip)
@@ -88,6 +93,7 @@ def equivalence(bucket_bytes):
     (sm, so), (um, uo) = _pair_with(r, bucket_bytes)
     _train(sm, so, STEPS, 0, r, n)
     _train(um, uo, STEPS, 0, r, n)
+    res["diff"], res["moved"] = _max_diff(sm, um), _max_diff(sm, _fresh())
     # (state_dict() holds references to the live state, as torch's does; loading one keeps
     # them: copies, so that the optimizers below do not share their state)
     full, ref = copy.deepcopy(so.state_dict()), uo.state_dict()
@@ -111,7 +117,8 @@ def equivalence(bucket_bytes):
     _train(lm, lo, 4, STEPS, r, n)
     res["continued_diff"] = _max_diff(sm, plain_model)
     res["loaded_continued_diff"] = _max_diff(sm, lm)
-    hvd.shutdown()
+    if init:
+        hvd.shutdown()
     return res
 
 
@@ -133,12 +140,13 @@ def _pair_with(rank, bucket_bytes, **kw):
     return out
 
 
-def options_and_errors():
-    """A process set of two of the job's ranks; broadcast_optimizer_state of a checkpoint
-    loaded on the root only; the combinations sharding refuses, each with its reason."""
+def four_workers(bucket_bytes):
+    """On 4 workers (one job: the workers' start is most of a test's time): equivalence with
+    no options, then a process set of two of the job's ranks, broadcast_optimizer_state of a
+    checkpoint loaded on the root only, and the combinations sharding refuses."""
     hvd.init(process_sets="dynamic")
     r, n = hvd.rank(), hvd.size()
-    res = {}
+    res = {"equivalence": equivalence(bucket_bytes, [], init=False)}
     # sharded over ranks {1, 3} (of 4): the set's members match the unsharded optimizer on
     # the same set; the others never call it
     ps = hvd.add_process_set([1, 3])

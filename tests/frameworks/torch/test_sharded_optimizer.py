@@ -14,21 +14,16 @@ pytestmark = pytest.mark.timeout(240)
 TOL = 1e-5
 
 
-@pytest.mark.parametrize("np_", [2, 4])
-def test_sharded_training_matches_unsharded(np_):
-    import workers_torch_sharded as w
-    # 2 KiB buckets: the 5 layers' gradients travel in several reduce-scatters
-    results = run_job(w.equivalence, np_=np_, args=(2048,))
-    assert len(results) == np_
+def check_equivalence(results, variants):
+    np_ = len(results)
     for r, res in enumerate(results):
-        for label in ("plain", "bpps2", "predivide", "clip"):
-            assert res[label]["diff"] < TOL, (r, label, res[label])
+        for label in variants:
+            # fp16 on the wire: the sum is rounded to fp16 after each addition, in an order
+            # that depends on the algorithm (shared memory or a ring), so the runs differ by
+            # fp16 rounding (1.3e-4 measured at 4 workers), far below the 0.05 they moved
+            assert res[label]["diff"] < (1e-3 if label == "fp16" else TOL), (r, label, res)
             assert res[label]["moved"] > 1e-2, (r, label, res[label])
-        # fp16 on the wire: the sum is rounded to fp16 after each addition, in an order
-        # that depends on the algorithm (shared memory or a ring), so the runs differ by
-        # fp16 rounding (measured 1.3e-4 at 4 workers), far below the 0.05 they moved
-        assert res["fp16"]["diff"] < 1e-3, (r, res["fp16"])
-        assert res["fp16"]["moved"] > 1e-2, (r, res["fp16"])
+        assert res["diff"] < TOL and res["moved"] > 1e-2, (r, res["diff"], res["moved"])
         assert res["state_keys_equal"], r
         assert res["state_diff"] < TOL, (r, res["state_diff"])
         # each rank holds its shard of the state: at most 1/N of it + 10 %
@@ -40,9 +35,17 @@ def test_sharded_training_matches_unsharded(np_):
     assert sum(res["owned"] for res in results) == 10
 
 
-def test_sharded_process_set_broadcast_and_errors():
+def test_sharded_training_matches_unsharded_with_options():
     import workers_torch_sharded as w
-    results = run_job(w.options_and_errors, np_=4)
+    variants = ["bpps2", "predivide", "fp16", "clip"]
+    # 2 KiB buckets: the 5 layers' gradients travel in several reduce-scatters
+    check_equivalence(run_job(w.equivalence, np_=2, args=(2048, variants)), variants)
+
+
+def test_sharded_on_four_workers_process_set_broadcast_and_errors():
+    import workers_torch_sharded as w
+    results = run_job(w.four_workers, np_=4, args=(2048,))
+    check_equivalence([res["equivalence"] for res in results], [])
     for r, res in enumerate(results):
         if r in (1, 3):
             assert res["pset_diff"] < TOL, (r, res["pset_diff"])
