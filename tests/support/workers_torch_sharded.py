@@ -71,6 +71,7 @@ VARIANTS = {      # label: (DistributedOptimizer keywords, backward passes, clip
     "bpps2": ({"backward_passes_per_step": 2}, 2, None),
     "predivide": ({"gradient_predivide_factor": 2.0}, 1, None),
     "fp16": ({"compression": hvd.Compression.fp16}, 1, None),
+    "bf16": ({"compression": hvd.Compression.bf16}, 1, None),
     "clip": ({}, 1, 0.05),
 }
 

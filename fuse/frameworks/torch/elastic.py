@@ -24,8 +24,8 @@ from fuse.frameworks.torch.sharded_optimizer import ShardedOptimizer
 from fuse.collectives import calls as _c
 
 __all__ = ["run", "run_fn", "State", "ObjectState", "TorchState", "ElasticSampler",
-           "StateHandler", "ModelStateHandler", "OptimizerStateHandler", "ShardedOptimizerStateHandler",
-           "SamplerStateHandler",
+           "StateHandler", "ModelStateHandler", "OptimizerStateHandler",
+           "ShardedOptimizerStateHandler", "SamplerStateHandler",
            "get_handler_registry", "set_handler_registry"]
 
 

@@ -34,12 +34,13 @@ import torch
 
 from fuse.collectives import calls as collectives
 from fuse.collectives import shard_plan
-from fuse.collectives.grad_sync import PassCounter, check_names, scaling
+from fuse.collectives.grad_sync import PassCounter, scaling
 from fuse.collectives.ops import Adasum, Average, Max, Sum
 from fuse.collectives.powersgd import PowerSGD
 from fuse.frameworks.torch import mpi_ops
-from fuse.frameworks.torch.optimizer import (ZERO_GRAD_ERROR, _wrapped_attribute,
-                                             check_optimizer, unique_params)
+from fuse.frameworks.torch.optimizer import (ZERO_GRAD_ERROR, DistributedOptimizer,
+                                             _wrapped_attribute, check_optimizer,
+                                             unique_params)
 from fuse.frameworks.torch.tensors import Compression
 from fuse.worker import lifecycle
 from fuse.worker import state as job_state
@@ -82,7 +83,8 @@ class ShardedOptimizer:
         params = unique_params(optimizer)
         d["_params"] = params
         d["_index"] = {id(p): i for i, p in enumerate(params)}
-        d["_names"] = self._names(params, named_parameters)
+        d["_names"] = [name if name is not None else f"noname.{i}" for i, name in
+                       enumerate(DistributedOptimizer._names(params, named_parameters))]
         d["_counter"] = PassCounter(len(params), backward_passes_per_step)
         d["_hook_handles"] = []
         d["_engine_generation"] = None
@@ -116,19 +118,6 @@ class ShardedOptimizer:
 
     def __repr__(self):
         return f"DistributedOptimizer({self._opt!r}, sharded=True)"
-
-    @staticmethod
-    def _names(params, named_parameters):
-        if named_parameters is None:
-            return [f"noname.{i}" for i in range(len(params))]
-        named = list(named_parameters)
-        check_names(named)
-        by_id = {id(p): name for name, p in named}
-        missing = [i for i, p in enumerate(params) if id(p) not in by_id]
-        if missing:
-            raise ValueError("named_parameters was specified, but one or more model "
-                             f"parameters were not named (parameter indices {missing})")
-        return [by_id[id(p)] for p in params]
 
     # ---- the plan, made again when an elastic job re-forms with another size
 
