@@ -5,17 +5,27 @@ Gradients become ready in backward order, roughly the reverse of the parameters'
 plan walks the parameters backwards and cuts them into buckets of about ``bucket_bytes`` (one
 bucket per dtype at a time: a bucket is one flat buffer).  Each bucket travels as one
 reduce-scatter of ``size`` equal segments, segment ``r`` holding the gradients rank ``r`` owns,
-so ownership is decided bucket by bucket: largest parameter first, each to the rank holding the
-fewest bytes of the bucket so far, ties to the rank holding the fewest bytes overall, then to
-the lowest rank.  That keeps both the padding of a bucket's segments (bandwidth) and each
-rank's share of the whole model (optimizer state) close to ``1/size``.  The plan depends only
-on the parameters' sizes and dtypes, their order and ``size``: every rank computes the same.
+so ownership is first decided bucket by bucket: largest parameter first, each to the rank
+holding the fewest bytes of the bucket so far, ties to the rank holding the fewest bytes
+overall, then to the lowest rank.  That keeps both the padding of a bucket's segments
+(bandwidth) and each rank's share of the whole model (optimizer state) close to ``1/size``
+when no parameter is a large part of the model.  When one is (a transformer's embedding), that
+share can grow well past ``1/size`` (a 46 % embedding: 67 % on one of 2 ranks), so if some
+rank would own more than ``(1 + STATE_SLACK) / size`` of the bytes, ownership is decided over
+the whole model instead (largest first, each to the least loaded rank), which bounds the share
+by ``1/size`` or the largest parameter, at the cost of more padding.  Ownership is per
+parameter: no plan gives a rank less than its largest parameter.  The plan depends only on
+the parameters' sizes and dtypes, their order and ``size``: every rank computes the same.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from typing import Hashable, Sequence
+
+# how far past 1/size a rank's share of the bytes may go before the plan balances the whole
+# model rather than each bucket
+STATE_SLACK = 0.1
 
 
 @dataclasses.dataclass
@@ -40,19 +50,36 @@ class ShardPlan:
         return sorted(i for i, r in self.owner.items() if r == rank)
 
 
-def _assign(members: list[int], numels: Sequence[int], itemsize: int, size: int,
-            load: list[int]) -> list[list[int]]:
-    """Split one bucket's members among ``size`` ranks (``load``: bytes owned so far by
-    each rank, updated)."""
-    in_bucket = [0] * size
-    segments: list[list[int]] = [[] for _ in range(size)]
-    for i in sorted(members, key=lambda i: (-numels[i], members.index(i))):
-        r = min(range(size), key=lambda r: (in_bucket[r], load[r], r))
-        segments[r].append(i)
-        in_bucket[r] += numels[i]
-        load[r] += numels[i] * itemsize
-    order = {i: k for k, i in enumerate(members)}
-    return [sorted(seg, key=order.__getitem__) for seg in segments]
+def _by_bucket(cut: list[list[int]], nbytes: Sequence[int], size: int) -> dict[int, int]:
+    """Owners balancing each bucket, ties to the rank owning the fewest bytes overall."""
+    load = [0] * size
+    owner = {}
+    for members in cut:
+        in_bucket = [0] * size
+        for i in sorted(members, key=lambda i: (-nbytes[i], i)):
+            r = min(range(size), key=lambda r: (in_bucket[r], load[r], r))
+            owner[i] = r
+            in_bucket[r] += nbytes[i]
+            load[r] += nbytes[i]
+    return owner
+
+
+def _over_model(cut: list[list[int]], nbytes: Sequence[int], size: int) -> dict[int, int]:
+    """Owners balancing the whole model: largest first, each to the least loaded rank."""
+    load = [0] * size
+    owner = {}
+    for i in sorted((i for members in cut for i in members), key=lambda i: (-nbytes[i], i)):
+        r = min(range(size), key=lambda r: (load[r], r))
+        owner[i] = r
+        load[r] += nbytes[i]
+    return owner
+
+
+def _largest_share(owner: dict[int, int], nbytes: Sequence[int], size: int) -> float:
+    load = [0] * size
+    for i, r in owner.items():
+        load[r] += nbytes[i]
+    return max(load) / max(sum(load), 1)
 
 
 def plan(numels: Sequence[int], itemsizes: Sequence[int], kinds: Sequence[Hashable],
@@ -77,16 +104,18 @@ def plan(numels: Sequence[int], itemsizes: Sequence[int], kinds: Sequence[Hashab
             cut.append(open_.pop(k))
             del open_bytes[k]
     cut.extend(open_.values())      # what is left, in the order the kinds appeared
-    load = [0] * size
-    buckets, owner, bucket_of = [], {}, {}
+    nbytes = [n * s for n, s in zip(numels, itemsizes)]
+    owner = _by_bucket(cut, nbytes, size)
+    if _largest_share(owner, nbytes, size) > (1 + STATE_SLACK) / size:
+        owner = _over_model(cut, nbytes, size)
+    buckets, bucket_of = [], {}
     for b, members in enumerate(cut):
-        segments = _assign(members, numels, itemsizes[members[0]], size, load)
+        segments = [[i for i in members if owner[i] == r] for r in range(size)]
         offsets = {}
-        for r, seg in enumerate(segments):
+        for seg in segments:
             at = 0
             for i in seg:
                 offsets[i] = at
-                owner[i] = r
                 bucket_of[i] = b
                 at += numels[i]
         buckets.append(Bucket(members, segments, offsets,

@@ -47,3 +47,15 @@ def test_empty_parameters_travel_nowhere():
     assert p.owner[0] == 0 and 0 not in p.bucket_of
     with pytest.raises(ValueError, match="at least one rank"):
         plan([1], [4], ["f32"], 0, 100)
+
+
+def test_a_dominant_parameter_balances_the_whole_model():
+    # an embedding of 46 % of the bytes, last in backward order, then 12 equal layers
+    numels = [4600] + [450] * 12
+    p = plan(numels, [4] * 13, ["f32"] * 13, 2, bucket_bytes=4 * 2000)
+    per_rank = [sum(numels[i] for i in p.owned_by(r)) for r in range(2)]
+    # balancing each bucket would put the embedding on top of half the layers (about 70 %)
+    assert max(per_rank) / sum(numels) <= 0.55, per_rank
+    # with 4 ranks no plan owning whole parameters does better than the embedding alone
+    p4 = plan(numels, [4] * 13, ["f32"] * 13, 4, bucket_bytes=4 * 2000)
+    assert p4.owned_by(p4.owner[0]) == [0]
