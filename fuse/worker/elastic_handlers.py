@@ -223,7 +223,10 @@ class StateDictHandler(StateHandler):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self._saved)
+        # A copy: torch's Optimizer.load_state_dict keeps the tensors it is given as its state,
+        # so the steps after a rollback would otherwise change the committed copy in place and a
+        # second rollback before the next commit would restore their work.
+        self.value.load_state_dict(copy.deepcopy(self._saved))
 
     def saved(self):
         return self._saved
