@@ -196,9 +196,9 @@ cdef class Loop(CoordinatorLink):
         thread does the work and the caller sleeps at once; every 16th such wait tries an
         eighth of the spin again.  On a machine with more runnable threads than cores a peer
         is often descheduled for longer than any spin; a caller that spins through it takes
-        the core that peer needs and then sleeps anyway (load 17, a fixed spin with the
-        caller sending its own request: 1.1x the time and up to 1.8x the CPU per small call
-        of the engine thread sending it).  Only idleness counts: the time a driven
+        the core that peer needs and then sleeps anyway (on a 2-core machine with 17
+        runnable processes, a fixed spin with the caller sending its own request: 1.1x the
+        time and up to 1.8x the CPU per small call of the engine thread sending it).  Only idleness counts: the time a driven
         collective spends reducing (a shared-memory allreduce of 1 MiB takes longer than the
         whole spin) is work this thread would otherwise hand to the engine thread and wait
         for, two wake-ups later (judged by the whole wait, the quiet suite run's 1 MiB took
