@@ -31,7 +31,7 @@ def spark():
 def test_a_failing_rank_is_run_again_and_the_job_goes_on(spark, tmp_path):
     """min_num_proc=2: the job goes on only once the failed rank's task is back, which it is
     long before elastic_timeout (60 s) ends the job."""
-    epochs = 2
+    epochs = 1
     results = fuse.spark.run_elastic(workers_integrations_elastic.train,
                                      args=(str(tmp_path), epochs, [("raise", 0, 1, 7)]),
                                      num_proc=2, min_num_proc=2, elastic_timeout=60,
