@@ -36,16 +36,20 @@ def main(argv: list[str] | None = None) -> int:
                 sys.path.append(entry)
 
     import cloudpickle
+    failure: BaseException | None = None
     try:
         blob = store.get(FUNC_KEY, 60.0)
         func, args, kwargs = cloudpickle.loads(verify(key, blob, "the function"))
         payload: tuple = ("ok", func(*args, **kwargs))
     except Exception as exc:  # SystemExit/KeyboardInterrupt end the process as they would
-        payload = error_payload(exc)
-        _tell_peers(exc)
+        payload, failure = error_payload(exc), exc
     data, payload = dumps_payload(payload)
     rank = _final_rank(rank)
+    # The error is stored before the peers hear of it: a launcher that stops this process as
+    # soon as a peer fails of the news (a Spark barrier stage does) still finds it.
     store.set(RESULT_KEY.format(rank=rank), sign(key, data))
+    if failure is not None:
+        _tell_peers(failure)
     if payload[0] == "error":
         store.set(f"errors/{rank}", payload[4].encode("utf-8", "replace"))
         sys.stderr.write(payload[4])

@@ -233,13 +233,19 @@ class HostLoop:
             self._last_beat = now
             self.store.set(self.keys.alive(self.host), str(self._beats).encode())
 
-    def run(self, one_at_a_time: bool = False) -> None:
+    def run(self, one_at_a_time: bool = False, leave_on_failure: bool = False) -> int | None:
         """Serve the driver until it says the job is over.  ``one_at_a_time``: a new worker
-        waits for the one before to end (a Spark task holds one slot)."""
+        waits for the one before to end (a Spark task holds one slot).  ``leave_on_failure``:
+        return as soon as a worker fails by itself (not stopped by the driver), with its exit
+        code, so that whatever runs this host can fail and be run again (a Spark task, which
+        Spark retries as a new host); None when the job ended."""
+        failed = None
         try:
             while self.store.try_get(self.keys.done) is None:
                 self.beat()
-                self._reap()
+                failed = self._reap()
+                if failed is not None and leave_on_failure:
+                    return failed
                 if not (one_at_a_time and self.running):
                     raw = self.store.try_get(self.keys.start(self.host, self.next))
                     if raw is not None:
@@ -249,16 +255,26 @@ class HostLoop:
                 time.sleep(POLL_SECONDS)
         finally:
             self.stop_all()
-        self.store.set(self.keys.left(self.host), b"1")
+            if failed is None or not leave_on_failure:
+                self.store.set(self.keys.left(self.host), b"1")
+        return None
 
-    def _reap(self) -> None:
+    def _reap(self) -> int | None:
+        """Record the workers that ended or were told to stop; the exit code of one that
+        failed by itself, if any."""
+        failed = None
         for n, worker in list(self.running.items()):
-            if worker.poll() is None and self.store.try_get(self.keys.stop(self.host, n)) is None:
+            ended = worker.poll() is not None
+            stopped = self.store.try_get(self.keys.stop(self.host, n)) is not None
+            if not (ended or stopped):
                 continue
             worker.kill()
-            self._record(n, worker)
+            rc = self._record(n, worker)
+            if ended and not stopped and rc != 0:
+                failed = rc
+        return failed
 
-    def _record(self, n: int, worker: RunningWorker) -> None:
+    def _record(self, n: int, worker: RunningWorker) -> int:
         del self.running[n]
         rc, tail = worker.finish()
         try:
@@ -267,6 +283,7 @@ class HostLoop:
             self.store.set(self.keys.exit(self.host, n), str(rc).encode())
         except (ConnectionError, OSError):
             pass        # the driver is gone: nobody to tell
+        return rc
 
     def stop_all(self) -> None:
         """Kill and reap every worker still running (the job is over, or we are going)."""

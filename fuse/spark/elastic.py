@@ -90,7 +90,7 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
     import cloudpickle
 
     from .preflight import check_workers_import_fuse
-    from .runner import first_line, start_timeout_seconds, store_address_for
+    from .runner import start_timeout_seconds, store_address_for
 
     sc = SparkContext._active_spark_context
     if sc is None:
@@ -133,24 +133,33 @@ def run_elastic(fn: Callable[..., Any], args: Sequence[Any] = (),
             starter.finish()
             stage.finish()
         job.raise_for(result, lambda text: WorkerError(text, -1), stage.error)
-        size = len(job.plan)
+        return _results(job, stage)
 
-        def load(rank: int):
-            blob = job.server.get(RESULT_KEY.format(rank=rank))
-            if blob is None:
-                return None
-            return cloudpickle.loads(verify(key, blob, f"the result of rank {rank}"))
 
-        results = []
-        for rank in range(size):
-            raise_reported_error(load, rank, size, None, prefix="fuse.spark: ",
-                                 raised_by="fuse.spark")
-            payload = load(rank)
-            if payload is None:
-                raise WorkerError(f"fuse.spark: rank {rank} of the last generation ended "
-                                  "without a result" + (f" ({first_line(stage.error)})"
-                                                        if stage.error else ""), rank)
-            results.append(payload[1])
+def _results(job: ElasticJob, stage: "_Stage") -> list[Any]:
+    """The results of the last generation's ranks, in rank order (a rank's error raised)."""
+    import cloudpickle
+
+    from .runner import first_line
+
+    size = len(job.plan)
+
+    def load(rank: int):
+        blob = job.server.get(RESULT_KEY.format(rank=rank))
+        if blob is None:
+            return None
+        return cloudpickle.loads(verify(job.secret, blob, f"the result of rank {rank}"))
+
+    results = []
+    for rank in range(size):
+        raise_reported_error(load, rank, size, None, prefix="fuse.spark: ",
+                             raised_by="fuse.spark")
+        payload = load(rank)
+        if payload is None:
+            raise WorkerError(f"fuse.spark: rank {rank} of the last generation ended "
+                              "without a result" + (f" ({first_line(stage.error)})"
+                                                    if stage.error else ""), rank)
+        results.append(payload[1])
     return results
 
 

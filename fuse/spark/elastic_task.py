@@ -5,7 +5,8 @@ no other task).  It is a host of the driver's store (:class:`fuse.runner.store_h
 keys under ``spark/elastic/``): it joins, raises a heartbeat, and each time the driver starts a
 worker on it, runs ``python -m fuse.runner.run_task`` with the environment the driver gave (as
 :func:`fuse.spark.run`'s tasks do), stops it when told to, and records how it ended.  It returns
-when the driver says the job is over.  A retried task is a new host, ``spark-task-<i>-<attempt>``.
+when the driver says the job is over, and fails when its worker fails by itself, so that Spark
+runs it again: a retried task is a new host, ``spark-task-<i>-<attempt>``.
 """
 
 from __future__ import annotations
@@ -49,7 +50,13 @@ class ElasticTaskPlan:
         loop = HostLoop(store, KEYS, host, {"hostname": socket.gethostname(), "slots": 1},
                         self._launch)
         loop.announce()
-        loop.run(one_at_a_time=True)
+        failed = loop.run(one_at_a_time=True, leave_on_failure=True)
+        if failed is not None:
+            # The driver counts this host out; failing the task lets Spark run it again (as
+            # many times as spark.task.maxFailures allows), and the new attempt joins the
+            # job as a new host.
+            raise RuntimeError(f"fuse.spark.run_elastic: the worker of {host} failed (exit "
+                               f"code {failed}); its task fails so that Spark runs it again")
         yield host
 
     def _launch(self, request: dict, n: int) -> RankProcess:

@@ -156,10 +156,14 @@ def _outcome(store: DriverStore, n: int, key: bytes, error: BaseException | None
             rc, when, host = raw.decode().split(" ", 2)
             exits[rank] = (int(rc), float(when), host)
     failed = sorted((r for r, (rc, _, _) in exits.items() if rc != 0), key=lambda r: exits[r][1])
+    # A rank that raised may not have ended by itself: the stage stops every task once one
+    # fails, and that may be a peer that failed only because of it.  Its error counts too.
+    failed += [r for r in range(n) if r not in failed and server.get(f"errors/{r}") is not None]
     if failed:
         rank = root_cause(failed, server)
-        raise_reported_error(load, rank, n, exits[rank][0], prefix="fuse.spark: ",
+        raise_reported_error(load, rank, n, exits.get(rank, (None,))[0], prefix="fuse.spark: ",
                              raised_by="fuse.spark")
+    if failed and rank in exits:
         rc = exits[rank][0]
         tail = server.get(TAIL_KEY.format(rank=rank))
         failure = Failure(rank, exits[rank][2], "signal" if rc < 0 else "exit", rc,

@@ -5,7 +5,8 @@ momentum, Sum over ranks) and an ElasticSampler, on small integers so that every
 Every committed step logs the sample indices the whole job processed in it (allgathered), so
 :func:`check` can rebuild the weights from the log and compare them, bit for bit, with every
 worker's.  A fault ``("kill", generation, rank, step)`` SIGKILLs that rank's process at that
-committed step (``"killparent"``: the process that started it); rank 0 appends
+committed step (``"killparent"``: the process that started it; ``"raise"``: the function
+raises, as a training step that fails does; generation None: in every generation); rank 0 appends
 ``generation size steps time`` to ``progress.txt`` at each commit.
 """
 
@@ -48,7 +49,9 @@ def train(out_dir: str, epochs: int, faults=(), step_sleep: float = 0.02) -> dic
 
     def maybe_fail(step: int) -> None:
         for kind, g, r, at in faults:
-            if (g, r, at) == (rendezvous_generation(), hvd.rank(), step):
+            if (r, at) == (hvd.rank(), step) and g in (None, rendezvous_generation()):
+                if kind == "raise":
+                    raise RuntimeError(f"rank {r} fails at step {at}")
                 # "killparent": the process that started this one (a Spark task's worker)
                 os.kill(os.getppid() if kind == "killparent" else os.getpid(), signal.SIGKILL)
 

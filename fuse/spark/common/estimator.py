@@ -141,9 +141,7 @@ class FuseModel(PersistenceMixin, Model, ModelParams):
         if len(sizes) != len(outputs):
             raise ValueError(f"the model has {len(sizes)} output(s) but {len(outputs)} output "
                              f"column(s) are set ({', '.join(outputs)})")
-        kinds = [k if k == "vector" or size > 1 else "scalar"
-                 for k, size in zip(label_kinds, sizes)]
-        kinds = ["array" if k == "scalar" and size > 1 else k for k, size in zip(kinds, sizes)]
+        kinds = [_output_kind(k, size) for k, size in zip(label_kinds, sizes)]
         types = {"scalar": T.DoubleType(), "vector": VectorUDT(),
                  "array": T.ArrayType(T.DoubleType())}
         schema = T.StructType(df.schema.fields +
@@ -162,6 +160,18 @@ class FuseModel(PersistenceMixin, Model, ModelParams):
                 yield from _predict_rows(batch, positions, features, predict, kinds)
 
         return df.sparkSession.createDataFrame(df.rdd.mapPartitions(partition), schema)
+
+
+def _output_kind(label_kind: str, size: int) -> str:
+    """How an output column holds a prediction of ``size`` values for a label of
+    ``label_kind``: a vector label's as an ml Vector; an array label's as an array; a scalar
+    label's as a double, or as an ml Vector when the model gives several values per row (a
+    classifier's scores), as Spark ML's own classifiers give them."""
+    if label_kind == "vector":
+        return "vector"
+    if size == 1:
+        return "scalar"
+    return "array" if label_kind == "array" else "vector"
 
 
 def _column_array(values):

@@ -2,10 +2,12 @@
 Parquet files with ``pyarrow.dataset`` and makes full batches from it, shuffled through a
 buffer.
 
-The shard is every ``size``-th file from ``rank`` on (Spark wrote ``num_proc *
-partitions_per_process`` files of near-equal size).  Batches never end with a short one: a
-pass's last rows carry over into the next pass, so that every rank takes the same number of
-steps per epoch, which the collectives need.
+The shard is every ``size``-th file that holds rows, from ``rank`` on (Spark wrote ``num_proc *
+partitions_per_process`` files of near-equal size; a DataFrame with fewer rows than that leaves
+some of them empty).  When fewer files than ranks hold rows, every rank reads them all and keeps
+every ``size``-th row from ``rank`` on instead.  Batches never end with a short one: a pass's
+last rows carry over into the next pass, so that every rank takes the same number of steps per
+epoch, which the collectives need.
 """
 
 from __future__ import annotations
@@ -24,12 +26,17 @@ class ShardReader:
                  batch_size: int, shuffle: bool = False, buffer_size: int | None = None,
                  seed: int | None = None, transformation_fn=None):
         dataset = store.get_parquet_dataset(path)
-        files = sorted(dataset.files)
-        self.files = files[rank::size]
-        if not self.files:
-            raise RuntimeError(f"rank {rank} of {size} has no data: {path} has only "
-                               f"{len(files)} Parquet file(s)")
         self.filesystem = dataset.filesystem
+        rows = {f: self._rows_in(f) for f in sorted(dataset.files)}
+        files = [f for f, n in rows.items() if n]
+        if not files:
+            raise RuntimeError(f"rank {rank} of {size} has no data: the Parquet files of "
+                               f"{path} hold no rows")
+        # (rank, size) of the row split inside the files; None: whole files per rank
+        self.row_split = None if len(files) >= size else (rank, size)
+        self.files = files if self.row_split else files[rank::size]
+        # each file's first row's place among all rows (the row split counts across files)
+        self.first_row = dict(zip(files, np.cumsum([0] + [rows[f] for f in files])))
         self.columns, self.batch_size = list(columns), int(batch_size)
         self.shuffle, self.transformation_fn = shuffle, transformation_fn
         self.buffer_size = None if buffer_size is None else max(int(buffer_size), 2)
@@ -53,6 +60,8 @@ class ShardReader:
         buffer: dict | None = None
         for path in order:
             chunk = self._read(path)
+            if chunk is None:
+                continue        # none of this file's rows are this rank's
             if not self.shuffle:
                 yield chunk
                 continue
@@ -65,13 +74,25 @@ class ShardReader:
         if buffer is not None and _rows(buffer):
             yield _take(buffer, self.rng.permutation(_rows(buffer)), None)
 
-    def _read(self, path: str) -> dict:
+    def _rows_in(self, path: str) -> int:
+        import pyarrow.parquet as pq
+        with self.filesystem.open_input_file(path) as f:
+            return pq.ParquetFile(f).metadata.num_rows
+
+    def _read(self, path: str) -> dict | None:
+        """The file's rows of this rank as columns, None when there are none."""
         import pyarrow.parquet as pq
         table = pq.read_table(path, columns=self.columns, filesystem=self.filesystem)
+        if self.row_split is not None:
+            rank, size = self.row_split
+            start = (rank - self.first_row[path]) % size
+            table = table.take(list(range(start, len(table), size)))
         if self.transformation_fn is not None:
             import pyarrow as pa
             table = pa.Table.from_pandas(self.transformation_fn(table.to_pandas()),
                                          preserve_index=False)
+        if not len(table):
+            return None
         out = {}
         for name in self.columns:
             column = table.column(name).combine_chunks()
@@ -86,7 +107,7 @@ def _to_numpy(column, rows: int) -> np.ndarray:
     import pyarrow as pa
     if pa.types.is_list(column.type) or pa.types.is_large_list(column.type):
         values = column.flatten().to_numpy(zero_copy_only=False)
-        return values.reshape(rows, -1) if rows else values.reshape(0, 0)
+        return values.reshape(rows, -1)
     return column.to_numpy(zero_copy_only=False)
 
 

@@ -16,7 +16,7 @@ KERAS_ESTIMATOR_PARAMS = {
     "input_shapes": (None, "shape of each feature column, aligned with feature_cols"),
     "backward_passes_per_step": (1, "gradients of this many batches add up before each "
                                     "allreduce and optimizer step"),
-    "tensorflow_dataset_prefetch_buffer_size": (None, "accepted for Horovod's signature; unused"),
+    "tensorflow_dataset_prefetch_buffer_size": (0, "accepted for Horovod's signature; unused"),
 }
 
 KERAS_MODEL_PARAMS = {
@@ -56,6 +56,20 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
             raise ValueError("loss is not set: give a Keras loss (name or function)")
         self._check_input_shapes()
 
+    def _input_shapes(self) -> dict | None:
+        """Feature column -> shape: ``input_shapes``, else the model's inputs' shapes (as
+        Horovod reshapes the features: a ``(None, 64)`` column into a model that takes
+        ``(None, 8, 8, 1)``)."""
+        shapes = self.getInputShapes() or remote.model_input_shapes(self.getModel())
+        features = self.getFeatureCols() or []
+        if not self.getInputShapes() and len(shapes) != len(features):
+            return None     # a model whose inputs are not one per feature column: no reshape
+        return dict(zip(features, shapes))
+
+    def _shapes_list(self) -> list | None:
+        shapes = self._input_shapes()
+        return None if shapes is None else [shapes[c] for c in self.getFeatureCols()]
+
     def _framework_spec(self) -> dict:
         import keras
         optimizer = self.getOptimizer()
@@ -65,7 +79,7 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
                 "optimizer_config": keras.optimizers.serialize(optimizer),
                 "custom_objects": self.getCustomObjects(), "loss": self.getLoss(),
                 "loss_weights": self.getLossWeights(), "metrics": self.getMetrics(),
-                "input_shapes": self.getInputShapes(), "label_shapes": self.getLabelShapes(),
+                "input_shapes": self._shapes_list(), "label_shapes": self.getLabelShapes(),
                 "gradient_compression": self.getGradientCompression(),
                 "backward_passes_per_step": self.getBackwardPassesPerStep(),
                 "callbacks": self.getCallbacks()}
@@ -81,7 +95,7 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
                           feature_columns=list(self.getFeatureCols()),
                           label_columns=list(self.getLabelCols()), run_id=run_id,
                           custom_objects=self.getCustomObjects(),
-                          input_shapes=self.getInputShapes(), _metadata=data.columns)
+                          input_shapes=self._shapes_list(), _metadata=data.columns)
 
 
 class KerasModel(_SavesModelAsBytes, FuseModel):

@@ -1,98 +1,120 @@
 """``fuse.spark.lightning.TorchEstimator`` and ``TorchModel``: Horovod's Spark estimator for
-PyTorch Lightning's ``LightningModule`` (``horovod.spark.lightning``).
+PyTorch Lightning (``horovod.spark.lightning``).
 
-The ranks run the torch estimator's loop (:mod:`fuse.spark.torch.remote`) with the module's own
-methods instead of a loss and an optimizer: ``configure_optimizers()`` gives the optimizer
-(wrapped in fuse's DistributedOptimizer), ``training_step(batch, batch_idx)`` the loss and
-``validation_step`` the validation loss; ``batch`` is a dict column name -> tensor.  There is
-no Lightning ``Trainer`` (so no Trainer callbacks, loggers or ``self.log``): that is fuse's
-Lightning strategy's job (``fuse.lightning``).
+Each rank runs a Lightning ``Trainer`` with fuse's strategy (``fuse.lightning``) on its shard
+of the data (:mod:`fuse.spark.lightning.remote`), so the module's own hooks, ``self.log``, the
+user's ``callbacks`` (``ModelCheckpoint``, ``LearningRateMonitor``, ...), ``logger``,
+``profiler`` and ``trainer_args`` work as they do in any Lightning script.  A batch is a dict
+column name -> tensor: features shaped by ``input_shapes``, scalar columns of shape (batch,).
+
+The model is a ``LightningModule`` (of ``lightning.pytorch`` or ``pytorch_lightning``), or, in
+Horovod's legacy form, a plain ``torch.nn.Module`` with ``optimizer`` and ``loss`` set, which
+the ranks train as a LightningModule made around it (:mod:`fuse.spark.lightning.legacy`).
 """
 
 from __future__ import annotations
 
+import copy
+
 from fuse.spark.common.params import declare
 from fuse.spark.torch.estimator import TorchEstimator as _TorchEstimator
 from fuse.spark.torch.estimator import TorchModel as _TorchModel
+from fuse.spark.torch.remote import loss_functions
+
+from . import remote
 
 __all__ = ["TorchEstimator", "TorchModel"]
 
 LIGHTNING_PARAMS = {
-    "trainer_args": (None, "accepted for Horovod's signature; there is no Trainer"),
-    "num_gpus": (None, "accepted for Horovod's signature; the ranks use what fuse finds"),
-    "logger": (None, "accepted for Horovod's signature; unused"),
-    "log_every_n_steps": (50, "accepted for Horovod's signature; unused"),
+    "trainer_args": (None, "more keyword arguments of the ranks' Lightning Trainer (over "
+                           "the estimator's own)"),
+    "num_gpus": (None, "accepted for Horovod's signature; each rank uses one GPU when "
+                       "use_gpu and CUDA has one, else the CPU"),
+    "logger": (None, "the Trainer's logger (default: Lightning's, writing into the store's "
+                     "logs path for the run)"),
+    "log_every_n_steps": (50, "the Trainer's log_every_n_steps"),
     "loader_num_epochs": (None, "accepted for Horovod's signature; unused"),
-    "terminate_on_nan": (False, "stop training when the loss is NaN"),
-    "profiler": (None, "accepted for Horovod's signature; unused"),
+    "terminate_on_nan": (False, "stop training when the loss is NaN or infinite"),
+    "profiler": (None, "the Trainer's profiler"),
     "debug_data_loader": (False, "accepted for Horovod's signature; unused"),
     "train_async_data_loader_queue_size": (None, "accepted for Horovod's signature; unused"),
     "val_async_data_loader_queue_size": (None, "accepted for Horovod's signature; unused"),
 }
 
 
-def _first_optimizer(configured):
+def first_optimizer(configured):
     """The optimizer out of whatever ``configure_optimizers`` returned."""
     import torch
     if isinstance(configured, torch.optim.Optimizer):
         return configured
     if isinstance(configured, dict):
-        return _first_optimizer(configured["optimizer"])
+        return first_optimizer(configured["optimizer"])
     if isinstance(configured, (list, tuple)) and configured:
-        return _first_optimizer(configured[0])
+        return first_optimizer(configured[0])
     raise ValueError(f"configure_optimizers() returned {type(configured).__name__}: fuse's "
                      "Lightning estimator takes an optimizer, a list of them, or a dict with "
                      "'optimizer'")
 
 
-def make_optimizer(model):
-    return _first_optimizer(model.configure_optimizers())
-
-
-def lightning_steps(model, batch_tensors, batch, columns, shapes, label_shapes, metadata,
-                    step, training):
-    """One training or validation step through the module's own methods."""
-    import torch
-    tensors = dict(zip(columns, batch_tensors(batch, columns, {**label_shapes, **shapes},
-                                              metadata)))
-    out = (model.training_step if training else model.validation_step)(tensors, step)
-    loss = out["loss"] if isinstance(out, dict) else out
-    if not isinstance(loss, torch.Tensor):
-        raise ValueError(f"{'training' if training else 'validation'}_step returned "
-                         f"{type(out).__name__}: fuse's Lightning estimator needs the loss "
-                         "(a tensor, or a dict with 'loss')")
-    if training and getattr(model, "_fuse_terminate_on_nan", False) and torch.isnan(loss):
-        raise FloatingPointError(f"the loss is NaN at step {step} (terminate_on_nan)")
-    return loss, {"loss": loss.detach()}
-
-
 class TorchEstimator(_TorchEstimator):
-    """Train a ``LightningModule`` on a Spark DataFrame with fuse (see the module's docstring)."""
+    """Train a ``LightningModule`` (or a ``torch.nn.Module`` with ``optimizer`` and ``loss``)
+    on a Spark DataFrame with fuse (see the module's docstring)."""
+
+    def _is_legacy(self) -> bool:
+        """Horovod's legacy form: a plain torch module, trained with optimizer and loss."""
+        import torch
+        model = self.getModel()
+        return isinstance(model, torch.nn.Module) and \
+            not callable(getattr(model, "training_step", None))
 
     def _check_params(self) -> None:
+        if self._is_legacy():
+            super()._check_params()         # the torch estimator's checks: optimizer, loss
+            return
         model = self.getModel()
-        for method in ("configure_optimizers", "training_step"):
-            if not callable(getattr(model, method, None)):
-                raise ValueError(f"model must be a LightningModule with {method}(), got "
-                                 f"{type(model).__name__}")
+        remote.lightning_package(model)
+        if not callable(getattr(model, "configure_optimizers", None)):
+            raise ValueError(f"model {type(model).__name__} has no configure_optimizers()")
+        self._check_input_shapes()
 
     def _framework_spec(self) -> dict:
-        spec = super()._framework_spec()
-        self.getModel()._fuse_terminate_on_nan = bool(self.getTerminateOnNan())
-        spec.update(optimizer=None, make_optimizer=make_optimizer,
-                    lightning_steps=lightning_steps, loss=None, loss_constructors=None,
-                    metrics=None, train_minibatch_fn=None)
-        return spec
+        legacy = None
+        if self._is_legacy():
+            labels = list(self.getLabelCols())
+            legacy = {"optimizer": self.getOptimizer(),
+                      "loss_fns": loss_functions(self.getLoss(), self.getLossConstructors(),
+                                                 len(labels)),
+                      "loss_weights": self.getLossWeights(),
+                      "feature_cols": list(self.getFeatureCols()), "label_cols": labels,
+                      "sample_weights_col": self.getSampleWeightCol(),
+                      "metrics": self.getMetrics()}
+        package = ("lightning.pytorch" if legacy is not None
+                   else remote.lightning_package(self.getModel()))
+        return {"model": self.getModel(), "legacy": legacy, "package": package,
+                "input_shapes": self.getInputShapes(), "label_shapes": self.getLabelShapes(),
+                "callbacks": self.getCallbacks(), "trainer_args": self.getTrainerArgs(),
+                "logger": self.getLogger(), "log_every_n_steps": self.getLogEveryNSteps(),
+                "profiler": self.getProfiler(), "terminate_on_nan": self.getTerminateOnNan(),
+                "use_gpu": self.getUseGpu()}
 
-    def _optimizer_for(self, model):
-        return make_optimizer(model)
+    def _remote_trainer(self):
+        return remote.train
+
+    def _create_model(self, result, run_id, data, df):
+        model = copy.deepcopy(self.getModel())
+        model.load_state_dict(result["model"])
+        model.eval()
+        return TorchModel(history=result["history"], model=model,
+                          feature_columns=list(self.getFeatureCols()),
+                          label_columns=list(self.getLabelCols()), run_id=run_id,
+                          input_shapes=self.getInputShapes(), _metadata=data.columns)
 
 
 class TorchModel(_TorchModel):
-    """A trained LightningModule as a Spark ML ``Model`` (``transform`` calls its forward)."""
+    """A trained LightningModule as a Spark ML ``Model`` (``transform`` calls its forward
+    with the feature columns as training gave them: a scalar column of shape (n,))."""
+
+    _scalars_as_columns = False
 
 
 declare(TorchEstimator, LIGHTNING_PARAMS)
-
-
-TorchEstimator._model_class = TorchModel

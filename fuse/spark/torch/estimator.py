@@ -54,25 +54,18 @@ class TorchEstimator(FuseEstimator):
                 "gradient_compression": self.getGradientCompression(),
                 "backward_passes_per_step": self.getBackwardPassesPerStep(),
                 "train_minibatch_fn": self.getTrainMinibatchFn(),
-                "callbacks": self.getCallbacks(), "make_optimizer": None,
-                "lightning_steps": None}
+                "callbacks": self.getCallbacks()}
 
     def _remote_trainer(self):
         return remote.train
-
-    def _optimizer_for(self, model):
-        """The optimizer the trained model's state is loaded into."""
-        return remote.optimizer_for(model, self.getOptimizer())
-
-    _model_class: type = None       # set below: TorchModel (the Lightning estimator's own)
 
     def _create_model(self, result, run_id, data, df):
         model = copy.deepcopy(self.getModel())
         model.load_state_dict(result["model"])
         model.eval()
-        optimizer = self._optimizer_for(model)
+        optimizer = remote.optimizer_for(model, self.getOptimizer())
         optimizer.load_state_dict(result["optimizer"])
-        return self._model_class(history=result["history"], model=model, optimizer=optimizer,
+        return TorchModel(history=result["history"], model=model, optimizer=optimizer,
                           feature_columns=list(self.getFeatureCols()),
                           label_columns=list(self.getLabelCols()), run_id=run_id,
                           input_shapes=self.getInputShapes(), _metadata=data.columns)
@@ -81,17 +74,21 @@ class TorchEstimator(FuseEstimator):
 class TorchModel(FuseModel):
     """A trained torch model as a Spark ML ``Model``: ``transform(df)`` adds its outputs."""
 
+    _scalars_as_columns = True      # a scalar feature as the model saw it in training: (n, 1)
+
     def _predict_fn(self):
         import torch
         model = self.getModel()
         features = list(self.getFeatureColumns())
         shapes = dict(zip(features, self.getInputShapes() or []))
         metadata = self.getOrDefault(self._metadata) or {}
+        scalars_as_columns = self._scalars_as_columns
 
         def predict(arrays):
             with torch.no_grad():
                 model.eval()
-                outputs = model(*remote.batch_tensors(arrays, features, shapes, metadata))
+                outputs = model(*remote.batch_tensors(arrays, features, shapes, metadata,
+                                                      scalars_as_columns))
             outputs = outputs if isinstance(outputs, (list, tuple)) else [outputs]
             return [o.detach().cpu().numpy() for o in outputs]
 
@@ -101,5 +98,3 @@ class TorchModel(FuseModel):
 declare(TorchEstimator, TORCH_ESTIMATOR_PARAMS)
 declare(TorchModel, TORCH_MODEL_PARAMS)
 
-
-TorchEstimator._model_class = TorchModel

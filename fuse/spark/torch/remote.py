@@ -23,11 +23,15 @@ def loss_functions(loss, loss_constructors, count: int) -> list:
     return fns
 
 
-def batch_tensors(batch: dict, cols: list[str], shapes: dict, metadata: dict) -> list:
+def batch_tensors(batch: dict, cols: list[str], shapes: dict, metadata: dict,
+                  scalars_as_columns: bool = True) -> list:
     """The batch's columns as tensors: floats as float32, integers as int64, each reshaped to
-    its ``input_shapes`` entry (a scalar column to (batch, 1))."""
+    its ``input_shapes`` entry (see :func:`~fuse.spark.common.dataset.row_shape`); a scalar
+    column without one to (batch, 1), or left (batch,) unless ``scalars_as_columns``."""
     import numpy as np
     import torch
+
+    from fuse.spark.common.dataset import row_shape
     out = []
     for c in cols:
         values = batch[c]
@@ -36,8 +40,8 @@ def batch_tensors(batch: dict, cols: list[str], shapes: dict, metadata: dict) ->
                                                        else np.float32))
         shape = shapes.get(c)
         if shape is not None:
-            tensor = tensor.reshape([-1] + [int(d) for d in list(shape)[1:]])
-        elif tensor.dim() == 1:
+            tensor = tensor.reshape([-1] + row_shape(shape, c))
+        elif tensor.dim() == 1 and scalars_as_columns:
             tensor = tensor.reshape(-1, 1)
         out.append(tensor)
     return out
@@ -91,22 +95,11 @@ def optimizer_for(model, optimizer):
     return fresh
 
 
-def train(spec):
+def _restored(hvd, spec, model, optimizer):
+    """(first epoch, history) of the run: from its checkpoint in the store, if there is one,
+    with the model's and the optimizer's state loaded; then rank 0's state everywhere."""
     import torch
-
-    import fuse.torch as hvd
-    from fuse.spark.common.reader import ShardReader
-
-    hvd.init()
-    rank, size = hvd.rank(), hvd.size()
-    torch.set_num_threads(1)
-    if spec.random_seed is not None:
-        torch.manual_seed(spec.random_seed)
-    model = spec.model
-    optimizer = (optimizer_for(model, spec.optimizer) if spec.optimizer is not None
-                 else spec.make_optimizer(model))
     store, checkpoint = spec.store, spec.store.get_checkpoint_path(spec.run_id)
-
     # Every rank loads the checkpoint (the store is shared), so that all have the same
     # optimizer state to broadcast: a state on rank 0 only would make the ranks' broadcasts
     # differ.  Which checkpoint is rank 0's word.
@@ -120,23 +113,117 @@ def train(spec):
     start_epoch, history = hvd.broadcast_object((start_epoch, history), root_rank=0)
     hvd.broadcast_parameters(model.state_dict(), root_rank=0)
     hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+    return start_epoch, history
+
+
+def _save_checkpoint(spec, model, optimizer, epoch: int, history: dict) -> None:
+    import torch
+    checkpoint = spec.store.get_checkpoint_path(spec.run_id)
+    if checkpoint:
+        buffer = io.BytesIO()
+        torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                    "epoch": epoch, "history": history}, buffer)
+        spec.store.write(checkpoint, buffer.getvalue())
+
+
+class _Step:
+    """One batch's forward pass and loss (and metrics) with the estimator's settings."""
+
+    def __init__(self, spec, model):
+        self.spec, self.model = spec, model
+        self.metadata = spec.data.columns
+        self.loss_fns = loss_functions(spec.loss, spec.loss_constructors, len(spec.label_cols))
+        self.loss_weights = list(spec.loss_weights or [1.0] * len(spec.label_cols))
+        self.shapes = dict(zip(spec.feature_cols, spec.input_shapes or []))
+        self.label_shapes = dict(zip(spec.label_cols, spec.label_shapes or []))
+
+    def __call__(self, batch):
+        import torch
+        spec = self.spec
+        inputs = batch_tensors(batch, spec.feature_cols, self.shapes, self.metadata)
+        labels = batch_tensors(batch, spec.label_cols, self.label_shapes, self.metadata)
+        weights = (torch.from_numpy(batch[spec.sample_weight_col]).float()
+                   if spec.sample_weight_col else None)
+        outputs = self.model(*inputs)
+        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
+        loss = compute_loss(outputs, labels, self.loss_fns, self.loss_weights, weights)
+        values = {"loss": loss.detach()}
+        for metric in spec.metrics or []:
+            for output, label, col in zip(outputs, labels, spec.label_cols):
+                name = (metric.__name__ if len(spec.label_cols) == 1
+                        else f"{metric.__name__}_{col}")
+                values[name] = metric(output.detach(), _match_label(label, output)).detach()
+        return loss, values
+
+
+def _averaged(hvd, sums: dict, count: int, prefix: str) -> dict:
+    """Each metric's mean over this rank's ``count`` steps, averaged over the ranks."""
+    import torch
+    names = sorted(sums)
+    local = torch.tensor([float(sums[n]) / count for n in names], dtype=torch.float64)
+    total = hvd.allreduce(local, op=hvd.Average, name=f"{prefix}metrics")
+    return {prefix + n: float(v) for n, v in zip(names, total)}
+
+
+def _add(sums: dict, values: dict) -> None:
+    for name, value in values.items():
+        sums[name] = sums.get(name, 0.0) + float(value)
+
+
+def _train_epoch(spec, model, optimizer, step, batches, steps: int, passes: int) -> dict:
+    """One epoch's steps; the sums of their metrics."""
+    model.train()
+    sums: dict = {}
+    for i in range(steps):
+        if i % passes == 0:
+            optimizer.zero_grad()
+        if spec.train_minibatch_fn is not None:
+            loss, values = spec.train_minibatch_fn(model, optimizer, next(batches))
+        else:
+            loss, values = step(next(batches))
+            (loss / passes).backward()
+            if (i + 1) % passes == 0 or i + 1 == steps:
+                optimizer.step()
+        _add(sums, values)
+    return sums
+
+
+def _validate(model, step, batches, steps: int) -> dict:
+    import torch
+    model.eval()
+    sums: dict = {}
+    with torch.no_grad():
+        for _ in range(steps):
+            _add(sums, step(next(batches))[1])
+    return sums
+
+
+def train(spec):
+    import torch
+
+    import fuse.torch as hvd
+    from fuse.spark.common.reader import ShardReader
+
+    hvd.init()
+    rank, size = hvd.rank(), hvd.size()
+    torch.set_num_threads(1)
+    if spec.random_seed is not None:
+        torch.manual_seed(spec.random_seed)
+    model = spec.model
+    optimizer = optimizer_for(model, spec.optimizer)
+    start_epoch, history = _restored(hvd, spec, model, optimizer)
     passes = max(1, int(spec.backward_passes_per_step or 1))
     optimizer = hvd.DistributedOptimizer(
         optimizer, named_parameters=model.named_parameters(),
         compression=spec.gradient_compression or hvd.Compression.none,
         backward_passes_per_step=passes)
 
-    data, metadata = spec.data, spec.data.columns
-    feature_cols, label_cols = spec.feature_cols, spec.label_cols
-    weight_col = spec.sample_weight_col
-    columns = list(dict.fromkeys(feature_cols + label_cols + ([weight_col] if weight_col else [])))
-    loss_fns = loss_functions(spec.loss, spec.loss_constructors, len(label_cols))
-    loss_weights = list(spec.loss_weights or [1.0] * len(label_cols))
-    shapes = dict(zip(feature_cols, spec.input_shapes or []))
-    label_shapes = dict(zip(label_cols, spec.label_shapes or []))
+    data = spec.data
+    columns = list(dict.fromkeys(spec.feature_cols + spec.label_cols +
+                                 ([spec.sample_weight_col] if spec.sample_weight_col else [])))
 
     def reader(path, batch_size, shuffle):
-        return ShardReader(store, path, rank, size, columns, batch_size, shuffle=shuffle,
+        return ShardReader(spec.store, path, rank, size, columns, batch_size, shuffle=shuffle,
                            buffer_size=spec.shuffle_buffer_size, seed=spec.random_seed,
                            transformation_fn=spec.transformation_fn).batches()
 
@@ -146,54 +233,13 @@ def train(spec):
     val_batches = (reader(data.val_path, spec.val_batch_size, False) if data.val_path else None)
     val_steps = spec.validation_steps_per_epoch or max(1, math.ceil(
         data.val_rows / (spec.val_batch_size * size)))
-
-    def evaluate(batch, step=0, training=True):
-        if spec.lightning_steps:            # the LightningModule's own training/validation step
-            return spec.lightning_steps(model, batch_tensors, batch, columns, shapes,
-                                        label_shapes, metadata, step, training)
-        inputs = batch_tensors(batch, feature_cols, shapes, metadata)
-        labels = batch_tensors(batch, label_cols, label_shapes, metadata)
-        weights = torch.from_numpy(batch[weight_col]).float() if weight_col else None
-        outputs = model(*inputs)
-        outputs = list(outputs) if isinstance(outputs, (list, tuple)) else [outputs]
-        loss = compute_loss(outputs, labels, loss_fns, loss_weights, weights)
-        values = {"loss": loss.detach()}
-        for metric in spec.metrics or []:
-            for output, label, col in zip(outputs, labels, label_cols):
-                name = metric.__name__ if len(label_cols) == 1 else f"{metric.__name__}_{col}"
-                values[name] = metric(output.detach(), _match_label(label, output)).detach()
-        return loss, values
-
-    def averaged(sums: dict, count: int, prefix: str) -> dict:
-        names = sorted(sums)
-        local = torch.tensor([float(sums[n]) / count for n in names], dtype=torch.float64)
-        total = hvd.allreduce(local, op=hvd.Average, name=f"{prefix}metrics")
-        return {prefix + n: float(v) for n, v in zip(names, total)}
-
+    step = _Step(spec, model)
     for epoch in range(start_epoch, spec.epochs):
-        model.train()
-        sums: dict = {}
-        for step in range(steps):
-            if step % passes == 0:
-                optimizer.zero_grad()
-            if spec.train_minibatch_fn is not None:
-                loss, values = spec.train_minibatch_fn(model, optimizer, next(train_batches))
-            else:
-                loss, values = evaluate(next(train_batches), step)
-                (loss / passes).backward()
-                if (step + 1) % passes == 0 or step + 1 == steps:
-                    optimizer.step()
-            for name, value in values.items():
-                sums[name] = sums.get(name, 0.0) + float(value)
-        logs = averaged(sums, steps, "")
+        sums = _train_epoch(spec, model, optimizer, step, train_batches, steps, passes)
+        logs = _averaged(hvd, sums, steps, "")
         if val_batches is not None:
-            model.eval()
-            sums = {}
-            with torch.no_grad():
-                for step in range(val_steps):
-                    for name, value in evaluate(next(val_batches), step, False)[1].items():
-                        sums[name] = sums.get(name, 0.0) + float(value)
-            logs.update(averaged(sums, val_steps, "val_"))
+            logs.update(_averaged(hvd, _validate(model, step, val_batches, val_steps),
+                                  val_steps, "val_"))
         for name, value in logs.items():
             history.setdefault(name, []).append(value)
         for callback in spec.callbacks or []:
@@ -201,11 +247,8 @@ def train(spec):
         if rank == 0 and spec.verbose:
             print(f"epoch {epoch + 1}/{spec.epochs}: " +
                   ", ".join(f"{k}={v:.6g}" for k, v in logs.items()), flush=True)
-        if rank == 0 and checkpoint:
-            buffer = io.BytesIO()
-            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                        "epoch": epoch + 1, "history": history}, buffer)
-            store.write(checkpoint, buffer.getvalue())
+        if rank == 0:
+            _save_checkpoint(spec, model, optimizer, epoch + 1, history)
     if rank != 0:
         return None
     return {"model": {k: v.detach().cpu() for k, v in model.state_dict().items()},

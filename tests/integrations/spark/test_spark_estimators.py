@@ -187,3 +187,126 @@ def test_lightning_module_learns_with_its_own_steps(spark, vector_df, tmp_path):
     assert len(fitted.getHistory()["val_loss"]) == 15
     rows = fitted.transform(vector_df).select("label", "label__output").collect()
     assert np.allclose([r.label__output for r in rows], [r.label for r in rows], atol=0.1)
+
+
+def _tiny_df(spark, rows=4):
+    from pyspark.ml.linalg import Vectors
+    return spark.createDataFrame([(Vectors.dense([float(i), -float(i)]), float(i))
+                                  for i in range(rows)], ["features", "label"])
+
+
+def test_fewer_rows_than_files_every_rank_reads_its_share(tmp_path):
+    """Parquet parts without rows (a DataFrame smaller than num_proc * partitions_per_process)
+    are skipped, and with fewer parts that hold rows than ranks, each rank keeps every
+    size-th row: together the ranks read every row once."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from fuse.spark.common.reader import ShardReader
+    folder = tmp_path / "data"
+    folder.mkdir()
+    features = pa.array([[0.0, 1.0], [2.0, 3.0], [4.0, 5.0]], pa.list_(pa.float64()))
+    full = pa.table({"features": features, "label": [0.0, 1.0, 2.0]})
+    for i, table in enumerate([full.slice(0, 0), full, full.slice(0, 0)]):
+        pq.write_table(table, str(folder / f"part-{i}.parquet"))
+    store = LocalStore(str(tmp_path))
+    shares = []
+    for rank in range(2):
+        reader = ShardReader(store, str(folder), rank, 2, ["features", "label"], batch_size=1)
+        batches = _first(reader.batches(), 2 - rank)
+        assert all(b["features"].shape == (1, 2) for b in batches)
+        shares.append([float(b["label"][0]) for b in batches])
+    assert shares == [[0.0, 2.0], [1.0]], shares
+
+
+def _first(batches, n):
+    return [next(batches) for _ in range(n)]
+
+
+def test_fewer_rows_than_files_fit(spark, tmp_path):
+    fitted = _estimator(LocalStore(str(tmp_path / "store")), epochs=1, batch_size=1,
+                        partitions_per_process=10).fit(_tiny_df(spark))
+    assert len(fitted.getHistory()["loss"]) == 1
+
+
+def test_a_second_materialisation_of_the_same_dataframe_reads_the_first(spark, vector_df,
+                                                                         tmp_path):
+    import os
+
+    from fuse.spark.common.dataset import materialise
+    store = LocalStore(str(tmp_path / "store"))
+    args = (store, "run", ["features"], ["label"], None, 0.25)
+    first = materialise(vector_df, *args, num_proc=2, partitions_per_process=1,
+                        input_shapes=None, seed=3)
+    written = {f: os.stat(f).st_mtime_ns for f in store.get_parquet_dataset(first.train_path).files}
+    again = materialise(vector_df, *args, num_proc=2, partitions_per_process=1,
+                        input_shapes=None, seed=3)
+    assert again is first
+    assert {f: os.stat(f).st_mtime_ns
+            for f in store.get_parquet_dataset(first.train_path).files} == written
+    other = materialise(vector_df.limit(100), *args, num_proc=2, partitions_per_process=1,
+                        input_shapes=None, seed=3)
+    assert other.train_path != first.train_path and other.train_rows + other.val_rows == 100
+
+
+def test_several_outputs_for_a_scalar_label_are_a_vector_and_shapes_are_row_shapes(spark,
+                                                                                  vector_df):
+    """input_shapes=[[2]] is one row's shape (the batch dimension comes first, unnamed), and a
+    model's 2 scores per row for a scalar label come back as an ml Vector."""
+    from pyspark.ml.linalg import VectorUDT
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 2)
+    out = TorchModel(history=None, model=model, input_shapes=[[2]],
+                     feature_columns=["features"], label_columns=["label"]).transform(vector_df)
+    assert isinstance(out.schema["label__output"].dataType, VectorUDT)
+    row = out.select("features", "label__output").first()
+    expected = model(torch.tensor([row.features.toArray()], dtype=torch.float32))[0]
+    assert row.label__output.toArray() == pytest.approx(expected.tolist(), abs=1e-6)
+
+
+def test_lightning_trainer_runs_callbacks_checkpoints_and_trainer_args(spark, vector_df,
+                                                                       tmp_path):
+    """Each rank runs a Lightning Trainer: the user's callback runs on both ranks,
+    ModelCheckpoint writes, trainer_args reach the Trainer, a Lightning 1.x
+    validation_epoch_end is called and what it logs is in the history."""
+    needs.module("lightning")
+    from lightning.pytorch.callbacks import LearningRateMonitor, ModelCheckpoint
+
+    import workers_spark_lightning_models as models
+    from fuse.spark.lightning import TorchEstimator as LightningEstimator
+    epochs_file = tmp_path / "epochs.txt"
+    fitted = LightningEstimator(
+        num_proc=2, model=models.WithLightning1Hooks(), store=LocalStore(str(tmp_path / "s")),
+        feature_cols=["features"], label_cols=["label"], input_shapes=[[2]], validation=0.25,
+        batch_size=16, epochs=2, verbose=0, partitions_per_process=1,
+        callbacks=[models.EpochsToFile(str(epochs_file)),
+                   ModelCheckpoint(dirpath=str(tmp_path / "ckpt")),
+                   LearningRateMonitor(logging_interval="epoch")],
+        trainer_args={"limit_train_batches": 3}).fit(vector_df)
+    lines = sorted(epochs_file.read_text().split("\n")[:-1])
+    assert lines == ["0 0 3", "0 1 3", "1 0 3", "1 1 3"], lines
+    assert list((tmp_path / "ckpt").glob("*.ckpt")), "ModelCheckpoint wrote nothing"
+    history = fitted.getHistory()
+    assert len(history["avg_val_loss"]) == 2 and len(history["train_loss"]) == 2, history
+
+
+def test_lightning_estimator_takes_a_torch_module_with_optimizer_and_loss(spark, vector_df,
+                                                                          tmp_path):
+    """Horovod's legacy form: a plain nn.Module, trained as a LightningModule made around it
+    with the given optimizer, loss and sample weights; the model that comes back is the
+    module itself."""
+    needs.module("lightning")
+    from pyspark.sql import functions as F
+
+    from fuse.spark.lightning import TorchEstimator as LightningEstimator
+    torch.manual_seed(0)
+    model = torch.nn.Linear(2, 1)
+    fitted = LightningEstimator(
+        num_proc=2, model=model, optimizer=torch.optim.SGD(model.parameters(), lr=0.2),
+        loss=torch.nn.functional.mse_loss, store=LocalStore(str(tmp_path / "s")),
+        feature_cols=["features"], label_cols=["label"], input_shapes=[[2]],
+        sample_weight_col="weight", batch_size=16, epochs=8, random_seed=1, verbose=0,
+        partitions_per_process=1).fit(vector_df.withColumn("weight", F.lit(1.0)))
+    assert type(fitted.getModel()) is torch.nn.Linear
+    weights, bias = _learned(fitted.getModel())
+    assert weights == pytest.approx(WEIGHTS, abs=0.1) and bias == pytest.approx(BIAS, abs=0.1)

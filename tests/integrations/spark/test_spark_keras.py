@@ -60,10 +60,13 @@ def test_learns_transforms_saves_and_resumes(spark, df, tmp_path):
     fitted = _estimator(store, epochs=4, run_id="keras").fit(df)
     first = fitted.getHistory()
     assert len(first["loss"]) == 4 and len(first["val_loss"]) == 4
+    steps_after_4 = _optimizer_iterations(store, "keras")
 
     fitted = _estimator(store, epochs=8, run_id="keras").fit(df)     # goes on from epoch 4
     history = fitted.getHistory()
     assert len(history["loss"]) == 8 and history["loss"][:4] == first["loss"]
+    # the optimizer's state came back too: its step count went on from the checkpoint's
+    assert _optimizer_iterations(store, "keras") == 2 * steps_after_4 > 0
     kernel, bias = fitted.getModel().get_weights()
     assert kernel.reshape(-1).tolist() == pytest.approx(WEIGHTS, abs=0.1)
     assert float(bias[0]) == pytest.approx(BIAS, abs=0.1)
@@ -76,6 +79,31 @@ def test_learns_transforms_saves_and_resumes(spark, df, tmp_path):
     loaded = KerasModel.load(path)
     again = loaded.transform(clean).select("label__output").collect()
     assert [r.label__output for r in again] == pytest.approx([r.label__output for r in rows])
+
+
+def _optimizer_iterations(store, run_id) -> int:
+    """The optimizer's step count in the run's checkpoint (its one integer scalar)."""
+    import pickle
+    saved = pickle.loads(store.read(store.get_checkpoint_path(run_id)))
+    counts = [int(v) for v in saved["optimizer"]
+              if np.ndim(v) == 0 and np.issubdtype(np.asarray(v).dtype, np.integer)]
+    assert len(counts) == 1, counts
+    return counts[0]
+
+
+def test_features_take_the_models_input_shape(spark, df, tmp_path):
+    """No input_shapes: the 2-wide feature vectors are reshaped to the model's (None, 2, 1)
+    input, as Horovod's estimator does."""
+    import keras
+
+    from fuse.spark.common.store import LocalStore
+    keras.utils.set_random_seed(0)
+    model = keras.Sequential([keras.Input(shape=(2, 1)), keras.layers.Flatten(),
+                              keras.layers.Dense(1)])
+    fitted = _estimator(LocalStore(str(tmp_path / "store")), model=model, input_shapes=None,
+                        epochs=1).fit(df)
+    assert fitted.getInputShapes() == [[-1, 2, 1]]
+    assert fitted.transform(df).select("label__output").count() == df.count()
 
 
 def test_raising_rank_and_bad_input(spark, df, tmp_path):

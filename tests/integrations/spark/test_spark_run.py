@@ -80,6 +80,39 @@ def test_rank_that_raises(spark):
         "the exception does not say which rank raised it"
 
 
+def test_the_rank_that_failed_first_is_blamed_whichever_ended_first():
+    """The stage stops every task once one fails: rank 0, which failed only because rank 1
+    did (a ShutdownError), may end while rank 1 has left its error but not ended yet.  The
+    outcome raises rank 1's own error all the same (before, it raised whichever rank's exit
+    it read first)."""
+    import cloudpickle
+
+    from fuse.exceptions import ShutdownError
+    from fuse.runner._payload import RESULT_KEY, error_payload, sign
+    from fuse.runner.worker_env import DriverStore
+    from fuse.spark.runner import _outcome
+    from fuse.spark.task import EXIT_KEY
+
+    store = DriverStore()
+    try:
+        server, key = store.server, store.secret
+        for rank, exc in ((0, ShutdownError("rank 1 failed: ValueError: bad rows")),
+                          (1, ValueError("bad rows"))):
+            try:
+                raise exc
+            except Exception as err:        # a payload with its traceback, as a rank sends
+                server.put(RESULT_KEY.format(rank=rank),
+                           sign(key, cloudpickle.dumps(error_payload(err))))
+            server.put(f"errors/{rank}", b"Traceback ...")
+        server.put("errors/0/consequence", b"1")
+        server.put(EXIT_KEY.format(rank=0), f"1 {time.time()!r} host-a".encode())
+        with pytest.raises(ValueError, match="bad rows") as info:
+            _outcome(store, 2, key, RuntimeError("the barrier stage failed"))
+        assert isinstance(info.value.__cause__, WorkerError) and info.value.__cause__.rank == 1
+    finally:
+        store.close()
+
+
 def test_more_ranks_than_slots_time_out(spark):
     """Spark waits for 3 barrier slots that local[2] never has: start_timeout ends it (and
     the next test shows the context still works)."""
