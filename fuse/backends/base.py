@@ -196,7 +196,7 @@ class DeviceBackend(abc.ABC):
     """A GPU backend, registered in ``fuse.backends`` beside the CPU ones and chosen with
     ``FUSE_GPU_BACKEND`` (default ``nccl``).  It never talks to the job by itself: whatever it
     must exchange to make a communicator (NCCL's unique id) goes through ``exchange``, which the
-    device path (:mod:`fuse.worker.device_path`) answers with fuse's CPU collectives on the
+    device path (:mod:`fuse.job.device_path`) answers with fuse's CPU collectives on the
     process set.  One instance per process, made on the first device collective."""
 
     api_version: ClassVar[int] = 1

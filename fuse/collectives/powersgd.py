@@ -45,7 +45,7 @@ from fuse.collectives import calls
 from fuse.collectives.array_ops import NumpyOps
 from fuse.collectives.ops import Average, Sum, op_name
 from fuse.engine import lowrank
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 
 _NUMPY = NumpyOps()
 WIRE_DTYPE = np.float32

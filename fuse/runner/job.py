@@ -30,6 +30,7 @@ from fuse.cluster import thread_budget
 from fuse.cluster.hosts import Slot, loopback_interface, store_address
 from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
+from .settings import Settings
 from .starter import ProcessStarter, WorkerHandle, WorkerStarter
 from .worker_env import job_env
 
@@ -49,22 +50,6 @@ def worker_base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items()
             if k not in _DROP_NAMES and not k.startswith(_DROP_PREFIXES)}
-
-
-@dataclasses.dataclass
-class Settings:
-    start_timeout: float = 30.0          # seconds ssh hosts get to start their worker
-    ssh_port: int | None = None
-    ssh_identity_file: str | None = None
-    output_filename: str | None = None   # directory: <dir>/rank.<N>/{stdout,stderr}
-    prefix_timestamp: bool = False
-    verbose: bool = False
-    network_interfaces: Sequence[str] | None = None
-    grace_seconds: float = 5.0           # SIGTERM -> SIGKILL
-    cwd: str | None = None
-    name: str = "fuserun"                # how the launcher names itself in messages
-    stdout: IO | None = None             # where workers' stdout goes (default sys.stdout)
-    stderr: IO | None = None             # where workers' stderr and our messages go
 
 
 @dataclasses.dataclass
@@ -114,6 +99,17 @@ class JobResult:
     exit_codes: dict[int, int | None]  # rank -> returncode (None: never started)
     failure: Failure | None = None
     interrupted: int | None = None   # the signal that stopped the launcher, if any
+
+
+@dataclasses.dataclass
+class _LoopState:
+    """Where :meth:`Job.run`'s loop stands: the failure that stops the job, the signal that
+    interrupted the launcher, and the deadlines for killing the workers and for their output."""
+    failure: Failure | None = None
+    interrupted: int | None = None
+    stopping: bool = False
+    kill_at: float | None = None
+    drain_until: float | None = None
 
 
 def _signame(sig: int) -> str:
@@ -314,7 +310,7 @@ class Job:
         self._workers: list[WorkerRecord] = []
         self._signals: list[int] = []
         self._wake_r = self._wake_w = -1
-        self.starter.bind(self)
+        self.starter.bind(self.server)
 
     # -- context ---------------------------------------------------------------------------
     def __enter__(self) -> "Job":
@@ -330,7 +326,7 @@ class Job:
     def remote_env(self, slot: Slot) -> dict[str, str]:
         """What a worker that does not inherit this process's environment gets: its identity,
         the store's address, the job's secret and the job's own variables (see
-        :meth:`WorkerStarter.environment`)."""
+        :attr:`WorkerStarter.carries_environment`)."""
         env = job_env(slot, self.addr, self.port, self.secret, self.settings.network_interfaces)
         env.update(self.job_vars)
         return env
@@ -410,7 +406,8 @@ class Job:
         """Start ``w`` with the job's starter and forward its pipes, if it has any."""
         st = self.settings
         try:
-            env = self.starter.environment(self, w.slot)
+            env = (self.worker_env(w.slot) if self.starter.carries_environment
+                   else self.remote_env(w.slot))
             if st.verbose and isinstance(self.starter, ProcessStarter):
                 self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: "
                             f"{self.starter.describe(w.slot)}")
@@ -585,105 +582,124 @@ class Job:
         Blocks.  On the main thread it handles SIGINT, SIGTERM and SIGHUP itself (stopping the
         workers) and reports the signal in :attr:`JobResult.interrupted`.
         """
-        st = self.settings
         old_handlers = self._open_loop()
-        failure: Failure | None = None
-        interrupted: int | None = None
-        kill_at: float | None = None
-        drain_until: float | None = None
+        loop = _LoopState()
         try:
             self._workers = [WorkerRecord(s) for s in self.slots]
-            unreachable = self.unreachable_hosts() if self.remote_hosts else {}
-            if unreachable:
-                host = next(iter(unreachable))
-                rank = next(s.rank for s in self.slots if s.hostname == host)
-                failure = Failure(rank, host, "start", 255, detail="cannot reach " + "; ".join(
-                    f"{h} over ssh ({why})" for h, why in unreachable.items())
-                    + "; no worker was started")
-            notice = self.budget_notice()
-            if notice and failure is None:
-                self._say(notice)
-            for w in self._workers if failure is None else ():
-                failure = self._start(w)
-                if failure is not None or self._signals:
-                    break
-            stopping = failure is not None
-            if stopping:
+            failure = self._start_all()
+            if failure is not None:
                 self._say(f"rank {failure.rank}: {failure.what()}; stopping the job")
-                self._stop_all(signal.SIGTERM)
-                kill_at = time.monotonic() + st.grace_seconds
+                self._stop_job(loop, failure, time.monotonic())
             have_pidfds = all(w.pidfd is not None for w in self._workers if w.proc)
             while True:
                 now = time.monotonic()
-                # signals
-                while self._signals:
-                    sig = self._signals.pop(0)
-                    if interrupted is None and not stopping:
-                        interrupted = sig
-                        n = sum(w.running for w in self._workers)
-                        self._say(f"received {signal.Signals(sig).name}; stopping {n} workers")
-                        self._stop_all(signal.SIGTERM)
-                        stopping = True
-                        kill_at = now + st.grace_seconds
-                    else:  # a second signal: no more patience
-                        interrupted = interrupted or sig
-                        self._stop_all(signal.SIGKILL)
-                        kill_at = now
-                # exits
-                for w in self._workers:
-                    rc = self._reap(w)
-                    if rc is None:
-                        continue
-                    if rc != 0 and not stopping:
-                        if w.remote and not w.started:
-                            failure = Failure(
-                                w.slot.rank, w.slot.hostname, "start", rc,
-                                detail=f"ssh to {w.slot.hostname} failed before the worker "
-                                       f"started (ssh exit code {rc})")
-                        else:
-                            failure = Failure(w.slot.rank, w.slot.hostname,
-                                              "signal" if rc < 0 else "exit", rc)
-                        others = sum(x.running for x in self._workers)
-                        self._say(f"rank {w.slot.rank} {failure.what()}; "
-                                  f"stopping the other {others} worker(s)")
-                        self._stop_all(signal.SIGTERM)
-                        stopping = True
-                        kill_at = now + st.grace_seconds
-                # remote start deadlines
-                if not stopping:
-                    for w in self._workers:
-                        if w.running and not w.started and now >= w.proc.start_deadline:
-                            failure = Failure(
-                                w.slot.rank, w.slot.hostname, "timeout",
-                                detail=f"did not start within {st.start_timeout:g} s "
-                                       "(--start-timeout / FUSE_START_TIMEOUT)")
-                            self._say(f"rank {w.slot.rank} on {w.slot.hostname} "
-                                      f"{failure.detail}; stopping the job")
-                            self._stop_all(signal.SIGTERM)
-                            stopping = True
-                            kill_at = now + st.grace_seconds
-                            break
-                if kill_at is not None and now >= kill_at:
+                self._take_signals(loop, now)
+                self._take_exits(loop, now)
+                if not loop.stopping:
+                    self._check_start_deadlines(loop, now)
+                if loop.kill_at is not None and now >= loop.kill_at:
                     self._stop_all(signal.SIGKILL)
-                    kill_at = None
-                live = [w for w in self._workers if w.running]
-                streams = [s for w in self._workers for s in w.streams if s.open]
-                if not live:
-                    if not streams:
-                        break
-                    if drain_until is None:
-                        drain_until = now + 2.0  # a grandchild may still hold a pipe
-                    elif now >= drain_until:
-                        break
-                deadlines = [t for t in (kill_at, drain_until) if t is not None]
-                deadlines += [w.proc.start_deadline for w in live if not w.started]
-                timeout = 1.0 if have_pidfds else 0.05
-                if deadlines:
-                    timeout = max(0.0, min(timeout, min(deadlines) - now))
+                    loop.kill_at = None
+                timeout = self._next_wait(loop, now, 1.0 if have_pidfds else 0.05)
+                if timeout is None:
+                    break
                 self._dispatch(timeout)
         finally:
             self._close_loop(old_handlers)
+        return self._result(loop.failure, loop.interrupted)
 
+    def _start_all(self) -> Failure | None:
+        """Start every worker, unless a remote host cannot be reached; the first worker that
+        could not be started (or the unreachable host) is the failure."""
+        unreachable = self.unreachable_hosts() if self.remote_hosts else {}
+        if unreachable:
+            host = next(iter(unreachable))
+            rank = next(s.rank for s in self.slots if s.hostname == host)
+            return Failure(rank, host, "start", 255, detail="cannot reach " + "; ".join(
+                f"{h} over ssh ({why})" for h, why in unreachable.items())
+                + "; no worker was started")
+        notice = self.budget_notice()
+        if notice:
+            self._say(notice)
+        for w in self._workers:
+            failure = self._start(w)
+            if failure is not None:
+                return failure
+            if self._signals:
+                break
+        return None
+
+    def _stop_job(self, loop: "_LoopState", failure: Failure | None, now: float) -> None:
+        """Ask every worker to stop (SIGTERM), and insist (SIGKILL) after the grace time."""
+        if failure is not None:
+            loop.failure = failure
+        self._stop_all(signal.SIGTERM)
+        loop.stopping = True
+        loop.kill_at = now + self.settings.grace_seconds
+
+    def _take_signals(self, loop: "_LoopState", now: float) -> None:
+        """The launcher's own signals: the first stops the job, a second kills it."""
+        while self._signals:
+            sig = self._signals.pop(0)
+            if loop.interrupted is None and not loop.stopping:
+                loop.interrupted = sig
+                n = sum(w.running for w in self._workers)
+                self._say(f"received {signal.Signals(sig).name}; stopping {n} workers")
+                self._stop_job(loop, None, now)
+            else:  # a second signal: no more patience
+                loop.interrupted = loop.interrupted or sig
+                self._stop_all(signal.SIGKILL)
+                loop.kill_at = now
+
+    def _take_exits(self, loop: "_LoopState", now: float) -> None:
+        """Reap the workers that exited; the first to fail stops the others."""
+        for w in self._workers:
+            rc = self._reap(w)
+            if rc is None or rc == 0 or loop.stopping:
+                continue
+            if w.remote and not w.started:
+                failure = Failure(w.slot.rank, w.slot.hostname, "start", rc,
+                                  detail=f"ssh to {w.slot.hostname} failed before the worker "
+                                         f"started (ssh exit code {rc})")
+            else:
+                failure = Failure(w.slot.rank, w.slot.hostname,
+                                  "signal" if rc < 0 else "exit", rc)
+            others = sum(x.running for x in self._workers)
+            self._say(f"rank {w.slot.rank} {failure.what()}; "
+                      f"stopping the other {others} worker(s)")
+            self._stop_job(loop, failure, now)
+
+    def _check_start_deadlines(self, loop: "_LoopState", now: float) -> None:
+        """A remote worker that has not started by its deadline fails the job."""
+        for w in self._workers:
+            if w.running and not w.started and now >= w.proc.start_deadline:
+                failure = Failure(w.slot.rank, w.slot.hostname, "timeout",
+                                  detail=f"did not start within {self.settings.start_timeout:g}"
+                                         " s (--start-timeout / FUSE_START_TIMEOUT)")
+                self._say(f"rank {w.slot.rank} on {w.slot.hostname} "
+                          f"{failure.detail}; stopping the job")
+                self._stop_job(loop, failure, now)
+                return
+
+    def _next_wait(self, loop: "_LoopState", now: float, longest: float) -> float | None:
+        """How long the loop may wait for the next event, or None when the job is over (every
+        worker exited and its output drained)."""
+        live = [w for w in self._workers if w.running]
+        if not live:
+            if not any(s.open for w in self._workers for s in w.streams):
+                return None
+            if loop.drain_until is None:
+                loop.drain_until = now + 2.0  # a grandchild may still hold a pipe
+            elif now >= loop.drain_until:
+                return None
+        deadlines = [t for t in (loop.kill_at, loop.drain_until) if t is not None]
+        deadlines += [w.proc.start_deadline for w in live if not w.started]
+        if deadlines:
+            return max(0.0, min(longest, min(deadlines) - now))
+        return longest
+
+    def _result(self, failure: Failure | None, interrupted: int | None) -> JobResult:
+        """The outcome: every rank's exit code and, on failure, the root cause's own report."""
         exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self._workers}
         for s in self.slots:
             exit_codes.setdefault(s.rank, None)

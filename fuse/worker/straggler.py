@@ -16,7 +16,7 @@ import struct
 import threading
 import time
 
-from fuse.worker import state
+from fuse.job import state
 
 NOTICE_TIMEOUT_S = 5.0
 

@@ -19,7 +19,7 @@ import mxnet as mx
 
 from fuse.collectives.grad_sync import assign_groups, scaling, wire_names
 from fuse.collectives.ops import Average
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.mxnet import mpi_ops
 from fuse.frameworks.mxnet.tensors import Compression
 

@@ -43,39 +43,21 @@ from typing import Any
 import torch
 
 from fuse.worker import lifecycle
-from fuse.worker import state as job_state
+from fuse.job import state as job_state
 from fuse.collectives import calls as collectives
 from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
 from fuse.collectives.ops import Adasum, Average, Sum
 from fuse.collectives.powersgd import PowerSGD
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
+from fuse.frameworks.torch.optimizer_checks import check_optimizer, unique_params
 from fuse.frameworks.torch.tensors import Compression
 
 ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but before "
                    "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
                    "cause a race condition.")
-
-
-def check_optimizer(optimizer) -> None:
-    """The wrappers take a ``torch.optim.Optimizer`` and nothing else."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                        f"{type(optimizer).__name__}")
-
-
-def unique_params(optimizer) -> list:
-    """The optimizer's parameters in param-group order, each once (a parameter may sit in
-    several groups)."""
-    params, seen = [], set()
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
-    return params
 
 
 def _shared_allocator(engine):
