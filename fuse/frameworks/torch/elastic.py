@@ -67,13 +67,11 @@ class OptimizerStateHandler(StateDictHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-_registry = HandlerRegistry([
+get_handler_registry, set_handler_registry = HandlerRegistry.functions([
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ])
-get_handler_registry = _registry.get
-set_handler_registry = _registry.set
 
 
 class TorchState(HandlerState):
@@ -85,4 +83,4 @@ class TorchState(HandlerState):
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
-        super().__init__(_registry.get(), **kwargs)
+        super().__init__(get_handler_registry(), **kwargs)
