@@ -307,8 +307,8 @@ class Job:
         self.server = KVStoreServer(store_bind or self.addr, store_port, self.secret).start()
         self.port = self.server.port
         self._sel: selectors.BaseSelector | None = None
-        self._workers: list[WorkerRecord] = []
-        self._signals: list[int] = []
+        self.workers: list[WorkerRecord] = []
+        self.pending_signals: list[int] = []
         self._wake_r = self._wake_w = -1
         self.starter.bind(self.server)
 
@@ -358,12 +358,12 @@ class Job:
                                              remote=bool(self.remote_hosts))
 
     # -- messages --------------------------------------------------------------------------
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         self._err_sink.write(f"{self.settings.name}: {text}\n".encode())
 
-    def _debug(self, text: str) -> None:
+    def debug(self, text: str) -> None:
         if self.settings.verbose:
-            self._say(text)
+            self.say(text)
 
     # -- starting --------------------------------------------------------------------------
     def unreachable_hosts(self) -> dict[str, str]:
@@ -402,14 +402,14 @@ class Job:
         os.makedirs(path, exist_ok=True)
         return open(os.path.join(path, "stdout"), "wb"), open(os.path.join(path, "stderr"), "wb")
 
-    def _start(self, w: WorkerRecord) -> Failure | None:
+    def start_worker(self, w: WorkerRecord) -> Failure | None:
         """Start ``w`` with the job's starter and forward its pipes, if it has any."""
         st = self.settings
         try:
             env = (self.worker_env(w.slot) if self.starter.carries_environment
                    else self.remote_env(w.slot))
             if st.verbose and isinstance(self.starter, ProcessStarter):
-                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: "
+                self.debug(f"rank {w.slot.rank} on {w.slot.hostname}: "
                             f"{self.starter.describe(w.slot)}")
             w.proc = self.starter.start(w.slot, env)
         except OSError as err:
@@ -439,7 +439,7 @@ class Job:
 
     # -- signals ---------------------------------------------------------------------------
     def _on_signal(self, signum, frame) -> None:
-        self._signals.append(signum)
+        self.pending_signals.append(signum)
         try:
             os.write(self._wake_w, b"s")
         except OSError:
@@ -457,8 +457,8 @@ class Job:
         return old
 
     # -- stopping --------------------------------------------------------------------------
-    def _stop_all(self, sig: int) -> None:
-        for w in self._workers:
+    def stop_all(self, sig: int) -> None:
+        for w in self.workers:
             if w.running:
                 w.signal_group(sig)
 
@@ -471,13 +471,13 @@ class Job:
 
         if first.kind not in ("exit", "signal") or not consequence(first.rank):
             return first
-        own = [w for w in self._workers
+        own = [w for w in self.workers
                if w.returncode not in (None, 0) and w.slot.rank != first.rank
                and self.server.get(f"errors/{w.slot.rank}") is not None
                and not consequence(w.slot.rank)]
         if not own:
             return first
-        w = min(own, key=lambda x: x.exit_order if x.exit_order >= 0 else len(self._workers))
+        w = min(own, key=lambda x: x.exit_order if x.exit_order >= 0 else len(self.workers))
         rc = w.returncode
         if rc in (-signal.SIGTERM, -signal.SIGKILL):    # our stop overtook its own exit
             return Failure(w.slot.rank, w.slot.hostname, "error", rc,
@@ -486,9 +486,9 @@ class Job:
 
 
     # -- the loop's pieces (shared with the elastic driver) --------------------------------
-    def _open_loop(self) -> dict:
+    def open_loop(self) -> dict:
         """Sinks, the selector, the wake-up pipe and the signal handlers; returns the previous
-        handlers for :meth:`_close_loop`."""
+        handlers for :meth:`close_loop`."""
         st = self.settings
         self._out_sink = _Sink(st.stdout or sys.stdout)
         self._err_sink = _Sink(st.stderr or sys.stderr)
@@ -498,14 +498,14 @@ class Job:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         return self._install_signals()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         """Wake the loop from another thread."""
         try:
             os.write(self._wake_w, b"w")
         except OSError:
             pass
 
-    def _reap(self, w: WorkerRecord) -> int | None:
+    def reap(self, w: WorkerRecord) -> int | None:
         """``w``'s exit code if it has just exited (recorded once), else None."""
         if not w.running:
             return None
@@ -513,15 +513,15 @@ class Job:
         if rc is None:
             return None
         w.returncode = rc
-        w.exit_order = sum(x.exit_order >= 0 for x in self._workers)
+        w.exit_order = sum(x.exit_order >= 0 for x in self.workers)
         if w.pidfd is not None:
             self._sel.unregister(w.pidfd)
             os.close(w.pidfd)
             w.pidfd = None
-        self._debug(f"rank {w.slot.rank} exited with {rc}")
+        self.debug(f"rank {w.slot.rank} exited with {rc}")
         return rc
 
-    def _dispatch(self, timeout: float) -> None:
+    def dispatch(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds and forward whatever output arrived."""
         for key, _ in self._sel.select(timeout):
             obj = key.data
@@ -540,15 +540,15 @@ class Job:
                 else:
                     self._sel.unregister(obj.fd)
                     obj.close()
-            # a WorkerRecord's pidfd: the exit is picked up by _reap
+            # a WorkerRecord's pidfd: the exit is picked up by reap
 
-    def _close_loop(self, old_handlers: dict) -> None:
+    def close_loop(self, old_handlers: dict) -> None:
         # nothing outlives the job: signal each worker's group (its leader may be gone
         # while a grandchild still runs), then reap
         st = self.settings
-        for w in self._workers:
+        for w in self.workers:
             w.signal_group(signal.SIGKILL if w.running else signal.SIGTERM)
-        for w in self._workers:
+        for w in self.workers:
             if w.proc is not None:
                 try:
                     w.proc.wait(timeout=st.grace_seconds)
@@ -582,15 +582,15 @@ class Job:
         Blocks.  On the main thread it handles SIGINT, SIGTERM and SIGHUP itself (stopping the
         workers) and reports the signal in :attr:`JobResult.interrupted`.
         """
-        old_handlers = self._open_loop()
+        old_handlers = self.open_loop()
         loop = _LoopState()
         try:
-            self._workers = [WorkerRecord(s) for s in self.slots]
+            self.workers = [WorkerRecord(s) for s in self.slots]
             failure = self._start_all()
             if failure is not None:
-                self._say(f"rank {failure.rank}: {failure.what()}; stopping the job")
+                self.say(f"rank {failure.rank}: {failure.what()}; stopping the job")
                 self._stop_job(loop, failure, time.monotonic())
-            have_pidfds = all(w.pidfd is not None for w in self._workers if w.proc)
+            have_pidfds = all(w.pidfd is not None for w in self.workers if w.proc)
             while True:
                 now = time.monotonic()
                 self._take_signals(loop, now)
@@ -598,14 +598,14 @@ class Job:
                 if not loop.stopping:
                     self._check_start_deadlines(loop, now)
                 if loop.kill_at is not None and now >= loop.kill_at:
-                    self._stop_all(signal.SIGKILL)
+                    self.stop_all(signal.SIGKILL)
                     loop.kill_at = None
                 timeout = self._next_wait(loop, now, 1.0 if have_pidfds else 0.05)
                 if timeout is None:
                     break
-                self._dispatch(timeout)
+                self.dispatch(timeout)
         finally:
-            self._close_loop(old_handlers)
+            self.close_loop(old_handlers)
         return self._result(loop.failure, loop.interrupted)
 
     def _start_all(self) -> Failure | None:
@@ -620,12 +620,12 @@ class Job:
                 + "; no worker was started")
         notice = self.budget_notice()
         if notice:
-            self._say(notice)
-        for w in self._workers:
-            failure = self._start(w)
+            self.say(notice)
+        for w in self.workers:
+            failure = self.start_worker(w)
             if failure is not None:
                 return failure
-            if self._signals:
+            if self.pending_signals:
                 break
         return None
 
@@ -633,28 +633,28 @@ class Job:
         """Ask every worker to stop (SIGTERM), and insist (SIGKILL) after the grace time."""
         if failure is not None:
             loop.failure = failure
-        self._stop_all(signal.SIGTERM)
+        self.stop_all(signal.SIGTERM)
         loop.stopping = True
         loop.kill_at = now + self.settings.grace_seconds
 
     def _take_signals(self, loop: "_LoopState", now: float) -> None:
         """The launcher's own signals: the first stops the job, a second kills it."""
-        while self._signals:
-            sig = self._signals.pop(0)
+        while self.pending_signals:
+            sig = self.pending_signals.pop(0)
             if loop.interrupted is None and not loop.stopping:
                 loop.interrupted = sig
-                n = sum(w.running for w in self._workers)
-                self._say(f"received {signal.Signals(sig).name}; stopping {n} workers")
+                n = sum(w.running for w in self.workers)
+                self.say(f"received {signal.Signals(sig).name}; stopping {n} workers")
                 self._stop_job(loop, None, now)
             else:  # a second signal: no more patience
                 loop.interrupted = loop.interrupted or sig
-                self._stop_all(signal.SIGKILL)
+                self.stop_all(signal.SIGKILL)
                 loop.kill_at = now
 
     def _take_exits(self, loop: "_LoopState", now: float) -> None:
         """Reap the workers that exited; the first to fail stops the others."""
-        for w in self._workers:
-            rc = self._reap(w)
+        for w in self.workers:
+            rc = self.reap(w)
             if rc is None or rc == 0 or loop.stopping:
                 continue
             if w.remote and not w.started:
@@ -664,19 +664,19 @@ class Job:
             else:
                 failure = Failure(w.slot.rank, w.slot.hostname,
                                   "signal" if rc < 0 else "exit", rc)
-            others = sum(x.running for x in self._workers)
-            self._say(f"rank {w.slot.rank} {failure.what()}; "
+            others = sum(x.running for x in self.workers)
+            self.say(f"rank {w.slot.rank} {failure.what()}; "
                       f"stopping the other {others} worker(s)")
             self._stop_job(loop, failure, now)
 
     def _check_start_deadlines(self, loop: "_LoopState", now: float) -> None:
         """A remote worker that has not started by its deadline fails the job."""
-        for w in self._workers:
+        for w in self.workers:
             if w.running and not w.started and now >= w.proc.start_deadline:
                 failure = Failure(w.slot.rank, w.slot.hostname, "timeout",
                                   detail=f"did not start within {self.settings.start_timeout:g}"
                                          " s (--start-timeout / FUSE_START_TIMEOUT)")
-                self._say(f"rank {w.slot.rank} on {w.slot.hostname} "
+                self.say(f"rank {w.slot.rank} on {w.slot.hostname} "
                           f"{failure.detail}; stopping the job")
                 self._stop_job(loop, failure, now)
                 return
@@ -684,9 +684,9 @@ class Job:
     def _next_wait(self, loop: "_LoopState", now: float, longest: float) -> float | None:
         """How long the loop may wait for the next event, or None when the job is over (every
         worker exited and its output drained)."""
-        live = [w for w in self._workers if w.running]
+        live = [w for w in self.workers if w.running]
         if not live:
-            if not any(s.open for w in self._workers for s in w.streams):
+            if not any(s.open for w in self.workers for s in w.streams):
                 return None
             if loop.drain_until is None:
                 loop.drain_until = now + 2.0  # a grandchild may still hold a pipe
@@ -700,7 +700,7 @@ class Job:
 
     def _result(self, failure: Failure | None, interrupted: int | None) -> JobResult:
         """The outcome: every rank's exit code and, on failure, the root cause's own report."""
-        exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self._workers}
+        exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self.workers}
         for s in self.slots:
             exit_codes.setdefault(s.rank, None)
         if failure is not None:
@@ -708,7 +708,7 @@ class Job:
             raw = self.server.get(f"errors/{failure.rank}")
             if raw:
                 failure.error = raw.decode("utf-8", "replace")
-            w = self._workers[failure.rank] if failure.rank < len(self._workers) else None
+            w = self.workers[failure.rank] if failure.rank < len(self.workers) else None
             if w is not None:
                 failure.stderr_tail = w.tail()
             rc = failure.exit_code
