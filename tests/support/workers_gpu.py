@@ -14,7 +14,7 @@ def _device():
 
 def collectives():
     """Every collective on CUDA tensors; results on the host only after the checks' end."""
-    from fuse.worker import device_path
+    from fuse.job import device_path
     dev = _device()
     r, n = hvd.rank(), hvd.size()
     out = {"device_path": device_path.get() is not None}
