@@ -8,11 +8,11 @@ Before: the job hung until ssh's own keep-alive gave up (~58 s), and the cut-off
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import sys
 import threading
-import time
 
 import cluster_util
 import needs
@@ -76,22 +76,18 @@ def test_a_static_job_ends_naming_the_cut_off_rank_and_its_host(tmp_path):
                 elif text.strip() == "steady":
                     steady.add(rank)
             _cut_off(c, 2)
-            cut_at = time.monotonic()
             proc.stdout.read()
             rc = proc.wait(timeout=150)
-            ended_after = time.monotonic() - cut_at
             reader.join(10)
             text = b"".join(err).decode(errors="replace")
             assert rc != 0, text[-3000:]
-            # the job ended on its own (not through ssh's keep-alive), naming the rank and host
-            assert f"rank 1 (host {b}) stopped answering" in text, text[-3000:]
+            # the job ended through the engine's peer timeout, the detector the error names
+            # (ssh's own keep-alive, the slower path, says nothing of the kind)
+            assert re.search(rf"rank 1 \(host {re.escape(b)}\) stopped answering: its end of "
+                             r"the control connection acknowledged nothing for \d+ s "
+                             r"\(FUSE_PEER_TIMEOUT_SECONDS\)", text), text[-3000:]
             # the cut-off rank exited by itself: the launcher cannot reach it to stop it
-            left = wait_dead([pids[1]], 60)
-            gone_after = time.monotonic() - cut_at
-            print(f"job ended {ended_after:.1f} s after the cut; the cut-off rank "
-                  + (f"was gone {gone_after:.1f} s after it" if not left else "still runs"))
-            print("\n".join(line for line in text.splitlines() if "stopped answering" in line))
-            assert left == [], "the cut-off rank is still running"
+            assert wait_dead([pids[1]], 60) == [], "the cut-off rank is still running"
         finally:
             if proc.poll() is None:
                 proc.kill()

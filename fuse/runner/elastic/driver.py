@@ -464,8 +464,9 @@ class ElasticJob(Job):
             if slot.rank in lost and w is not None and w.running:
                 del self.live[wid]
                 w.signal_group(signal.SIGKILL)
-                self._record(w, f"(rank {slot.rank}) stopped answering its peers: its host "
-                                "is cut off or down")
+                self._record(w, f"(rank {slot.rank}) stopped answering its peers (their "
+                                "control connections' keep-alive, FUSE_PEER_TIMEOUT_SECONDS): "
+                                "its host is cut off or down")
 
     def _dying(self) -> bool:
         """Whether a worker of this generation reported its own fatal error (not one caused by

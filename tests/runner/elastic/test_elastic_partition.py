@@ -61,22 +61,20 @@ def test_elastic_job_goes_on_without_a_cut_off_host(tmp_path):
             for chain in ("INPUT", "OUTPUT"):
                 subprocess.run(["ip", "netns", "exec", ns, "iptables", "-I", chain, "-j", "DROP"],
                                check=True, capture_output=True, timeout=30)
-            cut_at = time.monotonic()
             wait_for(lambda: any(g > 0 for g, _s, _n in progress(tmp_path)), 150, proc,
                      "a commit of a generation without the cut-off host")
-            resumed_after = time.monotonic() - cut_at
             out, err = proc.communicate(timeout=150)
             # the cut-off worker, which the launcher cannot reach to stop, exits by itself
             left = _wait_gone(ns, "workers_elastic_numpy.py", 60)
-            gone_after = time.monotonic() - cut_at
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate()
-    print(f"survivors committed again {resumed_after:.1f} s after the cut; the cut-off "
-          f"worker was gone {gone_after:.1f} s after it")
     assert left == [], f"the cut-off worker is still running: {left}"
     assert proc.returncode == 0, err[-4000:]
-    assert f"(rank 2) stopped answering its peers" in err, err[-3000:]
+    # the driver dropped the worker because its peers' keep-alive named it, the detector the
+    # message names (not because ssh's own keep-alive ended its session, the slower path)
+    assert ("(rank 2) stopped answering its peers (their control connections' keep-alive, "
+            "FUSE_PEER_TIMEOUT_SECONDS)") in err, err[-3000:]
     assert {s for g, s, _n in progress(tmp_path) if g > 0} == {2}
     check_training(tmp_path, batches, expect_workers=2)
