@@ -59,5 +59,5 @@ fi
 # In this environment MXNet must import: a broken install fails the tests, never skips them.
 # tests/frameworks/contract: the adapters' shared contract, MXNet's checked here.
 FUSE_TEST_REQUIRE=mxnet python -m pytest tests/frameworks/mxnet tests/frameworks/contract "$@"
-# The README's MXNet snippet, as a reader runs it (tests/docs/test_readme_snippets.py)
-FUSE_TEST_REQUIRE=mxnet python -m pytest tests/docs/test_readme_snippets.py -k mxnet "$@"
+# The documentation's MXNet snippets, as a reader runs them (tests/docs/test_doc_snippets.py)
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/docs/test_doc_snippets.py -k mxnet "$@"

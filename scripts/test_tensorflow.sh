@@ -40,5 +40,5 @@ if command -v java >/dev/null 2>&1; then REQUIRE=$REQUIRE,spark; fi
 # tests/frameworks/contract: the adapters' shared contract, TensorFlow's checked here.
 FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/frameworks/tensorflow \
   tests/integrations/spark/test_spark_keras.py tests/frameworks/contract "$@"
-# The README's TensorFlow/Keras snippets, as a reader runs them (tests/docs/test_readme_snippets.py)
-FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/docs/test_readme_snippets.py -k tensorflow "$@"
+# The documentation's TensorFlow/Keras snippets, as a reader runs them (tests/docs/test_doc_snippets.py)
+FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/docs/test_doc_snippets.py -k tensorflow "$@"
