@@ -123,7 +123,9 @@ class Config:
                                  doc="port of the launcher's rendezvous store", bounds=(-1, 65535))
     gloo_iface: str = _knob("", "GLOO_IFACE", "GLOO_IFACE", doc="network interface for Gloo")
     gloo_timeout_seconds: float = _knob(30.0, "GLOO_TIMEOUT_SECONDS", "GLOO_TIMEOUT_SECONDS",
-                                        doc="rendezvous and collective timeout", bounds=(1.0, 1e7))
+                                        doc="rendezvous timeout; a collective waits for a "
+                                            "peer at most this or FUSE_PEER_TIMEOUT_SECONDS, "
+                                            "the smaller", bounds=(1.0, 1e7))
     # engine
     fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
                                   doc="fusion buffer size in bytes; 0 disables fusion",
@@ -428,6 +430,12 @@ OTHER_SETTINGS: tuple[Setting, ...] = (
             "seconds an agent keeps trying to reach the driver"),
     Setting("FUSE_AGENT_NAME", None, "the host name", "fuserun --agent",
             "how the agent names itself to the driver"),
+    Setting("FUSE_ELASTIC_CHECKPOINT_DIR", None, "", "elastic workers (rank 0)",
+            "a directory every commit() of an elastic state is also written to (atomically); "
+            "a job started again with the same command resumes from the last one there"),
+    Setting("FUSE_ELASTIC_INCARNATION", None, "set by the elastic driver", "elastic workers",
+            "the generation the driver started this worker process for; the rendezvous refuses "
+            "a process whose generation is not the one the plan names for its slot"),
     Setting("FUSE_AGENT_PRELOAD", None, "", "fuserun --agent",
             "comma-separated modules a warm zygote imports once; ranks whose command is that "
             "Python are forked from it (fuse's image: fuse.torch,torch._dynamo)"),

@@ -52,12 +52,10 @@ from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
-from fuse.frameworks.torch.optimizer_checks import check_optimizer, unique_params
+from fuse.frameworks.torch.optimizer_checks import (ZERO_GRAD_ERROR, check_optimizer,  # noqa: F401
+                                                    parameter_names, unique_params,
+                                                    wrapped_attribute)
 from fuse.frameworks.torch.tensors import Compression
-
-ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but before "
-                   "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                   "cause a race condition.")
 
 
 def _shared_allocator(engine):
@@ -74,15 +72,12 @@ def _shared_allocator(engine):
     return share
 
 
-def _wrapped_attribute(name: str) -> property:
-    """An attribute of the wrapped optimizer, read and assigned through the wrapper:
-    ``__getattr__`` forwards reads only, and an assignment would otherwise land on the
-    wrapper (``__setattr__`` hands properties their value)."""
-    return property(lambda self: getattr(self._opt, name),
-                    lambda self, value: setattr(self._opt, name, value))
-
-
 SPARSE = "sparse"       # _InFlight.ctx of a sparse gradient: its handle is a wait function
+
+
+def _wrapped(wrapper):
+    """The optimizer a wrapper of this module wraps."""
+    return wrapper._opt
 
 
 @dataclasses.dataclass
@@ -114,11 +109,18 @@ class DistributedOptimizer:
         sparse_as_dense: reduce sparse gradients as dense tensors (handed back sparse);
             otherwise their indices and values are allgathered.
         process_set: the workers this optimizer averages over.
+        sharded: shard the optimizer state and the gradients over the process set (ZeRO
+            stage 2): see :mod:`.sharded_optimizer`, which also takes ``bucket_bytes``.
     """
 
     def __new__(cls, optimizer, named_parameters=None, compression=Compression.none,
                 backward_passes_per_step=1, op=Average, *args, process_set=global_process_set,
-                **kwargs):
+                sharded=False, **kwargs):
+        if sharded:
+            from fuse.frameworks.torch.sharded_optimizer import ShardedOptimizer
+            return ShardedOptimizer(optimizer, named_parameters, compression,
+                                    backward_passes_per_step, op, *args,
+                                    process_set=process_set, **kwargs)
         # op=Adasum combines the workers' optimizer steps, not their gradients (Horovod's
         # _DistributedAdasumOptimizer): a class of its own, used when there is someone to
         # combine with
@@ -131,7 +133,7 @@ class DistributedOptimizer:
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set):
+                 process_set=global_process_set, sharded=False):
         check_optimizer(optimizer)
         d = self.__dict__
         d["_opt"] = optimizer
@@ -151,7 +153,7 @@ class DistributedOptimizer:
         d["_synchronized"] = False
 
         params = unique_params(optimizer)
-        names = self._names(params, named_parameters)
+        names = parameter_names(params, named_parameters)
         if named_parameters is None:
             # Horovod's generated names, by place in the param groups: noname.<group>.<index>
             place: dict = {}
@@ -210,28 +212,14 @@ class DistributedOptimizer:
         return getattr(self.__dict__["_opt"], name)
 
     # what schedulers and checkpoints read and assign on the optimizer they are given
-    param_groups = _wrapped_attribute("param_groups")
-    state = _wrapped_attribute("state")
-    defaults = _wrapped_attribute("defaults")
+    param_groups = wrapped_attribute("param_groups", _wrapped)
+    state = wrapped_attribute("state", _wrapped)
+    defaults = wrapped_attribute("defaults", _wrapped)
 
     def __repr__(self):
         return f"DistributedOptimizer({self._opt!r})"
 
     # ---- names
-
-    @staticmethod
-    def _names(params, named_parameters):
-        if named_parameters is None:
-            return [None] * len(params)
-        named = list(named_parameters)
-        check_names(named)
-        by_id = {id(p): name for name, p in named}
-        missing = [id(p) for p in params if id(p) not in by_id]
-        if missing:
-            raise ValueError("named_parameters was specified, but one or more model "
-                             "parameters were not named. Python object ids: "
-                             f"{', '.join(str(m) for m in missing)}")
-        return [by_id[id(p)] for p in params]
 
     # ---- hooks and submission
 
