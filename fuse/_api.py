@@ -12,7 +12,7 @@ from fuse.collectives import calls as _c
 from fuse.collectives.calls import (NumpyOps, allgather_object, barrier,  # noqa: F401
                                      broadcast_object, join, poll, synchronize)
 from fuse.collectives.ops import Average
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 
 ops = NumpyOps()
 

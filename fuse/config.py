@@ -4,7 +4,7 @@ A few are read elsewhere, where they are needed before a Config exists or by cod
 without one: the MPI backend reads FUSE_MPI_THREADS_DISABLE before MPI starts, and
 fuse.worker.lifecycle reads FUSE_CONTROLLER_ADDR when rank 0 opens the control channel.  The
 launcher's own settings (FUSE_START_TIMEOUT, FUSE_ELASTIC_TIMEOUT through
-fuse.runner.launch.seconds_setting, FUSE_SSH_ARGS, the Gloo rendezvous address of a task) are
+fuse.runner.settings.seconds_setting, FUSE_SSH_ARGS, the Gloo rendezvous address of a task) are
 read in fuse.runner, and the store's FUSE_RENDEZVOUS_DIR in fuse.cluster.store.
 
 Each knob is read as ``FUSE_<NAME>``; where Horovod has the same knob, ``HOROVOD_<NAME>`` is
@@ -305,6 +305,14 @@ class Config:
         values.update(overrides)
         explicit.update({k: "argument" for k in overrides})
         cfg = cls(**values, explicit=explicit)
+        cfg._validate()
+        return cfg
+
+    def replace(self, **changes: Any) -> "Config":
+        """This configuration with ``changes`` (field -> value) in force, counted as given by
+        argument, checked again; the environment is not read again."""
+        cfg = dataclasses.replace(self, **changes,
+                                  explicit={**self.explicit, **{k: "argument" for k in changes}})
         cfg._validate()
         return cfg
 

@@ -65,7 +65,7 @@ def _timed(fuse, step, steps):
 def grid_worker(steps):
     fuse, step = _setup()
     fuse.init()
-    from fuse.worker import state as job_state
+    from fuse.job import state as job_state
     engine = job_state.engine()
     out = []
     for threshold, cycle, cache in GRID:

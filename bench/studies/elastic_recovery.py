@@ -45,7 +45,7 @@ def train_until_killed(out: str, me: str) -> int:
     import torch
 
     import fuse.torch as hvd
-    from fuse.worker.state import rendezvous_generation
+    from fuse.job.state import rendezvous_generation
 
     hvd.init()
     torch.manual_seed(0)

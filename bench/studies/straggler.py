@@ -73,7 +73,7 @@ def train(out: str, steps: int, compute: float, slow_from: int, cpu: int = 0) ->
 
     import fuse
     import fuse.elastic
-    from fuse.worker.state import config, rendezvous_generation
+    from fuse.job.state import config, rendezvous_generation
 
     fuse.init()
     me = config().hostname

@@ -202,7 +202,7 @@ def horovod_flags_markdown() -> list[str]:
 
 
 def horovod_env_markdown() -> list[str]:
-    from fuse.common.ignored_knobs import IGNORED
+    from fuse.ignored_knobs import IGNORED
     from fuse.config import OTHER_SETTINGS, Config
     from horovod_surface import ENV_DIFFERENCES, ENV_NOTES, HOROVOD_ENV
     aliases = {alias: name for name, alias, _d, _doc in Config.describe() if alias}

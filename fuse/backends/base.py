@@ -139,6 +139,34 @@ class Backend(abc.ABC):
         return ranks
 
 
+class ConnectingBackend(Backend):
+    """A backend that connects each of its groups itself (fuse's Gloo, the pygloo plugin):
+    it implements :meth:`connect` and keeps ``world`` (group 0, every rank) and ``groups``
+    (every group it made, by id); ``exchange``, ``create_group`` and ``close`` are answered
+    from them here, once for every such backend."""
+
+    world: Group
+    groups: dict[int, Group]
+
+    @abc.abstractmethod
+    def connect(self, ranks: list[int], group_id: int) -> Group:
+        """Connect the group of ``ranks`` (sorted, this rank among them) as ``group_id`` and
+        keep it in ``groups``."""
+
+    def exchange(self, data: bytes) -> list[bytes]:
+        return exchange_bytes(self.world, self.size, data)
+
+    def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
+        if group_id == 0 and sorted(ranks) == list(range(self.size)):
+            return self.world
+        return self.connect(self.validate_group(ranks, group_id, self.groups), group_id)
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.close()
+        self.groups.clear()
+
+
 def dtype_name_to_numpy(dtype: str) -> np.dtype:
     """numpy dtype used to view a buffer of wire type ``dtype`` (bfloat16 travels as uint16)."""
     return np.dtype("uint16" if dtype == "bfloat16" else dtype)
@@ -196,7 +224,7 @@ class DeviceBackend(abc.ABC):
     """A GPU backend, registered in ``fuse.backends`` beside the CPU ones and chosen with
     ``FUSE_GPU_BACKEND`` (default ``nccl``).  It never talks to the job by itself: whatever it
     must exchange to make a communicator (NCCL's unique id) goes through ``exchange``, which the
-    device path (:mod:`fuse.worker.device_path`) answers with fuse's CPU collectives on the
+    device path (:mod:`fuse.job.device_path`) answers with fuse's CPU collectives on the
     process set.  One instance per process, made on the first device collective."""
 
     api_version: ClassVar[int] = 1

@@ -115,6 +115,158 @@ def _request_mac(secret: bytes, method: str, path: str, length: int) -> str:
     return _mac(secret, "request", method, path, str(length))
 
 
+class _StoreRequestHandler(http.server.BaseHTTPRequestHandler):
+    """One connection to a :class:`KVStoreServer`: PUT, GET and DELETE of one key each, every
+    request proving the job's secret.  Reaches the store through ``self.server.store``."""
+
+    protocol_version = "HTTP/1.1"
+
+    def setup(self) -> None:
+        self.store: KVStoreServer = self.server.store
+        self.timeout = self.store.idle_timeout      # every read on the connection
+        super().setup()
+
+    def log_message(self, *args):  # quiet: refusals are reported by store.note
+        pass
+
+    def _key(self) -> str:
+        return urllib.parse.unquote(self.path.lstrip("/"))
+
+    def _reply(self, code: int, body: bytes = b"", close: bool = False) -> None:
+        self.send_response(code)
+        self.send_header("Content-Length", str(len(body)))
+        if close:
+            self.send_header("Connection", "close")
+            self.close_connection = True
+        self.end_headers()
+        if body:
+            self.wfile.write(body)
+
+    def _refuse(self, code: int, why: str) -> None:
+        self.store.note(f"refused {self.command} from {self.client_address[0]}: {why}")
+        self._reply(code, close=True)
+
+    def _length(self) -> int | None:
+        text = self.headers.get("Content-Length", "0").strip()
+        if not text.isdigit():
+            self._refuse(400, f"bad Content-Length {text[:20]!r}")
+            return None
+        n = int(text)
+        if n > self.store.max_body:
+            self._refuse(413, f"a body of {n} bytes (the limit is {self.store.max_body})")
+            return None
+        return n
+
+    def _authentic(self, length: int) -> bool:
+        given = self.headers.get(_AUTH_HEADER, "")
+        want = _request_mac(self.store.secret, self.command, self.path, length)
+        if hmac.compare_digest(given.encode(), want.encode()):
+            self.server.mark_proven(self.request)
+            return True
+        self._refuse(403, "no proof of the job's secret" if not given
+                     else "a wrong proof of the job's secret")
+        return False
+
+    def do_GET(self):
+        if not self._authentic(0):
+            return
+        value = self.store.get(self._key())
+        if value is None:
+            self._reply(404)
+        else:
+            self._reply(200, value)
+
+    def do_PUT(self):
+        length = self._length()
+        if length is None or not self._authentic(length):
+            return
+        body = self.rfile.read(length)
+        if len(body) != length:
+            self.close_connection = True    # the client went away mid-body
+            return
+        given = self.headers.get(_BODY_HEADER, "")
+        if not hmac.compare_digest(given.encode(),
+                                   _mac(self.store.secret, "body", body).encode()):
+            self._refuse(403, "a body that does not match its proof")
+            return
+        self.store.put(self._key(), body)
+        self._reply(200)
+
+    def do_DELETE(self):
+        if not self._authentic(0):
+            return
+        self.store.delete(self._key())
+        self._reply(200)
+
+
+class _LimitedHTTPServer(socketserver.ThreadingMixIn, http.server.HTTPServer):
+    """The store's HTTP server: a thread per connection, at most ``max_connections`` at once.
+    When that many are open, the oldest connection that has not yet made a request proving
+    the job's secret is closed to make room (strangers holding connections cannot keep the
+    job's ranks out)."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128    # a burst of connections waits to be accepted, not retried
+
+    def __init__(self, address, store: "KVStoreServer", max_connections: int):
+        self.store = store
+        self.max_connections = max_connections
+        self._lock = threading.Lock()
+        self._active = 0
+        # connections that have not yet proved the secret, oldest first (a dict keeps order)
+        self._unproven: dict = {}
+        super().__init__(address, _StoreRequestHandler)
+
+    def mark_proven(self, connection) -> None:
+        """``connection`` made a request proving the job's secret: never closed to make room."""
+        with self._lock:
+            self._unproven.pop(connection, None)
+
+    def _admit(self, request):
+        """Count ``request`` in; returns (admitted, the connection closed to make room)."""
+        with self._lock:
+            full = self._active >= self.max_connections
+            evict = next(iter(self._unproven)) if full and self._unproven else None
+            if evict is not None:
+                del self._unproven[evict]
+            if not full or evict is not None:
+                self._active += 1
+                self._unproven[request] = None
+                return True, evict
+        return False, None
+
+    def process_request(self, request, client_address):
+        admitted, evict = self._admit(request)
+        if evict is not None:
+            self.store.note("closed the oldest connection that has not proved the job's "
+                            f"secret: {self.max_connections} were open")
+            try:
+                evict.shutdown(socket.SHUT_RDWR)    # its thread sees the end
+            except OSError:
+                pass
+        if not admitted:
+            self.store.note(f"refused a connection from {client_address[0]}: "
+                            f"{self.max_connections} already open")
+            self.shutdown_request(request)
+            return
+        super().process_request(request, client_address)
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            with self._lock:
+                self._active -= 1
+                self._unproven.pop(request, None)
+
+    def handle_error(self, request, client_address):
+        err = sys.exc_info()[1]
+        if isinstance(err, (ConnectionError, TimeoutError)):
+            return      # a worker killed mid-request, or an idle connection timed out
+        self.store.note(f"bad request from {client_address[0]}: {type(err).__name__}: {err}")
+
+
 class KVStoreServer:
     """A threaded HTTP key-value server: PUT /key stores the body, GET /key returns it or 404,
     DELETE /key removes it.
@@ -132,153 +284,21 @@ class KVStoreServer:
                  *, idle_timeout: float = 30.0, max_connections: int = 256,
                  max_body: int = MAX_BODY, log=None):
         self.secret = secret if secret is not None else make_secret()
+        self.idle_timeout = idle_timeout
+        self.max_body = max_body
         self._data: dict[str, bytes] = {}
         self._lock = threading.Lock()
         self._changed = threading.Condition(self._lock)
         self._log = log or (lambda text: print(f"fuse store: {text}", file=sys.stderr,
                                                flush=True))
         self._notes = 0
-        # connections that have not yet made a request proving the secret, oldest first: the
-        # ones closed to make room when max_connections are open
-        self._unproven: dict = {}
         self.refused = 0            # requests turned away (tests and diagnostics read it)
         self.on_change = None       # called (no arguments) after every stored value: a wake-up
-        store = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-            timeout = idle_timeout      # every read on the connection
-
-            def log_message(self, *args):  # quiet: refusals are reported by store.note
-                pass
-
-            def _key(self) -> str:
-                return urllib.parse.unquote(self.path.lstrip("/"))
-
-            def _reply(self, code: int, body: bytes = b"", close: bool = False) -> None:
-                self.send_response(code)
-                self.send_header("Content-Length", str(len(body)))
-                if close:
-                    self.send_header("Connection", "close")
-                    self.close_connection = True
-                self.end_headers()
-                if body:
-                    self.wfile.write(body)
-
-            def _refuse(self, code: int, why: str) -> None:
-                store.note(f"refused {self.command} from {self.client_address[0]}: {why}")
-                self._reply(code, close=True)
-
-            def _length(self) -> int | None:
-                text = self.headers.get("Content-Length", "0").strip()
-                if not text.isdigit():
-                    self._refuse(400, f"bad Content-Length {text[:20]!r}")
-                    return None
-                n = int(text)
-                if n > max_body:
-                    self._refuse(413, f"a body of {n} bytes (the limit is {max_body})")
-                    return None
-                return n
-
-            def _authentic(self, length: int) -> bool:
-                given = self.headers.get(_AUTH_HEADER, "")
-                want = _request_mac(store.secret, self.command, self.path, length)
-                if hmac.compare_digest(given.encode(), want.encode()):
-                    store._proven(self.request)
-                    return True
-                self._refuse(403, "no proof of the job's secret" if not given
-                             else "a wrong proof of the job's secret")
-                return False
-
-            def do_GET(self):
-                if not self._authentic(0):
-                    return
-                with store._lock:
-                    value = store._data.get(self._key())
-                if value is None:
-                    self._reply(404)
-                else:
-                    self._reply(200, value)
-
-            def do_PUT(self):
-                length = self._length()
-                if length is None or not self._authentic(length):
-                    return
-                body = self.rfile.read(length)
-                if len(body) != length:
-                    self.close_connection = True    # the client went away mid-body
-                    return
-                given = self.headers.get(_BODY_HEADER, "")
-                if not hmac.compare_digest(given.encode(), _mac(store.secret, "body", body)
-                                           .encode()):
-                    self._refuse(403, "a body that does not match its proof")
-                    return
-                store.put(self._key(), body)
-                self._reply(200)
-
-            def do_DELETE(self):
-                if not self._authentic(0):
-                    return
-                with store._lock:
-                    store._data.pop(self._key(), None)
-                self._reply(200)
-
-        class Server(socketserver.ThreadingMixIn, http.server.HTTPServer):
-            daemon_threads = True
-            allow_reuse_address = True
-            request_queue_size = 128    # a burst of connections waits to be accepted, not retried
-            active = 0
-
-            def process_request(self, request, client_address):
-                with store._lock:
-                    full = Server.active >= max_connections
-                    evict = next(iter(store._unproven)) if full and store._unproven else None
-                    if evict is not None:
-                        del store._unproven[evict]
-                    if not full or evict is not None:
-                        Server.active += 1
-                        store._unproven[request] = None
-                        full = False
-                if evict is not None:
-                    # the oldest connection that never proved the job's secret makes room:
-                    # strangers holding connections cannot keep the job's ranks out
-                    store.note("closed the oldest connection that has not proved the job's "
-                               f"secret: {max_connections} were open")
-                    try:
-                        evict.shutdown(socket.SHUT_RDWR)    # its thread sees the end
-                    except OSError:
-                        pass
-                if full:
-                    store.note(f"refused a connection from {client_address[0]}: "
-                               f"{max_connections} already open")
-                    self.shutdown_request(request)
-                    return
-                super().process_request(request, client_address)
-
-            def process_request_thread(self, request, client_address):
-                try:
-                    super().process_request_thread(request, client_address)
-                finally:
-                    with store._lock:
-                        Server.active -= 1
-                        store._unproven.pop(request, None)
-
-            def handle_error(self, request, client_address):
-                err = sys.exc_info()[1]
-                if isinstance(err, (ConnectionError, TimeoutError)):
-                    return      # a worker killed mid-request, or an idle connection timed out
-                store.note(f"bad request from {client_address[0]}: "
-                           f"{type(err).__name__}: {err}")
-
-        self._server = Server((host, port), Handler)
+        self._server = _LimitedHTTPServer((host, port), self, max_connections)
+        self.address = self._server.server_address[0]   # the address it listens on
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         name="fuse-kvstore", daemon=True)
-
-    def _proven(self, connection) -> None:
-        """``connection`` made a request proving the job's secret: never closed to make room."""
-        with self._lock:
-            self._unproven.pop(connection, None)
 
     def note(self, text: str) -> None:
         """Report a refused or bad request: the first few in full, then only their count."""
@@ -306,6 +326,10 @@ class KVStoreServer:
     def get(self, key: str) -> bytes | None:
         with self._lock:
             return self._data.get(key)
+
+    def delete(self, key: str) -> None:
+        with self._lock:
+            self._data.pop(key, None)
 
     def drop(self, prefix: str) -> None:
         """Forget every key that starts with ``prefix``."""

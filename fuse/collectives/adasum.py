@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 
 # Horovod's guard: a vector this small (squared norm) keeps coefficient 1
 NORM_FLOOR = 1e-8

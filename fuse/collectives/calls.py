@@ -18,11 +18,11 @@ from fuse.engine.protocol import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROAD
                                   DTYPE_NAMES, JOIN, PSET_ADD, PSET_REMOVE, REDUCESCATTER)
 from fuse.engine.request import RequestSpec
 from fuse.collectives import adasum
-from fuse.worker import state
+from fuse.job import state
 from fuse.collectives.array_ops import ArrayOps, NumpyOps, dtype_code  # noqa: F401 (re-exported)
 from fuse.exceptions import UnsupportedOpError
 from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum, resolve_op
-from fuse.worker.process_sets import global_process_set, process_set_id
+from fuse.job.process_sets import global_process_set, process_set_id
 
 
 # handle -> function(value, aux, record) that builds what synchronize() returns

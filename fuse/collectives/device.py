@@ -20,8 +20,8 @@ from fuse.engine.device import FLOAT_DTYPES, DeviceRequest
 from fuse.engine.protocol import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
                                   REDUCESCATTER)
 from fuse.engine.request import RequestSpec
-from fuse.worker import device_path, state
-from fuse.worker.process_sets import process_set_id
+from fuse.job import device_path, state
+from fuse.job.process_sets import process_set_id
 
 KINDS = {"allreduce": ALLREDUCE, "allgather": ALLGATHER, "broadcast": BROADCAST,
          "alltoall": ALLTOALL, "reducescatter": REDUCESCATTER}

@@ -45,7 +45,7 @@ from fuse.collectives import calls
 from fuse.collectives.array_ops import NumpyOps
 from fuse.collectives.ops import Average, Sum, op_name
 from fuse.engine import lowrank
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 
 _NUMPY = NumpyOps()
 WIRE_DTYPE = np.float32
@@ -245,12 +245,8 @@ class PowerSGDStep:
         if op not in (Average, Sum):
             raise ValueError(f"Compression.powersgd reduces with Average or Sum, not "
                              f"{op_name(op)}")
-        self.state = state
-        self.process_set = process_set
-        self.op = op
-        self.name = name
-        self.p_handle = None
-        self.started = False
+        self.state, self.process_set, self.op, self.name = state, process_set, op, name
+        self.p_handle, self.started = None, False
         entries = list(entries)
         p_total = sum(n * r for _, (n, _m), r in entries)
         q_total = sum(m * r for _, (_n, m), r in entries)

@@ -15,7 +15,7 @@ from fuse.worker.lifecycle import (add_process_set, ccl_built, cross_rank, cross
                                 remove_process_set, rocm_built, shutdown, size, start_timeline,
                                 stop_timeline, sycl_built)
 from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum
-from fuse.worker.process_sets import ProcessSet, global_process_set
+from fuse.job.process_sets import ProcessSet, global_process_set
 from fuse.worker.straggler import straggler_report
 from fuse.exceptions import (FuseError, FuseInternalError, HorovodInternalError,
                              HorovodVersionMismatchError, HostsUpdatedInterrupt, MismatchError,

@@ -70,7 +70,7 @@ def check_extension(ext_name: str, ext_env_var: str, pkg_path: str, *args) -> No
 
 def gpu_available(ext_base_name: str, verbose: bool = False) -> bool:
     """Whether the framework sees a GPU (fuse reduces torch CUDA tensors on the device when
-    the GPU backend runs, see fuse.worker.device_path; other device tensors go through host
+    the GPU backend runs, see fuse.job.device_path; other device tensors go through host
     memory)."""
     name = ext_base_name.split(".")[-1]
     if name == "torch" and extension_available(name):

@@ -27,6 +27,13 @@ def ensure_initialized() -> None:
         hvd.init()
 
 
+def _agree(asked: int, have: int, what: str, fact: str) -> None:
+    """Lightning may only set what fuse's launcher already decided, to the same number;
+    ``fact`` says what fuse has (``{}`` stands for ``have``)."""
+    if asked != have:
+        raise ValueError(f"fuse.lightning: Lightning asked for {what}, but {fact.format(have)}")
+
+
 class FuseEnvironmentBase:
     """Ranks and sizes of the fuse job this process belongs to (joined to a Lightning
     ``ClusterEnvironment``)."""
@@ -55,19 +62,17 @@ class FuseEnvironmentBase:
         return hvd.size()
 
     def set_world_size(self, size: int) -> None:
-        if size != self.world_size():
-            raise ValueError(f"fuse.lightning: Lightning asked for a world size of {size}, but "
-                             f"this fuse job has {self.world_size()} workers (the launcher's "
-                             "-np decides it; leave Trainer(num_nodes=..., devices=...) unset)")
+        _agree(size, self.world_size(), f"a world size of {size}",
+               "this fuse job has {} workers (the launcher's -np decides it; leave "
+               "Trainer(num_nodes=..., devices=...) unset)")
 
     def global_rank(self) -> int:
         ensure_initialized()
         return hvd.rank()
 
     def set_global_rank(self, rank: int) -> None:
-        if rank != self.global_rank():
-            raise ValueError(f"fuse.lightning: Lightning asked for global rank {rank}, but fuse "
-                             f"gave this worker rank {self.global_rank()}")
+        _agree(rank, self.global_rank(), f"global rank {rank}",
+               "fuse gave this worker rank {}")
 
     def local_rank(self) -> int:
         ensure_initialized()

@@ -172,12 +172,8 @@ class RayActorStarter(WorkerStarter):
         self.env_vars = {str(k): str(v) for k, v in (env_vars or {}).items()}
         self.handles: dict[str, _ActorHandle] = {}      # worker id -> its last actor
 
-    def environment(self, job, slot: Slot) -> dict[str, str]:
-        env = job.remote_env(slot)
-        env.update(self.env_vars)
-        return env
-
     def start(self, slot: Slot, env: Mapping[str, str]) -> _ActorHandle:
+        env = {**env, **self.env_vars}      # the job's identity and store, and the caller's
         try:
             actor = _actor_class().options(
                 num_cpus=self.cpus_per_slot, num_gpus=self.gpus_per_slot,

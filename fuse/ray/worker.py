@@ -70,7 +70,7 @@ class FuseWorker:
             value = _reporting(func)
         except WorkerRemoved:       # a SystemExit: would end the actor, not just this call
             return ("removed", None, None)
-        job_state = sys.modules.get("fuse.worker.state")   # loaded only if the function used fuse
+        job_state = sys.modules.get("fuse.job.state")   # loaded only if the function used fuse
         config = job_state.last_config() if job_state is not None else None
         return ("ok", config.rank if config is not None else self.world_rank, value)
 

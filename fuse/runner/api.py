@@ -86,57 +86,18 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     it can be unpickled here (chained from a :class:`WorkerError` carrying the rank and the
     remote traceback), otherwise a :class:`WorkerError`.
     """
-    for alias, name, a, b in (("min_np", "min_num_proc", min_np, min_num_proc),
-                              ("max_np", "max_num_proc", max_np, max_num_proc)):
-        if a is not None and b is not None and a != b:
-            raise ValueError(f"{alias}={a} and {name}={b} disagree; give one of them")
-    min_np = min_np if min_np is not None else min_num_proc
-    max_np = max_np if max_np is not None else max_num_proc
-    elastic = min_np is not None or max_np is not None or host_discovery_script is not None
-    extra = [name for name, value in (("slots", slots), ("reset_limit", reset_limit),
-                                      ("cooldown_range", cooldown_range)) if value is not None]
-    if extra and not elastic:
-        raise ValueError(f"fuse.run: {', '.join(extra)} only apply in elastic mode (give "
-                         "min_np, max_np or host_discovery_script)")
-    if elastic and use_mpi:
-        raise ValueError("fuse.run: elastic mode needs the Gloo launcher, not use_mpi")
-    if network_interface:
-        if isinstance(network_interfaces, str):
-            network_interfaces = [network_interfaces]
-        network_interfaces = [network_interface, *(network_interfaces or [])]
-    import cloudpickle
-
+    min_np, max_np, elastic = _elastic_range(min_np, min_num_proc, max_np, max_num_proc,
+                                             host_discovery_script, slots, reset_limit,
+                                             cooldown_range, use_mpi)
+    network_interfaces = _interfaces(network_interface, network_interfaces)
     if np is not None and num_proc is not None and np != num_proc:
         raise ValueError(f"np={np} and num_proc={num_proc} disagree; give one of them")
     n = np if np is not None else num_proc
-    requested_np = n
     if hosts and hostfile:
         raise ValueError("give hosts or hostfile, not both")
     if use_gloo and use_mpi:
         raise ValueError("give use_gloo or use_mpi, not both")
-    if not elastic:
-        if hosts:
-            specs = _hosts.parse_hosts(hosts)
-        elif hostfile:
-            specs = _hosts.parse_hostfile(hostfile)
-        else:
-            specs = [_hosts.HostSpec("localhost", 1 if n is None else n)]
-        if n is None:
-            n = sum(s.slots for s in specs)
-        slot_list = _hosts.assign_slots(specs, n)
-    else:
-        n = requested_np
-    if isinstance(network_interfaces, str):
-        network_interfaces = [x.strip() for x in network_interfaces.split(",") if x.strip()]
-
-    from .launch import start_timeout as _start_timeout
-    from .usage import UsageError
-
-    try:
-        start_timeout = _start_timeout(start_timeout)
-    except UsageError as err:
-        raise ValueError(str(err)) from None
-    settings = Settings(start_timeout=start_timeout, ssh_port=ssh_port,
+    settings = Settings(start_timeout=_start_timeout(start_timeout), ssh_port=ssh_port,
                         ssh_identity_file=ssh_identity_file, output_filename=output_filename,
                         verbose=bool(verbose), network_interfaces=network_interfaces,
                         name="fuse.run")
@@ -144,17 +105,15 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
     worker_env = dict(os.environ if env is None else env)
     if use_gloo:
         worker_env.setdefault("FUSE_BACKEND", "gloo")
-    payload = cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
     command = [executable or sys.executable, "-m", "fuse.runner.run_task"]
-
-    def setup(server) -> None:
-        server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
-        server.put(FUNC_KEY, sign(key, payload))
-
+    setup = _publisher(key, func, args, kwargs)
     if elastic:
         return _run_elastic(command, setup, key, n, min_np, max_np, slots, reset_limit,
                             cooldown_range, hosts, hostfile, host_discovery_script,
                             worker_env, settings)
+    specs = _static_hosts(hosts, hostfile, n)
+    n = sum(s.slots for s in specs) if n is None else n
+    slot_list = _hosts.assign_slots(specs, n)
     if use_mpi:  # mpirun starts and supervises the workers; we keep the store
         from . import mpi
         raw, failure, interrupted = mpi.run_function(
@@ -169,6 +128,75 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
             result = job.run()
             raw = {r: job.server.get(RESULT_KEY.format(rank=r)) for r in range(n)}
         failure, interrupted = result.failure, result.interrupted
+    return _results(raw, failure, interrupted, key, n)
+
+
+def _publisher(key: bytes, func, args, kwargs) -> Callable:
+    """What puts the call into a job's store for its workers (``fuse.runner.run_task``): this
+    process's ``sys.path`` and the signed, pickled function with its arguments."""
+    import cloudpickle
+    payload = cloudpickle.dumps((func, tuple(args), dict(kwargs or {})))
+
+    def setup(server) -> None:
+        server.put(PATH_KEY, json.dumps([p for p in sys.path if p]).encode())
+        server.put(FUNC_KEY, sign(key, payload))
+    return setup
+
+
+def _elastic_range(min_np, min_num_proc, max_np, max_num_proc, host_discovery_script, slots,
+                   reset_limit, cooldown_range, use_mpi) -> tuple[int | None, int | None, bool]:
+    """``min_np``, ``max_np`` (each given under either of its names) and whether the job is
+    elastic; ValueError for arguments that disagree or that only elastic mode takes."""
+    for alias, name, a, b in (("min_np", "min_num_proc", min_np, min_num_proc),
+                              ("max_np", "max_num_proc", max_np, max_num_proc)):
+        if a is not None and b is not None and a != b:
+            raise ValueError(f"{alias}={a} and {name}={b} disagree; give one of them")
+    min_np = min_np if min_np is not None else min_num_proc
+    max_np = max_np if max_np is not None else max_num_proc
+    elastic = min_np is not None or max_np is not None or host_discovery_script is not None
+    extra = [name for name, value in (("slots", slots), ("reset_limit", reset_limit),
+                                      ("cooldown_range", cooldown_range)) if value is not None]
+    if extra and not elastic:
+        raise ValueError(f"fuse.run: {', '.join(extra)} only apply in elastic mode (give "
+                         "min_np, max_np or host_discovery_script)")
+    if elastic and use_mpi:
+        raise ValueError("fuse.run: elastic mode needs the Gloo launcher, not use_mpi")
+    return min_np, max_np, elastic
+
+
+def _static_hosts(hosts: str | None, hostfile: str | None,
+                  n: int | None) -> list[_hosts.HostSpec]:
+    if hosts:
+        return _hosts.parse_hosts(hosts)
+    if hostfile:
+        return _hosts.parse_hostfile(hostfile)
+    return [_hosts.HostSpec("localhost", 1 if n is None else n)]
+
+
+def _interfaces(one: str | None, many: Sequence[str] | str | None) -> list[str] | None:
+    """``network_interfaces`` as a list (a string is comma-separated), with the deprecated
+    ``network_interface`` first."""
+    if isinstance(many, str):
+        many = [x.strip() for x in many.split(",") if x.strip()]
+    if one:
+        return [one, *(many or [])]
+    return list(many) if many is not None else None
+
+
+def _start_timeout(value: float | None) -> float:
+    from .launch import start_timeout
+    from .usage import UsageError
+    try:
+        return start_timeout(value)
+    except UsageError as err:
+        raise ValueError(str(err)) from None
+
+
+def _results(raw: Mapping[int, bytes | None], failure, interrupted, key: bytes,
+             n: int) -> list[Any]:
+    """The workers' results in rank order, from what they stored (``raw``, by rank); raises
+    what the first failing worker raised, or a WorkerError."""
+    import cloudpickle
 
     if interrupted is not None:
         if interrupted == signal.SIGINT:
@@ -186,7 +214,6 @@ def run(func: Callable[..., Any], args: Sequence[Any] = (), kwargs: Mapping[str,
         raise_reported_error(load, failure.rank, n, failure.exit_code)
         raise WorkerError(failure.describe("fuse.run"), failure.rank,
                           exit_code=failure.exit_code)
-
     results = []
     for rank in range(n):
         payload = load(rank)

@@ -30,6 +30,7 @@ from fuse.cluster import failure_cause, thread_budget
 from fuse.cluster.hosts import Slot, loopback_interface, store_address
 from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
 
+from .settings import Settings
 from .starter import ProcessStarter, WorkerHandle, WorkerStarter
 from .worker_env import job_env
 
@@ -49,22 +50,6 @@ def worker_base_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
     env = os.environ if environ is None else environ
     return {k: v for k, v in env.items()
             if k not in _DROP_NAMES and not k.startswith(_DROP_PREFIXES)}
-
-
-@dataclasses.dataclass
-class Settings:
-    start_timeout: float = 30.0          # seconds ssh hosts get to start their worker
-    ssh_port: int | None = None
-    ssh_identity_file: str | None = None
-    output_filename: str | None = None   # directory: <dir>/rank.<N>/{stdout,stderr}
-    prefix_timestamp: bool = False
-    verbose: bool = False
-    network_interfaces: Sequence[str] | None = None
-    grace_seconds: float = 5.0           # SIGTERM -> SIGKILL
-    cwd: str | None = None
-    name: str = "fuserun"                # how the launcher names itself in messages
-    stdout: IO | None = None             # where workers' stdout goes (default sys.stdout)
-    stderr: IO | None = None             # where workers' stderr and our messages go
 
 
 @dataclasses.dataclass
@@ -118,6 +103,17 @@ class JobResult:
     exit_codes: dict[int, int | None]  # rank -> returncode (None: never started)
     failure: Failure | None = None
     interrupted: int | None = None   # the signal that stopped the launcher, if any
+
+
+@dataclasses.dataclass
+class _LoopState:
+    """Where :meth:`Job.run`'s loop stands: the failure that stops the job, the signal that
+    interrupted the launcher, and the deadlines for killing the workers and for their output."""
+    failure: Failure | None = None
+    interrupted: int | None = None
+    stopping: bool = False
+    kill_at: float | None = None
+    drain_until: float | None = None
 
 
 def _signame(sig: int) -> str:
@@ -315,10 +311,10 @@ class Job:
         self.server = KVStoreServer(store_bind or self.addr, store_port, self.secret).start()
         self.port = self.server.port
         self._sel: selectors.BaseSelector | None = None
-        self._workers: list[WorkerRecord] = []
-        self._signals: list[int] = []
+        self.workers: list[WorkerRecord] = []
+        self.pending_signals: list[int] = []
         self._wake_r = self._wake_w = -1
-        self.starter.bind(self)
+        self.starter.bind(self.server)
 
     # -- context ---------------------------------------------------------------------------
     def __enter__(self) -> "Job":
@@ -334,7 +330,7 @@ class Job:
     def remote_env(self, slot: Slot) -> dict[str, str]:
         """What a worker that does not inherit this process's environment gets: its identity,
         the store's address, the job's secret and the job's own variables (see
-        :meth:`WorkerStarter.environment`)."""
+        :attr:`WorkerStarter.carries_environment`)."""
         env = job_env(slot, self.addr, self.port, self.secret, self.settings.network_interfaces)
         env.update(self.job_vars)
         return env
@@ -366,12 +362,12 @@ class Job:
                                              remote=bool(self.remote_hosts))
 
     # -- messages --------------------------------------------------------------------------
-    def _say(self, text: str) -> None:
+    def say(self, text: str) -> None:
         self._err_sink.write(f"{self.settings.name}: {text}\n".encode())
 
-    def _debug(self, text: str) -> None:
+    def debug(self, text: str) -> None:
         if self.settings.verbose:
-            self._say(text)
+            self.say(text)
 
     # -- starting --------------------------------------------------------------------------
     def unreachable_hosts(self) -> dict[str, str]:
@@ -410,13 +406,14 @@ class Job:
         os.makedirs(path, exist_ok=True)
         return open(os.path.join(path, "stdout"), "wb"), open(os.path.join(path, "stderr"), "wb")
 
-    def _start(self, w: WorkerRecord) -> Failure | None:
+    def start_worker(self, w: WorkerRecord) -> Failure | None:
         """Start ``w`` with the job's starter and forward its pipes, if it has any."""
         st = self.settings
         try:
-            env = self.starter.environment(self, w.slot)
+            env = (self.worker_env(w.slot) if self.starter.carries_environment
+                   else self.remote_env(w.slot))
             if st.verbose and isinstance(self.starter, ProcessStarter):
-                self._debug(f"rank {w.slot.rank} on {w.slot.hostname}: "
+                self.debug(f"rank {w.slot.rank} on {w.slot.hostname}: "
                             f"{self.starter.describe(w.slot)}")
             w.proc = self.starter.start(w.slot, env)
         except OSError as err:
@@ -446,7 +443,7 @@ class Job:
 
     # -- signals ---------------------------------------------------------------------------
     def _on_signal(self, signum, frame) -> None:
-        self._signals.append(signum)
+        self.pending_signals.append(signum)
         try:
             os.write(self._wake_w, b"s")
         except OSError:
@@ -464,8 +461,8 @@ class Job:
         return old
 
     # -- stopping --------------------------------------------------------------------------
-    def _stop_all(self, sig: int) -> None:
-        for w in self._workers:
+    def stop_all(self, sig: int) -> None:
+        for w in self.workers:
             if w.running:
                 w.signal_group(sig)
 
@@ -482,13 +479,13 @@ class Job:
 
         if first.kind not in ("exit", "signal") or not consequence(first.rank):
             return first
-        own = [w for w in self._workers
+        own = [w for w in self.workers
                if w.returncode not in (None, 0) and w.slot.rank != first.rank
                and self.server.get(f"errors/{w.slot.rank}") is not None
                and not consequence(w.slot.rank)]
         if not own:
             return first
-        w = min(own, key=lambda x: x.exit_order if x.exit_order >= 0 else len(self._workers))
+        w = min(own, key=lambda x: x.exit_order if x.exit_order >= 0 else len(self.workers))
         rc = w.returncode
         if rc in (-signal.SIGTERM, -signal.SIGKILL):    # our stop overtook its own exit
             return Failure(w.slot.rank, w.slot.hostname, "error", rc,
@@ -507,9 +504,9 @@ class Job:
         return Failure(rank, hosts.get(rank, "?"), "lost", None, detail=why)
 
     # -- the loop's pieces (shared with the elastic driver) --------------------------------
-    def _open_loop(self) -> dict:
+    def open_loop(self) -> dict:
         """Sinks, the selector, the wake-up pipe and the signal handlers; returns the previous
-        handlers for :meth:`_close_loop`."""
+        handlers for :meth:`close_loop`."""
         st = self.settings
         self._out_sink = _Sink(st.stdout or sys.stdout)
         self._err_sink = _Sink(st.stderr or sys.stderr)
@@ -519,14 +516,14 @@ class Job:
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         return self._install_signals()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         """Wake the loop from another thread."""
         try:
             os.write(self._wake_w, b"w")
         except OSError:
             pass
 
-    def _reap(self, w: WorkerRecord) -> int | None:
+    def reap(self, w: WorkerRecord) -> int | None:
         """``w``'s exit code if it has just exited (recorded once), else None."""
         if not w.running:
             return None
@@ -534,15 +531,15 @@ class Job:
         if rc is None:
             return None
         w.returncode = rc
-        w.exit_order = sum(x.exit_order >= 0 for x in self._workers)
+        w.exit_order = sum(x.exit_order >= 0 for x in self.workers)
         if w.pidfd is not None:
             self._sel.unregister(w.pidfd)
             os.close(w.pidfd)
             w.pidfd = None
-        self._debug(f"rank {w.slot.rank} exited with {rc}")
+        self.debug(f"rank {w.slot.rank} exited with {rc}")
         return rc
 
-    def _dispatch(self, timeout: float) -> None:
+    def dispatch(self, timeout: float) -> None:
         """Wait up to ``timeout`` seconds and forward whatever output arrived."""
         for key, _ in self._sel.select(timeout):
             obj = key.data
@@ -561,15 +558,15 @@ class Job:
                 else:
                     self._sel.unregister(obj.fd)
                     obj.close()
-            # a WorkerRecord's pidfd: the exit is picked up by _reap
+            # a WorkerRecord's pidfd: the exit is picked up by reap
 
-    def _close_loop(self, old_handlers: dict) -> None:
+    def close_loop(self, old_handlers: dict) -> None:
         # nothing outlives the job: signal each worker's group (its leader may be gone
         # while a grandchild still runs), then reap
         st = self.settings
-        for w in self._workers:
+        for w in self.workers:
             w.signal_group(signal.SIGKILL if w.running else signal.SIGTERM)
-        for w in self._workers:
+        for w in self.workers:
             if w.proc is not None:
                 try:
                     w.proc.wait(timeout=st.grace_seconds)
@@ -603,106 +600,125 @@ class Job:
         Blocks.  On the main thread it handles SIGINT, SIGTERM and SIGHUP itself (stopping the
         workers) and reports the signal in :attr:`JobResult.interrupted`.
         """
-        st = self.settings
-        old_handlers = self._open_loop()
-        failure: Failure | None = None
-        interrupted: int | None = None
-        kill_at: float | None = None
-        drain_until: float | None = None
+        old_handlers = self.open_loop()
+        loop = _LoopState()
         try:
-            self._workers = [WorkerRecord(s) for s in self.slots]
-            unreachable = self.unreachable_hosts() if self.remote_hosts else {}
-            if unreachable:
-                host = next(iter(unreachable))
-                rank = next(s.rank for s in self.slots if s.hostname == host)
-                failure = Failure(rank, host, "start", 255, detail="cannot reach " + "; ".join(
-                    f"{h} over ssh ({why})" for h, why in unreachable.items())
-                    + "; no worker was started")
-            notice = self.budget_notice()
-            if notice and failure is None:
-                self._say(notice)
-            for w in self._workers if failure is None else ():
-                failure = self._start(w)
-                if failure is not None or self._signals:
-                    break
-            stopping = failure is not None
-            if stopping:
-                self._say(f"rank {failure.rank}: {failure.what()}; stopping the job")
-                self._stop_all(signal.SIGTERM)
-                kill_at = time.monotonic() + st.grace_seconds
-            have_pidfds = all(w.pidfd is not None for w in self._workers if w.proc)
+            self.workers = [WorkerRecord(s) for s in self.slots]
+            failure = self._start_all()
+            if failure is not None:
+                self.say(f"rank {failure.rank}: {failure.what()}; stopping the job")
+                self._stop_job(loop, failure, time.monotonic())
+            have_pidfds = all(w.pidfd is not None for w in self.workers if w.proc)
             while True:
                 now = time.monotonic()
-                # signals
-                while self._signals:
-                    sig = self._signals.pop(0)
-                    if interrupted is None and not stopping:
-                        interrupted = sig
-                        n = sum(w.running for w in self._workers)
-                        self._say(f"received {signal.Signals(sig).name}; stopping {n} workers")
-                        self._stop_all(signal.SIGTERM)
-                        stopping = True
-                        kill_at = now + st.grace_seconds
-                    else:  # a second signal: no more patience
-                        interrupted = interrupted or sig
-                        self._stop_all(signal.SIGKILL)
-                        kill_at = now
-                # exits
-                for w in self._workers:
-                    rc = self._reap(w)
-                    if rc is None:
-                        continue
-                    if rc != 0 and not stopping:
-                        if w.remote and not w.started:
-                            failure = Failure(
-                                w.slot.rank, w.slot.hostname, "start", rc,
-                                detail=f"ssh to {w.slot.hostname} failed before the worker "
-                                       f"started (ssh exit code {rc})")
-                        else:
-                            failure = Failure(w.slot.rank, w.slot.hostname,
-                                              "signal" if rc < 0 else "exit", rc)
-                        others = sum(x.running for x in self._workers)
-                        self._say(f"rank {w.slot.rank} {failure.what()}; "
-                                  f"stopping the other {others} worker(s)")
-                        self._stop_all(signal.SIGTERM)
-                        stopping = True
-                        kill_at = now + st.grace_seconds
-                # remote start deadlines
-                if not stopping:
-                    for w in self._workers:
-                        if w.running and not w.started and now >= w.proc.start_deadline:
-                            failure = Failure(
-                                w.slot.rank, w.slot.hostname, "timeout",
-                                detail=f"did not start within {st.start_timeout:g} s "
-                                       "(--start-timeout / FUSE_START_TIMEOUT)")
-                            self._say(f"rank {w.slot.rank} on {w.slot.hostname} "
-                                      f"{failure.detail}; stopping the job")
-                            self._stop_all(signal.SIGTERM)
-                            stopping = True
-                            kill_at = now + st.grace_seconds
-                            break
-                if kill_at is not None and now >= kill_at:
-                    self._stop_all(signal.SIGKILL)
-                    kill_at = None
-                live = [w for w in self._workers if w.running]
-                streams = [s for w in self._workers for s in w.streams if s.open]
-                if not live:
-                    if not streams:
-                        break
-                    if drain_until is None:
-                        drain_until = now + 2.0  # a grandchild may still hold a pipe
-                    elif now >= drain_until:
-                        break
-                deadlines = [t for t in (kill_at, drain_until) if t is not None]
-                deadlines += [w.proc.start_deadline for w in live if not w.started]
-                timeout = 1.0 if have_pidfds else 0.05
-                if deadlines:
-                    timeout = max(0.0, min(timeout, min(deadlines) - now))
-                self._dispatch(timeout)
+                self._take_signals(loop, now)
+                self._take_exits(loop, now)
+                if not loop.stopping:
+                    self._check_start_deadlines(loop, now)
+                if loop.kill_at is not None and now >= loop.kill_at:
+                    self.stop_all(signal.SIGKILL)
+                    loop.kill_at = None
+                timeout = self._next_wait(loop, now, 1.0 if have_pidfds else 0.05)
+                if timeout is None:
+                    break
+                self.dispatch(timeout)
         finally:
-            self._close_loop(old_handlers)
+            self.close_loop(old_handlers)
+        return self._result(loop.failure, loop.interrupted)
 
-        exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self._workers}
+    def _start_all(self) -> Failure | None:
+        """Start every worker, unless a remote host cannot be reached; the first worker that
+        could not be started (or the unreachable host) is the failure."""
+        unreachable = self.unreachable_hosts() if self.remote_hosts else {}
+        if unreachable:
+            host = next(iter(unreachable))
+            rank = next(s.rank for s in self.slots if s.hostname == host)
+            return Failure(rank, host, "start", 255, detail="cannot reach " + "; ".join(
+                f"{h} over ssh ({why})" for h, why in unreachable.items())
+                + "; no worker was started")
+        notice = self.budget_notice()
+        if notice:
+            self.say(notice)
+        for w in self.workers:
+            failure = self.start_worker(w)
+            if failure is not None:
+                return failure
+            if self.pending_signals:
+                break
+        return None
+
+    def _stop_job(self, loop: "_LoopState", failure: Failure | None, now: float) -> None:
+        """Ask every worker to stop (SIGTERM), and insist (SIGKILL) after the grace time."""
+        if failure is not None:
+            loop.failure = failure
+        self.stop_all(signal.SIGTERM)
+        loop.stopping = True
+        loop.kill_at = now + self.settings.grace_seconds
+
+    def _take_signals(self, loop: "_LoopState", now: float) -> None:
+        """The launcher's own signals: the first stops the job, a second kills it."""
+        while self.pending_signals:
+            sig = self.pending_signals.pop(0)
+            if loop.interrupted is None and not loop.stopping:
+                loop.interrupted = sig
+                n = sum(w.running for w in self.workers)
+                self.say(f"received {signal.Signals(sig).name}; stopping {n} workers")
+                self._stop_job(loop, None, now)
+            else:  # a second signal: no more patience
+                loop.interrupted = loop.interrupted or sig
+                self.stop_all(signal.SIGKILL)
+                loop.kill_at = now
+
+    def _take_exits(self, loop: "_LoopState", now: float) -> None:
+        """Reap the workers that exited; the first to fail stops the others."""
+        for w in self.workers:
+            rc = self.reap(w)
+            if rc is None or rc == 0 or loop.stopping:
+                continue
+            if w.remote and not w.started:
+                failure = Failure(w.slot.rank, w.slot.hostname, "start", rc,
+                                  detail=f"ssh to {w.slot.hostname} failed before the worker "
+                                         f"started (ssh exit code {rc})")
+            else:
+                failure = Failure(w.slot.rank, w.slot.hostname,
+                                  "signal" if rc < 0 else "exit", rc)
+            others = sum(x.running for x in self.workers)
+            self.say(f"rank {w.slot.rank} {failure.what()}; "
+                      f"stopping the other {others} worker(s)")
+            self._stop_job(loop, failure, now)
+
+    def _check_start_deadlines(self, loop: "_LoopState", now: float) -> None:
+        """A remote worker that has not started by its deadline fails the job."""
+        for w in self.workers:
+            if w.running and not w.started and now >= w.proc.start_deadline:
+                failure = Failure(w.slot.rank, w.slot.hostname, "timeout",
+                                  detail=f"did not start within {self.settings.start_timeout:g}"
+                                         " s (--start-timeout / FUSE_START_TIMEOUT)")
+                self.say(f"rank {w.slot.rank} on {w.slot.hostname} "
+                          f"{failure.detail}; stopping the job")
+                self._stop_job(loop, failure, now)
+                return
+
+    def _next_wait(self, loop: "_LoopState", now: float, longest: float) -> float | None:
+        """How long the loop may wait for the next event, or None when the job is over (every
+        worker exited and its output drained)."""
+        live = [w for w in self.workers if w.running]
+        if not live:
+            if not any(s.open for w in self.workers for s in w.streams):
+                return None
+            if loop.drain_until is None:
+                loop.drain_until = now + 2.0  # a grandchild may still hold a pipe
+            elif now >= loop.drain_until:
+                return None
+        deadlines = [t for t in (loop.kill_at, loop.drain_until) if t is not None]
+        deadlines += [w.proc.start_deadline for w in live if not w.started]
+        if deadlines:
+            return max(0.0, min(longest, min(deadlines) - now))
+        return longest
+
+    def _result(self, failure: Failure | None, interrupted: int | None) -> JobResult:
+        """The outcome: every rank's exit code and, on failure, the root cause's own report."""
+        exit_codes = {w.slot.rank: (w.returncode if w.proc else None) for w in self.workers}
         for s in self.slots:
             exit_codes.setdefault(s.rank, None)
         if failure is not None:
@@ -710,7 +726,7 @@ class Job:
             raw = self.server.get(f"errors/{failure.rank}")
             if raw:
                 failure.error = raw.decode("utf-8", "replace")
-            w = self._workers[failure.rank] if failure.rank < len(self._workers) else None
+            w = self.workers[failure.rank] if failure.rank < len(self.workers) else None
             if w is not None:
                 failure.stderr_tail = w.tail()
             rc = failure.exit_code

@@ -17,6 +17,7 @@ from typing import Any, Sequence
 
 from fuse.cluster import hosts as _hosts
 from .job import Job, Settings, worker_base_env
+from .settings import seconds_setting
 from .usage import UsageError  # noqa: F401 (fuse.runner.launch.UsageError, as before)
 
 PROG = "fuserun"
@@ -33,12 +34,11 @@ def _bool_pair(group, name: str, dest: str, help_on: str, *, help_off: str | Non
                        default=None, help=help_off or argparse.SUPPRESS)
 
 
-def make_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
-        prog=PROG, allow_abbrev=False,
-        description="Launch a fuse (Horovod-compatible) distributed training job.",
-        epilog="Every flag below maps to a FUSE_* environment variable of the workers; "
-               "HOROVOD_* spellings in your environment are honoured too.")
+# the help of a horovodrun flag that fuserun accepts and does nothing with
+_IGNORED = "accepted for horovodrun compatibility and ignored: fuse has no {} yet"
+
+
+def _general_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("general")
     g.add_argument("-v", "--version", action="store_true", help="print the fuse version and exit")
     g.add_argument("-np", "--num-proc", dest="num_proc", type=int,
@@ -65,11 +65,15 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--backend", dest="backend",
                    help="CPU backend plugin for the workers (sets FUSE_BACKEND)")
 
+
+def _ssh_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("ssh")
     g.add_argument("-p", "--ssh-port", dest="ssh_port", type=int, help="ssh port on all hosts")
     g.add_argument("-i", "--ssh-identity-file", dest="ssh_identity_file",
                    help="private key file for ssh")
 
+
+def _tunables_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("tunables")
     g.add_argument("--fusion-threshold-mb", dest="fusion_threshold_mb", type=float,
                    help="fusion buffer size in MiB (default 128) -> FUSE_FUSION_THRESHOLD (bytes)")
@@ -77,15 +81,16 @@ def make_parser() -> argparse.ArgumentParser:
                    help="engine cycle time in ms (default 1) -> FUSE_CYCLE_TIME")
     g.add_argument("--cache-capacity", dest="cache_capacity", type=int,
                    help="response cache entries (default 1024; 0 disables) -> FUSE_CACHE_CAPACITY")
-    ignored = "accepted for horovodrun compatibility and ignored: fuse has no {} yet"
     _bool_pair(g, "hierarchical-allreduce", "hierarchical_allreduce",
                "reduce inside each host through shared memory and send each host's data "
                "across once (jobs on several hosts with several ranks each); without either "
                "flag fuse chooses by size -> FUSE_HIERARCHICAL_ALLREDUCE")
     _bool_pair(g, "hierarchical-allgather", "hierarchical_allgather",
                "the same for allgather -> FUSE_HIERARCHICAL_ALLGATHER")
-    _bool_pair(g, "torus-allreduce", "torus_allreduce", ignored.format("torus allreduce"))
+    _bool_pair(g, "torus-allreduce", "torus_allreduce", _IGNORED.format("torus allreduce"))
 
+
+def _autotune_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("autotune")
     _bool_pair(g, "autotune", "autotune", "tune fusion parameters online -> FUSE_AUTOTUNE")
     g.add_argument("--autotune-log-file", dest="autotune_log_file",
@@ -99,6 +104,8 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--autotune-gaussian-process-noise", dest="autotune_gaussian_process_noise",
                    type=float, help="Gaussian-process noise in [0, 1] (default 0.8)")
 
+
+def _elastic_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("elastic (any of --min-np, --max-np, --host-discovery-script "
                              "turns it on)")
     for flags, kw, text in (
@@ -120,6 +127,8 @@ def make_parser() -> argparse.ArgumentParser:
         g.add_argument(*flags, dest="elastic_" + flags[0].lstrip("-").replace("-", "_"),
                        help=text, **kw)
 
+
+def _agents_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("agents (no ssh: workers start on agents that join, as on "
                              "Kubernetes; see `fuserun --agent --help`)")
     g.add_argument("--agents", dest="agents", action="store_true", default=False,
@@ -133,12 +142,16 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--store-bind", dest="store_bind", default="0.0.0.0",
                    help="the address the store listens on (default 0.0.0.0)")
 
+
+def _timeline_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("timeline")
     g.add_argument("--timeline-filename", dest="timeline_filename",
                    help="write a Chrome trace of the engine here -> FUSE_TIMELINE")
     _bool_pair(g, "timeline-mark-cycles", "timeline_mark_cycles",
                "mark engine cycles in the timeline -> FUSE_TIMELINE_MARK_CYCLES")
 
+
+def _stall_check_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("stall check")
     g.add_argument("--no-stall-check", dest="stall_check", action="store_false", default=None,
                    help="disable the stall inspector -> FUSE_STALL_CHECK_DISABLE=1")
@@ -150,6 +163,8 @@ def make_parser() -> argparse.ArgumentParser:
                    dest="stall_check_shutdown_time_seconds", type=float,
                    help="fail the job after ranks are missing this long (default 0: never)")
 
+
+def _slow_workers_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("slow workers")
     g.add_argument("--straggler-policy", dest="straggler_policy",
                    choices=("off", "warn", "remove"),
@@ -160,6 +175,8 @@ def make_parser() -> argparse.ArgumentParser:
                    help="flag a rank when the job would step this many times faster without "
                         "the wait it causes (default 1.5) -> FUSE_STRAGGLER_FACTOR")
 
+
+def _library_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("library")
     _bool_pair(g, "mpi-threads-disable", "mpi_threads_disable",
                "initialise MPI single-threaded -> FUSE_MPI_THREADS_DISABLE")
@@ -169,13 +186,15 @@ def make_parser() -> argparse.ArgumentParser:
     g.add_argument("--binding-args", dest="binding_args",
                    help="process binding arguments for mpirun (with --mpi)")
     g.add_argument("--num-nccl-streams", dest="num_nccl_streams", type=int,
-                   help=ignored.format("NCCL backend"))
+                   help=_IGNORED.format("NCCL backend"))
     g.add_argument("--thread-affinity", dest="thread_affinity",
                    help="cores for the engine thread, one per local rank -> FUSE_THREAD_AFFINITY")
     g.add_argument("--gloo-timeout-seconds", dest="gloo_timeout_seconds", type=float,
                    help="rendezvous and collective timeout (default 30) -> "
                         "FUSE_GLOO_TIMEOUT_SECONDS")
 
+
+def _logging_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("logging")
     g.add_argument("--log-level", dest="log_level", type=str.upper,
                    choices=["TRACE", "DEBUG", "INFO", "WARNING", "WARN", "ERROR", "FATAL"],
@@ -189,12 +208,16 @@ def make_parser() -> argparse.ArgumentParser:
                    dest="prefix_timestamp", action="store_true", default=None,
                    help="timestamp every forwarded output line")
 
+
+def _hosts_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("hosts").add_mutually_exclusive_group()
     g.add_argument("-H", "--hosts", dest="hosts",
                    help="hosts and slots, e.g. host1:2,host2:4 (default localhost:<np>)")
     g.add_argument("-hostfile", "--hostfile", dest="hostfile",
                    help="file with lines 'host slots=N' or 'host:N'")
 
+
+def _controller_flags(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("controller").add_mutually_exclusive_group()
     g.add_argument("--gloo", dest="use_gloo", action="store_true",
                    help="fuserun's own launcher with the Gloo backend (the default launcher)")
@@ -202,6 +225,17 @@ def make_parser() -> argparse.ArgumentParser:
                    help="hand the launch to mpirun")
     g.add_argument("--jsrun", dest="use_jsrun", action="store_true", help=argparse.SUPPRESS)
 
+def make_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog=PROG, allow_abbrev=False,
+        description="Launch a fuse (Horovod-compatible) distributed training job.",
+        epilog="Every flag below maps to a FUSE_* environment variable of the workers; "
+               "HOROVOD_* spellings in your environment are honoured too.")
+    for add_flags in (_general_flags, _ssh_flags, _tunables_flags, _autotune_flags,
+                      _elastic_flags, _agents_flags, _timeline_flags, _stall_check_flags,
+                      _slow_workers_flags, _library_flags, _logging_flags, _hosts_flags,
+                      _controller_flags):
+        add_flags(p)
     p.add_argument("command", nargs=argparse.REMAINDER, help="the command each worker runs")
     return p
 
@@ -370,21 +404,6 @@ def network_interfaces(args: argparse.Namespace) -> list[str]:
             (args.network_interface or []):
         nics += [n.strip() for n in item.split(",") if n.strip()]
     return list(dict.fromkeys(nics))
-
-
-def seconds_setting(value: float | None, env_names: Sequence[str], default: float,
-                    environ=os.environ) -> float:
-    """A number of seconds: the flag's ``value`` when given, else the first of ``env_names``
-    set (fuse's name, then Horovod's), else ``default``; ValueError names the variable."""
-    if value is not None:
-        return float(value)
-    for var in env_names:
-        if environ.get(var, "").strip():
-            try:
-                return float(environ[var])
-            except ValueError:
-                raise ValueError(f"{var}={environ[var]!r} is not a number of seconds") from None
-    return default
 
 
 def start_timeout(value: float | None, environ=os.environ) -> float:

@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _final_rank(launched_as: int) -> int:
     """The rank the function ended with: an elastic job's may differ from the launcher's."""
-    job_state = sys.modules.get("fuse.worker.state")   # loaded only if the function used fuse
+    job_state = sys.modules.get("fuse.job.state")   # loaded only if the function used fuse
     config = job_state.last_config() if job_state is not None else None
     return config.rank if config is not None and config.elastic else launched_as
 

@@ -11,8 +11,10 @@ The contract:
 
 * ``is_local(host)``: whether a worker on ``host`` runs on this machine (it then shares this
   machine's cores, counted by the job's thread budget, and reaches a loopback store);
-* ``environment(job, slot)``: the variables the worker gets (default: the job's
-  :meth:`~fuse.runner.job.Job.worker_env`, which carries this process's environment along);
+* ``carries_environment``: whether the worker starts from this process's environment (the
+  job's :meth:`~fuse.runner.job.Job.worker_env`) or gets only the job's identity and store
+  (:meth:`~fuse.runner.job.Job.remote_env`); the job builds it and hands it to ``start``;
+* ``bind(server)``: called once with the job's running store, before any worker starts;
 * ``start(slot, env)``: start the worker, return its handle, raise ``OSError`` when it could
   not be started;
 * ``reports_budget``: whether the job should say once what thread budget its local workers
@@ -35,14 +37,13 @@ import signal
 import subprocess
 import sys
 import time
-from typing import IO, TYPE_CHECKING, Mapping, Sequence
+from typing import IO, Mapping, Sequence
 
 from fuse.cluster import thread_budget
 from fuse.cluster.hosts import Slot, is_local_host
-from fuse.cluster.store import SECRET_ENV
+from fuse.cluster.store import SECRET_ENV, KVStoreServer
 
-if TYPE_CHECKING:
-    from .job import Job, Settings
+from .settings import Settings
 
 __all__ = ["WorkerHandle", "PolledHandle", "ProcessHandle", "WorkerStarter", "ProcessStarter"]
 
@@ -142,19 +143,18 @@ class WorkerStarter:
     variables; :class:`ProcessStarter` is fuserun's."""
 
     reports_budget = False
+    # False: a worker gets the job's identity and store for its slot and no variable of this
+    # process (what a worker started by someone else, an actor, a task, an agent, needs);
+    # True: it starts from this process's environment (:meth:`~fuse.runner.job.Job.worker_env`)
+    carries_environment = False
 
-    def bind(self, job: "Job") -> None:
-        """Called once by the job that uses this starter, its store running, before any worker
-        starts."""
-        self.job = job
+    def bind(self, server: KVStoreServer) -> None:
+        """Called once by the job that uses this starter with the job's store, running, before
+        any worker starts."""
+        self.server = server
 
     def is_local(self, host: str) -> bool:
         return True
-
-    def environment(self, job: "Job", slot: Slot) -> dict[str, str]:
-        """The job's identity and store for ``slot`` (no variable of this process): what a
-        worker started by someone else (an actor, a task, an agent) gets."""
-        return job.remote_env(slot)
 
     def start(self, slot: Slot, env: Mapping[str, str]) -> WorkerHandle:
         raise NotImplementedError
@@ -172,17 +172,15 @@ class ProcessStarter(WorkerStarter):
     job's secret on ssh's stdin, which stays open: its end stops the remote worker)."""
 
     reports_budget = True
+    carries_environment = True
 
-    def __init__(self, command: Sequence[str], settings: "Settings", secret: bytes):
+    def __init__(self, command: Sequence[str], settings: Settings, secret: bytes):
         self.command = list(command)
         self.settings = settings
         self.secret = secret
 
     def is_local(self, host: str) -> bool:
         return is_local_host(host)
-
-    def environment(self, job: "Job", slot: Slot) -> dict[str, str]:
-        return job.worker_env(slot)
 
     def start(self, slot: Slot, env: Mapping[str, str]) -> WorkerHandle:
         st = self.settings

@@ -167,9 +167,9 @@ class StoreHostStarter(WorkerStarter):
         self.argv = list(argv) if argv else None
         self._starts: dict[str, int] = {}       # host -> how many workers it was asked for
 
-    def bind(self, job) -> None:
-        super().bind(job)
-        self.discovery.attach(job.server)
+    def bind(self, server) -> None:
+        super().bind(server)
+        self.discovery.attach(server)
 
     def start(self, slot: Slot, env: Mapping[str, str]) -> StoreHostHandle:
         host = slot.hostname
@@ -177,13 +177,13 @@ class StoreHostStarter(WorkerStarter):
         request = {"env": dict(env)}
         if self.argv:
             request["argv"] = self.argv
-        self.job.server.put(self.discovery.keys.start(host, n), json.dumps(request).encode())
-        return StoreHostHandle(self.job.server, self.discovery, host, n)
+        self.server.put(self.discovery.keys.start(host, n), json.dumps(request).encode())
+        return StoreHostHandle(self.server, self.discovery, host, n)
 
     def finish(self, linger: float = 3.0) -> None:
         """Tell every host the job is over, and wait up to ``linger`` seconds for the hosts
         that answer to say they saw it (so that none takes the store's end for a lost driver)."""
-        keys, server = self.discovery.keys, self.job.server
+        keys, server = self.discovery.keys, self.server
         server.put(keys.done, b"1")
         deadline = time.monotonic() + linger
         while time.monotonic() < deadline:

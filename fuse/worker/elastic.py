@@ -25,9 +25,10 @@ import time
 
 import numpy as np
 
+from fuse.collectives import calls
 from fuse.worker import lifecycle
 from fuse.cluster.store import StoreUnreachable
-from fuse.worker import state as job_state
+from fuse.job import state as job_state
 from fuse.exceptions import FuseInternalError, HostsUpdatedInterrupt
 
 __all__ = ["Snapshot", "State", "ObjectState", "run_fn", "run"]
@@ -73,8 +74,8 @@ class _HostUpdates:
                 self._last_poll = now
                 self._poll()
             msg[:] = (self._newest, self._added)
-        import fuse
-        msg = fuse.broadcast(msg, root_rank=0, name="fuse.elastic.host_updates")
+        msg = calls.synchronize(calls.broadcast_async(calls.NumpyOps(), msg, 0,
+                                                      name="fuse.elastic.host_updates"))
         if int(msg[0]) > current:
             raise HostsUpdatedInterrupt(skip_sync=not bool(msg[1]))
 

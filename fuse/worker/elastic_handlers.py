@@ -59,6 +59,13 @@ class HandlerRegistry:
     def __init__(self, pairs):
         self._pairs = list(pairs)
 
+    @classmethod
+    def functions(cls, pairs):
+        """Horovod's ``get_handler_registry`` and ``set_handler_registry`` of a framework
+        module, over a new registry of ``pairs``."""
+        registry = cls(pairs)
+        return registry.get, registry.set
+
     def get(self):
         return self._pairs
 
@@ -90,24 +97,24 @@ class HandlerState(_elastic.ObjectState):
             handlers[name].set_value(value)
         super().__setattr__(name, value)
 
-    def save(self):
+    def _each_handler(self, step: str) -> None:
         for handler in self._handlers.values():
-            handler.save()
+            getattr(handler, step)()
+
+    def save(self):
+        self._each_handler("save")
         super().save()
 
     def restore(self):
-        for handler in self._handlers.values():
-            handler.restore()
+        self._each_handler("restore")
         super().restore()
 
     def sync(self):
-        for handler in self._handlers.values():
-            handler.sync()
+        self._each_handler("sync")
         super().sync()
 
     def reset(self):
-        for handler in self._handlers.values():
-            handler.reset()
+        self._each_handler("reset")
         super().reset()
 
     def saved(self):

@@ -19,7 +19,7 @@ import threading
 
 from fuse.cluster import elastic_protocol as protocol
 from fuse.cluster.store import store_from_config
-from fuse.worker import state
+from fuse.job import state
 
 POLL_SECONDS = 1.0
 STORE_TIMEOUT_S = 5.0

@@ -16,12 +16,12 @@ import traceback
 from typing import Sequence
 
 from fuse.collectives import calls as collectives
-from fuse.common import ignored_knobs
+from fuse import ignored_knobs
 from fuse.cluster import thread_budget
-from fuse.worker.process_sets import (ProcessSet, global_process_set,  # noqa: F401
+from fuse.job.process_sets import (ProcessSet, global_process_set,  # noqa: F401
                                       process_set_by_id, process_set_id)
-from fuse.worker import state
-from fuse.worker.state import engine, is_initialized, job, rank, size  # noqa: F401
+from fuse.job import state
+from fuse.job.state import engine, is_initialized, job, rank, size  # noqa: F401
 from fuse.config import Config, launched_by_mpi
 from fuse.exceptions import ShutdownError
 
@@ -45,8 +45,6 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         overrides: configuration fields (``fusion_threshold=...``) that win over the env.
     """
     from fuse import _log
-    from fuse._core import Engine
-    from fuse.backends import load_backend
 
     with job.lock:
         if job.engine is not None:
@@ -54,35 +52,7 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         if process_sets == "dynamic":
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
-        config = Config.from_env(**overrides)
-        if config.straggler_policy == "remove" and not config.elastic:
-            raise ValueError(
-                "FUSE_STRAGGLER_POLICY=remove needs an elastic job (fuserun --min-np/--max-np/"
-                "--host-discovery-script, or fuse.run with min_np): a static job cannot go on "
-                "without a worker; use warn to have the slow worker named")
-        if config.elastic and "rendezvous_generation" not in overrides:
-            config = _join_elastic(config, overrides)
-        if config.autotune:
-            from fuse.engine.autotune import require_library
-            require_library()       # on every rank, before anyone connects
-        name = _choose_backend(config)
-        backend_cls = load_backend(name)
-        backend_kwargs = {}
-        if comm is not None and not (isinstance(comm, (list, tuple))
-                                     and sorted(comm) == list(range(config.size))):
-            if not getattr(backend_cls, "job_identity", None):
-                raise ValueError(
-                    "init(comm=...) with a subset of ranks or an MPI communicator needs the "
-                    "MPI backend (FUSE_BACKEND=mpi)")
-            backend_kwargs["comm"] = comm
-        # A backend that knows the job by itself (MPI under a plain mpirun) reports who we are
-        # when no launcher set FUSE_RANK, or when init(comm=...) chose a different world.
-        job_identity = getattr(backend_cls, "job_identity", None)
-        if job_identity is not None and ("rank" not in config.explicit or backend_kwargs):
-            identity = job_identity(**backend_kwargs)
-            config = Config.from_env(**{**identity, **overrides, "backend": name})
-        elif name != config.backend:
-            config = Config.from_env(**{**overrides, "backend": name})
+        config, backend_cls, backend_kwargs = _configure(comm, overrides)
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
         from fuse.worker import malloc_tuning
         malloc_tuning.keep_freed_memory(config.malloc_trim_threshold)
@@ -90,69 +60,118 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         _warn_oversubscribed(config, log)
         ignored_knobs.warn_ignored_knobs(config.local_rank, log)
         backend = backend_cls(config, **backend_kwargs)
-        world = backend.create_group(list(range(config.size)), 0)
-        ctl_fd, worker_fds, hosts = _connect_control_channel(backend, config, log)
-
-        def create_group(ranks, group_id):
-            return backend.create_group(ranks, group_id)
-
-        from fuse.engine import hierarchy, shm
-        segments = shm.connect(config, backend.exchange)    # None unless one host
-        hier = hierarchy.connect(config, backend, log)      # None unless several hosts
-        engine = Engine(config, backend, world, ctl_fd, worker_fds, log, create_group)
-        engine.set_hosts(hosts)
-        from fuse.worker import straggler
-        straggler.install(engine, config, log)
-        if segments is not None:
-            engine.install_shm(0, segments)
-        if hier is not None:
-            engine.install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
-                                     hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
-                                     hier.local_index(config.size))
-        # the twin connection is only worth building for sizes shared memory (or the
-        # hierarchical allreduce) leaves to it
-        splits = config.split_threshold > 0 and (
-            segments is None or config.split_threshold < config.shm_threshold) and (
-            hier is None or config.split_threshold < hier.min_bytes)
-        if splits and config.size > 1 and world.native_ops() is not None:
-            engine.install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
-        if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
-            # before the engine runs, so that the first negotiation is on it
-            try:
-                _start_timeline_locked(engine, config, config.timeline,
-                                       config.timeline_mark_cycles)
-            except OSError as err:      # the job runs on without it; the other ranks wait for us
-                log.error("cannot write the timeline to %s: %s", config.timeline, err)
-        engine.start()
-        _pin_engine_thread(engine, config, log)
-        if config.autotune and config.rank == 0:
-            from fuse.engine.autotune import Autotuner
-            job.autotuner = Autotuner(engine, config, log)
-            job.autotuner.start()
-        # Automatic collective names count from zero in every job the engine forms, so that
-        # a process that joins a re-formed (elastic) job derives the names the others do.
-        from fuse.collectives import calls as collectives
-        collectives.reset_auto_names()
-        job.install(engine, config, backend)
-        job.forked_from = None
-        if config.rendezvous_generation >= 0:
-            job.rendezvous_generation = config.rendezvous_generation
-            from fuse.worker import generation_watch
-            generation_watch.start(engine, config)
-        job.dynamic = config.dynamic_process_sets
-        if job.prev_excepthook is None:
-            job.prev_excepthook = sys.excepthook
-            sys.excepthook = _excepthook
-            atexit.register(shutdown)       # once, however often an elastic job re-forms
+        engine = _start_engine(config, backend, log)
+        _install_job(engine, config, backend)
         log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
                   config.backend)
     for ps in process_sets or ():
         _add_process_set(ps)
 
 
-def _join_elastic(config: Config, overrides: dict) -> Config:
-    """Elastic mode: wait for the driver's next generation and take this worker's identity in
-    it (fuse.worker.elastic_rendezvous)."""
+def _configure(comm, overrides: dict) -> tuple[Config, type, dict]:
+    """This process's configuration, read once from the environment and ``overrides`` and
+    completed with its identity (from the elastic driver, or from a backend that knows the job
+    by itself); the backend class and the keyword arguments it is made with."""
+    from fuse.backends import load_backend
+
+    config = Config.from_env(**overrides)
+    if config.straggler_policy == "remove" and not config.elastic:
+        raise ValueError(
+            "FUSE_STRAGGLER_POLICY=remove needs an elastic job (fuserun --min-np/--max-np/"
+            "--host-discovery-script, or fuse.run with min_np): a static job cannot go on "
+            "without a worker; use warn to have the slow worker named")
+    identity = {}
+    if config.elastic and "rendezvous_generation" not in overrides:
+        identity = _join_elastic(config)
+    if config.autotune:
+        from fuse.engine.autotune import require_library
+        require_library()       # on every rank, before anyone connects
+    name = _choose_backend(config)
+    backend_cls = load_backend(name)
+    backend_kwargs = {}
+    if comm is not None and not (isinstance(comm, (list, tuple))
+                                 and sorted(comm) == list(range(config.size))):
+        if not getattr(backend_cls, "job_identity", None):
+            raise ValueError(
+                "init(comm=...) with a subset of ranks or an MPI communicator needs the "
+                "MPI backend (FUSE_BACKEND=mpi)")
+        backend_kwargs["comm"] = comm
+    # A backend that knows the job by itself (MPI under a plain mpirun) reports who we are
+    # when no launcher set FUSE_RANK, or when init(comm=...) chose a different world; the
+    # caller's own overrides still win.
+    job_identity = getattr(backend_cls, "job_identity", None)
+    if job_identity is not None and ("rank" not in config.explicit or backend_kwargs):
+        identity.update({k: v for k, v in job_identity(**backend_kwargs).items()
+                         if k not in overrides})
+    if name != config.backend:
+        identity["backend"] = name
+    return (config.replace(**identity) if identity else config), backend_cls, backend_kwargs
+
+
+def _start_engine(config: Config, backend, log):
+    """Connect this rank to the others (the backend's world, the control channel, shared
+    memory on one host, the hierarchy across hosts) and start the engine on them."""
+    from fuse._core import Engine
+    from fuse.engine import hierarchy, shm
+
+    world = backend.create_group(list(range(config.size)), 0)
+    ctl_fd, worker_fds, hosts = _connect_control_channel(backend, config, log)
+    segments = shm.connect(config, backend.exchange)    # None unless one host
+    hier = hierarchy.connect(config, backend, log)      # None unless several hosts
+    engine = Engine(config, backend, world, ctl_fd, worker_fds, log, backend.create_group)
+    engine.set_hosts(hosts)
+    from fuse.worker import straggler
+    straggler.install(engine, config, log)
+    if segments is not None:
+        engine.install_shm(0, segments)
+    if hier is not None:
+        engine.install_hierarchy(0, hier.segments, hier.layout.cross_ranks,
+                                 hier.cross_group, hier.min_bytes, hier.gather_min_bytes,
+                                 hier.local_index(config.size))
+    # the twin connection is only worth building for sizes shared memory (or the
+    # hierarchical allreduce) leaves to it
+    splits = config.split_threshold > 0 and (
+        segments is None or config.split_threshold < config.shm_threshold) and (
+        hier is None or config.split_threshold < hier.min_bytes)
+    if splits and config.size > 1 and world.native_ops() is not None:
+        engine.install_twin(0, backend.create_group(list(range(config.size)), TWIN_GROUP_ID))
+    if config.timeline and config.timeline.strip().upper() != "DYNAMIC" and config.rank == 0:
+        # before the engine runs, so that the first negotiation is on it
+        try:
+            _start_timeline_locked(engine, config, config.timeline,
+                                   config.timeline_mark_cycles)
+        except OSError as err:      # the job runs on without it; the other ranks wait for us
+            log.error("cannot write the timeline to %s: %s", config.timeline, err)
+    engine.start()
+    _pin_engine_thread(engine, config, log)
+    if config.autotune and config.rank == 0:
+        from fuse.engine.autotune import Autotuner
+        job.autotuner = Autotuner(engine, config, log)
+        job.autotuner.start()
+    return engine
+
+
+def _install_job(engine, config: Config, backend) -> None:
+    """Make the started engine this process's job (holding ``job.lock``)."""
+    # Automatic collective names count from zero in every job the engine forms, so that
+    # a process that joins a re-formed (elastic) job derives the names the others do.
+    collectives.reset_auto_names()
+    job.install(engine, config, backend)
+    job.forked_from = None
+    if config.rendezvous_generation >= 0:
+        job.rendezvous_generation = config.rendezvous_generation
+        from fuse.worker import generation_watch
+        generation_watch.start(engine, config)
+    job.dynamic = config.dynamic_process_sets
+    if job.prev_excepthook is None:
+        job.prev_excepthook = sys.excepthook
+        sys.excepthook = _excepthook
+        atexit.register(shutdown)       # once, however often an elastic job re-forms
+
+
+def _join_elastic(config: Config) -> dict:
+    """Elastic mode: wait for the driver's next generation and return this worker's identity
+    in it (fuse.worker.elastic_rendezvous)."""
     from fuse.worker import elastic_rendezvous
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
@@ -164,7 +183,7 @@ def _join_elastic(config: Config, overrides: dict) -> Config:
     # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
     # newer generation instead of joining this one again
     job.rendezvous_generation = identity["rendezvous_generation"]
-    return Config.from_env(**{**overrides, **identity})
+    return identity
 
 
 def _unreachable_peers(lost: list[int]) -> list[int]:
@@ -417,7 +436,7 @@ def shutdown() -> None:
         job.last_failure = engine.failure if engine.failed else None
         engine.shutdown()
         # the GPU backend's executor runs inside the engine: it goes after the engine stopped
-        device_path = sys.modules.get("fuse.worker.device_path")
+        device_path = sys.modules.get("fuse.job.device_path")
         if device_path is not None:
             device_path.reset()
         if timeline is not None:     # after the engine stopped: every event is in the file

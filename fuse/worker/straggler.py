@@ -17,7 +17,7 @@ import threading
 import time
 
 from fuse.engine.protocol import decode_stragglers
-from fuse.worker import state
+from fuse.job import state
 
 NOTICE_TIMEOUT_S = 5.0
 

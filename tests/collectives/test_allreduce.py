@@ -433,7 +433,7 @@ def lone_synchronous_calls() -> dict:
     the engine thread still wakes depends on the machine's load: bench/suite/allreduce.py)."""
     import fuse
     from fuse.worker import lifecycle
-    from fuse.worker import state as job_state
+    from fuse.job import state as job_state
 
     fuse.init()
     try:

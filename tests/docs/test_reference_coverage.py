@@ -11,7 +11,7 @@ import argparse
 import pathlib
 import re
 
-from fuse.common.ignored_knobs import IGNORED
+from fuse.ignored_knobs import IGNORED
 from fuse.config import OTHER_SETTINGS, Config
 from fuse.runner.agent import make_parser as agent_parser
 from fuse.runner.launch import make_parser

@@ -28,7 +28,7 @@ def _workload(compare_rounds=0):
     the same steps timed on rank 0 in alternating blocks with the setting the engine started
     with (the defaults) and the tuned one."""
     import fuse
-    from fuse.worker import state as job_state
+    from fuse.job import state as job_state
 
     fuse.init()
     rank, size = fuse.rank(), fuse.size()

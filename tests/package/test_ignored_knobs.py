@@ -1,6 +1,6 @@
 """The list of Horovod knobs fuse ignores, and the warning naming them."""
 
-from fuse.common.ignored_knobs import IGNORED, ignored_knobs_warning, ignored_settings
+from fuse.ignored_knobs import IGNORED, ignored_knobs_warning, ignored_settings
 from fuse.config import Config
 
 

@@ -112,7 +112,7 @@ def _elastic_train(batches):
 
     import fuse
     import fuse.elastic
-    from fuse.worker.state import rendezvous_generation
+    from fuse.job.state import rendezvous_generation
 
     fuse.init()
     state = fuse.elastic.ObjectState(batch=0, total=0.0)

@@ -124,7 +124,7 @@ def _fuse_sources_but_the_launcher() -> str:
             path = os.path.join(folder, name)
             if name.endswith((".py", ".pyx")) and not path.endswith(
                     (os.path.join("runner", "launch.py"),
-                     os.path.join("common", "ignored_knobs.py"))):
+                     os.path.join("fuse", "ignored_knobs.py"))):
                 with open(path) as f:
                     text.append(f.read())
     return "\n".join(text)

@@ -19,7 +19,7 @@ import keras
 import numpy as np
 
 import fuse.keras as hvd
-from fuse.worker.state import rendezvous_generation
+from fuse.job.state import rendezvous_generation
 from elastic_util import DIM, batch_rows
 
 out_dir, epochs, steps_per_epoch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])

@@ -30,7 +30,7 @@ import numpy as np
 
 import fuse
 import fuse.elastic
-from fuse.worker.state import config, rendezvous_generation
+from fuse.job.state import config, rendezvous_generation
 from elastic_util import DIM, apply_batch, batch_rows
 
 out_dir, batches = sys.argv[1], int(sys.argv[2])

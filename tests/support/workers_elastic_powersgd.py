@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 import fuse.torch as hvd
-from fuse.worker.state import rendezvous_generation
+from fuse.job.state import rendezvous_generation
 
 STEPS = 16
 COMMIT_EVERY = 3

@@ -21,7 +21,7 @@ import sys
 import time
 from typing import Callable
 
-from fuse.worker.state import rendezvous_generation
+from fuse.job.state import rendezvous_generation
 
 BATCH = 2          # per rank
 

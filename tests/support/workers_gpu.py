@@ -18,7 +18,7 @@ def _device():
 
 def collectives():
     """Every collective on CUDA tensors; results on the host only after the checks' end."""
-    from fuse.worker import device_path
+    from fuse.job import device_path
     dev = _device()
     r, n = hvd.rank(), hvd.size()
     out = {"device_path": device_path.get() is not None}
@@ -204,7 +204,7 @@ def collectives_vs_cpu():
                      if a.dtype in _TOLERANCE else torch.equal(a, b)))
             if not same:
                 out["mismatches"].append((label, k, a.tolist(), b.tolist()))
-    from fuse.worker import device_path
+    from fuse.job import device_path
     out["device_path"] = device_path.get() is not None
     if n > 1:
         hvd.remove_process_set(ps)
@@ -242,7 +242,7 @@ def staged_training(steps: int, batch: int):
     x, y = _training_data(batch * n)
     x, y = x[r * batch:(r + 1) * batch].to(dev), y[r * batch:(r + 1) * batch].to(dev)
     params = _train(model, opt, x, y, steps)
-    from fuse.worker import device_path
+    from fuse.job import device_path
     return {"params": params, "device": str(next(model.parameters()).device),
             "staged": device_path.get() is None}
 
@@ -277,7 +277,7 @@ def timeline_sees_device(path: str):
     hvd.allreduce(torch.ones(1 << 10, device=dev), name="timed.on.device")
     hvd.barrier()
     hvd.stop_timeline()
-    from fuse.worker import device_path
+    from fuse.job import device_path
     return {"device_path": device_path.get() is not None}
 
 

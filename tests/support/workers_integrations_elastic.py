@@ -34,7 +34,7 @@ def train(out_dir: str, epochs: int, faults=(), step_sleep: float = 0.02) -> dic
     import torch
 
     import fuse.torch as hvd
-    from fuse.worker.state import rendezvous_generation
+    from fuse.job.state import rendezvous_generation
 
     hvd.init()
     data = torch.from_numpy(_data())

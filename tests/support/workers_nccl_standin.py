@@ -15,7 +15,7 @@ def group_collectives():
     fake_cupy.install()
     import fuse
     from fuse.backends.nccl import NCCLBackend
-    from fuse.worker import state
+    from fuse.job import state
 
     fuse.init()
     cp = sys.modules["cupy"]

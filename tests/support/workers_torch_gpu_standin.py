@@ -61,7 +61,7 @@ def one_engine(timeline_path):
     the fusion threshold in force (rank 0 lowers it the way the autotuner does) splits a
     grouped allreduce into more NCCL calls, and the timeline records device collectives."""
     _setup()
-    from fuse.worker import state
+    from fuse.job import state
     engine = state.engine()
     g = [torch.ones(4) for _ in range(3)]          # 16 bytes each
     hvd.grouped_allreduce_(g, op=hvd.Sum, name="wide")

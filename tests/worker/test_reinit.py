@@ -32,7 +32,7 @@ def _resources() -> dict:
 
 def _reform_many_times():
     import fuse
-    from fuse.worker import state as job_state
+    from fuse.job import state as job_state
 
     fuse.init()
     me = fuse.rank()            # the launcher's rank: this process's identity here

@@ -14,9 +14,8 @@ from __future__ import annotations
 import ipaddress
 import itertools
 import socket
-from typing import Sequence
 
-from fuse.backends.base import Backend, Group, exchange_bytes
+from fuse.backends.base import ConnectingBackend, Group
 from fuse.backends.gloo.errors import GlooError
 from fuse.backends.gloo.peer_proof import prove_peers
 from fuse.backends.gloo.published_keys import PublishedKeys
@@ -74,7 +73,7 @@ def choose_address(config) -> tuple[str, str]:
                     "on; set FUSE_GLOO_IFACE to the interface to use (e.g. eth0)")
 
 
-class GlooBackend(Backend):
+class GlooBackend(ConnectingBackend):
     """The Gloo backend; ``GlooBackend(config)`` connects the world.
 
     ``store`` overrides the rendezvous store from ``config`` (tests, embedding).
@@ -114,20 +113,20 @@ class GlooBackend(Backend):
         generation = getattr(config, "rendezvous_generation", -1)
         self._prefix = (f"gloo/{next(_epochs)}/" if generation < 0
                         else f"gloo/elastic{generation}/")
-        self._groups: dict[int, Group] = {}
-        self.world = self._connect(list(range(self.size)), 0)
+        self.groups: dict[int, Group] = {}
+        self.world = self.connect(list(range(self.size)), 0)
 
     @property
     def address(self) -> str:
         """This process's Gloo endpoint, e.g. "[127.0.0.1]:0" (or "none" for one process)."""
         return str(self._device) if self._device is not None else "none"
 
-    def _connect(self, ranks: list[int], group_id: int) -> Group:
+    def connect(self, ranks: list[int], group_id: int) -> Group:
         prefix = f"{self._prefix}g{group_id}/"
         store = PublishedKeys(self._store) if len(ranks) > 1 else None
         context = self._native.GlooContext(
             self._device, ranks.index(self.rank), len(ranks), self.timeout, store, prefix)
-        self._groups[group_id] = context
+        self.groups[group_id] = context
         prove_peers(context, ranks, self.rank, prefix, secret_from_env())
         if store is not None:
             # Past this barrier every member has made its context, so has read our address;
@@ -138,18 +137,8 @@ class GlooBackend(Backend):
             context.set_timeout(self.collective_timeout)
         return context
 
-    def exchange(self, data: bytes) -> list[bytes]:
-        return exchange_bytes(self.world, self.size, data)
-
-    def create_group(self, ranks: Sequence[int], group_id: int) -> Group:
-        if group_id == 0 and sorted(ranks) == list(range(self.size)):
-            return self.world
-        return self._connect(self.validate_group(ranks, group_id, self._groups), group_id)
-
     def close(self) -> None:
-        for group in self._groups.values():
-            group.close()
-        self._groups.clear()
+        super().close()
         self._device = None
 
 

@@ -1,7 +1,7 @@
 """The NCCL backend: collectives on CUDA device buffers, through CuPy's NCCL binding.
 
 A :class:`~fuse.backends.base.DeviceBackend`, chosen with ``FUSE_GPU_BACKEND=nccl`` (the
-default) and used by :mod:`fuse.worker.device_path` for CUDA tensors; CPU tensors keep the CPU
+default) and used by :mod:`fuse.job.device_path` for CUDA tensors; CPU tensors keep the CPU
 backend (Gloo or MPI).  One communicator per process set and device, made from a unique id that
 group rank 0 draws and the others receive through fuse's CPU collectives.  Every call is only
 enqueued on the device stream it is given; nothing here waits for the device.

@@ -94,14 +94,12 @@ class TrainerStateHandler(StateHandler):
         self._put(bcast_object(self._snapshot(), name="fuse.elastic.trainer_state"))
 
 
-_registry = HandlerRegistry([
+get_handler_registry, set_handler_registry = HandlerRegistry.functions([
     (mx.gluon.Block, ParametersStateHandler),
     (mx.gluon.ParameterDict, ParametersStateHandler),
     (mx.gluon.Trainer, TrainerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ])
-get_handler_registry = _registry.get
-set_handler_registry = _registry.set
 
 
 class MXNetState(HandlerState):
@@ -113,4 +111,4 @@ class MXNetState(HandlerState):
 
     def __init__(self, model=None, trainer=None, **kwargs):
         kwargs.update(model=model, trainer=trainer)
-        super().__init__(_registry.get(), **kwargs)
+        super().__init__(get_handler_registry(), **kwargs)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import mxnet as mx
 
 from fuse.collectives import calls as _c
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.mxnet import mpi_ops
 
 

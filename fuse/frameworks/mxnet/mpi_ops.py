@@ -17,7 +17,7 @@ from mxnet.base import MXNetError
 
 from fuse.collectives import calls as _c
 from fuse.collectives.ops import Average, resolve_op
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.mxnet.tensors import (MxnetOps, check_ndarray, ready_for_read,
                                            ready_for_write)
 

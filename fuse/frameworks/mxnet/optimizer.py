@@ -19,7 +19,7 @@ import mxnet as mx
 
 from fuse.collectives.grad_sync import assign_groups, scaling, wire_names
 from fuse.collectives.ops import Average
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.mxnet import mpi_ops
 from fuse.frameworks.mxnet.tensors import Compression
 
@@ -71,6 +71,27 @@ class _GradientReducer:
                 grad[:] = self.compression.decompress(wire, ctx)
 
 
+def _forwarded(name: str):
+    """A method that calls the wrapped optimizer's ``name`` with the same arguments."""
+    def forward(self, *args, **kwargs):
+        return getattr(self._optimizer, name)(*args, **kwargs)
+    forward.__name__ = forward.__qualname__ = name
+    return forward
+
+
+def _forwarding(*names: str):
+    """Class decorator: each of ``names`` becomes a method that calls the wrapped optimizer's
+    (the base class defines them all, so ``__getattr__`` would never be asked)."""
+    def decorate(cls):
+        for name in names:
+            setattr(cls, name, _forwarded(name))
+        return cls
+    return decorate
+
+
+@_forwarding("create_state", "create_state_multi_precision", "set_learning_rate",
+             "set_lr_scale", "set_lr_mult", "set_wd_mult", "_set_current_context",
+             "_update_count", "_get_lrs", "_get_lr", "_get_wds", "_get_wd")
 class DistributedOptimizer(mx.optimizer.Optimizer):
     """Wrap ``optimizer`` so that ``update()`` / ``update_multi_precision()`` apply gradients
     averaged over the process set (for the Module API or a Gluon ``Trainer`` with
@@ -117,42 +138,6 @@ class DistributedOptimizer(mx.optimizer.Optimizer):
     @property
     def learning_rate(self):
         return self._optimizer.learning_rate
-
-    def create_state(self, index, weight):
-        return self._optimizer.create_state(index, weight)
-
-    def create_state_multi_precision(self, index, weight):
-        return self._optimizer.create_state_multi_precision(index, weight)
-
-    def set_learning_rate(self, lr):
-        self._optimizer.set_learning_rate(lr)
-
-    def set_lr_scale(self, args_lrscale):
-        self._optimizer.set_lr_scale(args_lrscale)
-
-    def set_lr_mult(self, args_lr_mult):
-        self._optimizer.set_lr_mult(args_lr_mult)
-
-    def set_wd_mult(self, args_wd_mult):
-        self._optimizer.set_wd_mult(args_wd_mult)
-
-    def _set_current_context(self, device_id):
-        self._optimizer._set_current_context(device_id)
-
-    def _update_count(self, index):
-        self._optimizer._update_count(index)
-
-    def _get_lrs(self, indices):
-        return self._optimizer._get_lrs(indices)
-
-    def _get_lr(self, index):
-        return self._optimizer._get_lr(index)
-
-    def _get_wds(self, indices):
-        return self._optimizer._get_wds(indices)
-
-    def _get_wd(self, index):
-        return self._optimizer._get_wd(index)
 
     def __getstate__(self):
         return self.__dict__.copy()

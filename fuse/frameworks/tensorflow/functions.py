@@ -5,7 +5,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from fuse.collectives import calls as _c
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 from fuse.frameworks.tensorflow.bridge import in_tf1_graph
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from fuse.collectives.ops import Average
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow.gradients import GradientReducer
 from fuse.frameworks.tensorflow.tensors import Compression
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from fuse.collectives import calls as _c
 from fuse.collectives.grad_sync import assign_groups, scaling
 from fuse.collectives.ops import Average
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 from fuse.frameworks.tensorflow.bridge import run_host
 from fuse.frameworks.tensorflow.tensors import Compression

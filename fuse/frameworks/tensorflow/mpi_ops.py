@@ -32,7 +32,7 @@ import tensorflow as tf
 from fuse.worker import lifecycle
 from fuse.collectives import calls as _c
 from fuse.collectives.ops import Average, Sum, resolve_op
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow.bridge import (build_time_name, in_tf1_graph, run_host,
                                                run_value)
 from fuse.frameworks.tensorflow.tensors import Compression, TensorflowOps, check_dtype

@@ -5,7 +5,7 @@ from __future__ import annotations
 import keras
 
 from fuse.collectives.ops import Average
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow.keras import optimizer as _keras_optimizer
 from fuse.frameworks.tensorflow.tensors import Compression
 

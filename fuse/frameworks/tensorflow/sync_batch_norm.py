@@ -6,7 +6,7 @@ import keras
 import tensorflow as tf
 
 from fuse.collectives.ops import Sum
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 import torch
 
 from fuse.collectives.ops import Adasum
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
-from fuse.frameworks.torch.optimizer import check_optimizer, unique_params
+from fuse.frameworks.torch.optimizer_checks import check_optimizer, unique_params
 
 
 class DistributedAdasumOptimizer:

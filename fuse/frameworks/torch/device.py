@@ -24,8 +24,8 @@ from fuse.collectives import device as _device
 from fuse.collectives.ops import Adasum, Sum
 from fuse.engine.device import DeviceRequest
 from fuse.frameworks.torch.tensors import dtype_name
-from fuse.worker import device_path as _dp
-from fuse.worker.process_sets import process_set_id
+from fuse.job import device_path as _dp
+from fuse.job.process_sets import process_set_id
 _VIEW_AS = {torch.bfloat16: (torch.int16, "uint16"), torch.bool: (torch.uint8, None)}
 
 

@@ -109,14 +109,12 @@ class ShardedOptimizerStateHandler(StateHandler):
         self.value.load_state_dict(copy.deepcopy(full))
 
 
-_registry = HandlerRegistry([
+get_handler_registry, set_handler_registry = HandlerRegistry.functions([
     (ShardedOptimizer, ShardedOptimizerStateHandler),
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),
 ])
-get_handler_registry = _registry.get
-set_handler_registry = _registry.set
 
 
 class TorchState(HandlerState):
@@ -128,4 +126,4 @@ class TorchState(HandlerState):
 
     def __init__(self, model=None, optimizer=None, **kwargs):
         kwargs.update(model=model, optimizer=optimizer)
-        super().__init__(_registry.get(), **kwargs)
+        super().__init__(get_handler_registry(), **kwargs)

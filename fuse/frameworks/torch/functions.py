@@ -6,7 +6,7 @@ import torch
 
 from fuse.worker import lifecycle
 from fuse.collectives import calls as _c
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
 
 

@@ -27,7 +27,7 @@ segments.  ``share`` is collective; ``build`` calls it exactly once on every ran
 CUDA gradients get slots too when the GPU backend serves them (``on_device``): flat buffers on
 their device, one per device and dtype, for gradients the device path would fuse
 (``device_fuses``).  The device path reduces a fused run of adjacent in-place tensors where it
-lies (:mod:`fuse.worker.device_path`), so they skip its device fusion buffer the same way.
+lies (:mod:`fuse.job.device_path`), so they skip its device fusion buffer the same way.
 """
 
 from __future__ import annotations

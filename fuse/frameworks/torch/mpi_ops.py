@@ -27,7 +27,7 @@ import torch
 from fuse.worker import lifecycle
 from fuse.collectives import calls as _c
 from fuse.collectives.ops import Adasum, Average, Sum, resolve_op
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import device as _dev
 from fuse.frameworks.torch.tensors import Compression, TorchOps
 

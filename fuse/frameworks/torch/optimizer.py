@@ -43,39 +43,19 @@ from typing import Any
 import torch
 
 from fuse.worker import lifecycle
-from fuse.worker import state as job_state
+from fuse.job import state as job_state
 from fuse.collectives import calls as collectives
 from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
 from fuse.collectives.ops import Adasum, Average, Sum
 from fuse.collectives.powersgd import PowerSGD
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
+from fuse.frameworks.torch.optimizer_checks import (ZERO_GRAD_ERROR, check_optimizer,  # noqa: F401
+                                                    parameter_names, unique_params,
+                                                    wrapped_attribute)
 from fuse.frameworks.torch.tensors import Compression
-
-ZERO_GRAD_ERROR = ("optimizer.zero_grad() was called after loss.backward() but before "
-                   "optimizer.step() or optimizer.synchronize(). This is prohibited as it can "
-                   "cause a race condition.")
-
-
-def check_optimizer(optimizer) -> None:
-    """The wrappers take a ``torch.optim.Optimizer`` and nothing else."""
-    if not isinstance(optimizer, torch.optim.Optimizer):
-        raise TypeError("DistributedOptimizer wraps a torch.optim.Optimizer, got "
-                        f"{type(optimizer).__name__}")
-
-
-def unique_params(optimizer) -> list:
-    """The optimizer's parameters in param-group order, each once (a parameter may sit in
-    several groups)."""
-    params, seen = [], set()
-    for group in optimizer.param_groups:
-        for p in group["params"]:
-            if id(p) not in seen:
-                seen.add(id(p))
-                params.append(p)
-    return params
 
 
 def _shared_allocator(engine):
@@ -92,15 +72,12 @@ def _shared_allocator(engine):
     return share
 
 
-def _wrapped_attribute(name: str) -> property:
-    """An attribute of the wrapped optimizer, read and assigned through the wrapper:
-    ``__getattr__`` forwards reads only, and an assignment would otherwise land on the
-    wrapper (``__setattr__`` hands properties their value)."""
-    return property(lambda self: getattr(self._opt, name),
-                    lambda self, value: setattr(self._opt, name, value))
-
-
 SPARSE = "sparse"       # _InFlight.ctx of a sparse gradient: its handle is a wait function
+
+
+def _wrapped(wrapper):
+    """The optimizer a wrapper of this module wraps."""
+    return wrapper._opt
 
 
 @dataclasses.dataclass
@@ -176,7 +153,7 @@ class DistributedOptimizer:
         d["_synchronized"] = False
 
         params = unique_params(optimizer)
-        names = self._names(params, named_parameters)
+        names = parameter_names(params, named_parameters)
         if named_parameters is None:
             # Horovod's generated names, by place in the param groups: noname.<group>.<index>
             place: dict = {}
@@ -235,28 +212,14 @@ class DistributedOptimizer:
         return getattr(self.__dict__["_opt"], name)
 
     # what schedulers and checkpoints read and assign on the optimizer they are given
-    param_groups = _wrapped_attribute("param_groups")
-    state = _wrapped_attribute("state")
-    defaults = _wrapped_attribute("defaults")
+    param_groups = wrapped_attribute("param_groups", _wrapped)
+    state = wrapped_attribute("state", _wrapped)
+    defaults = wrapped_attribute("defaults", _wrapped)
 
     def __repr__(self):
         return f"DistributedOptimizer({self._opt!r})"
 
     # ---- names
-
-    @staticmethod
-    def _names(params, named_parameters):
-        if named_parameters is None:
-            return [None] * len(params)
-        named = list(named_parameters)
-        check_names(named)
-        by_id = {id(p): name for name, p in named}
-        missing = [id(p) for p in params if id(p) not in by_id]
-        if missing:
-            raise ValueError("named_parameters was specified, but one or more model "
-                             "parameters were not named. Python object ids: "
-                             f"{', '.join(str(m) for m in missing)}")
-        return [by_id[id(p)] for p in params]
 
     # ---- hooks and submission
 

@@ -38,16 +38,21 @@ from fuse.collectives.grad_sync import PassCounter, scaling
 from fuse.collectives.ops import Adasum, Average, Max, Sum
 from fuse.collectives.powersgd import PowerSGD
 from fuse.frameworks.torch import mpi_ops
-from fuse.frameworks.torch.optimizer import (ZERO_GRAD_ERROR, DistributedOptimizer,
-                                             _wrapped_attribute, check_optimizer,
-                                             unique_params)
+from fuse.frameworks.torch.optimizer_checks import (ZERO_GRAD_ERROR, check_optimizer,
+                                                    parameter_names, unique_params,
+                                                    wrapped_attribute)
 from fuse.frameworks.torch.tensors import Compression
 from fuse.worker import lifecycle
-from fuse.worker import state as job_state
-from fuse.worker.process_sets import global_process_set
+from fuse.job import state as job_state
+from fuse.job.process_sets import global_process_set
 
 # DDP's bucket_cap_mb: large enough to fill the link, small enough to overlap with backward
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+def _wrapped(wrapper):
+    """The optimizer a wrapper of this module wraps."""
+    return wrapper._opt
 
 
 class ShardedOptimizer:
@@ -84,7 +89,7 @@ class ShardedOptimizer:
         d["_params"] = params
         d["_index"] = {id(p): i for i, p in enumerate(params)}
         d["_names"] = [name if name is not None else f"noname.{i}" for i, name in
-                       enumerate(DistributedOptimizer._names(params, named_parameters))]
+                       enumerate(parameter_names(params, named_parameters))]
         d["_counter"] = PassCounter(len(params), backward_passes_per_step)
         d["_hook_handles"] = []
         d["_engine_generation"] = None
@@ -112,9 +117,9 @@ class ShardedOptimizer:
         else:
             self.__dict__[name] = value
 
-    param_groups = _wrapped_attribute("param_groups")
-    state = _wrapped_attribute("state")
-    defaults = _wrapped_attribute("defaults")
+    param_groups = wrapped_attribute("param_groups", _wrapped)
+    state = wrapped_attribute("state", _wrapped)
+    defaults = wrapped_attribute("defaults", _wrapped)
 
     def __repr__(self):
         return f"DistributedOptimizer({self._opt!r}, sharded=True)"

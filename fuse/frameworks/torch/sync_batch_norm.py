@@ -6,7 +6,7 @@ import torch
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from fuse.collectives.ops import Sum
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
 
 

@@ -189,11 +189,11 @@ class ElasticJob(Job):
                 # later failures are retried (as in Horovod); said once per run of failures
                 if failed_since is None:
                     failed_since = time.monotonic()
-                    self._say(f"host discovery failed (retrying): {err}")
+                    self.say(f"host discovery failed (retrying): {err}")
                 continue
             with self._hosts_lock:
                 self._found = hosts
-            self._wake()
+            self.wake()
 
     # -- plans -----------------------------------------------------------------------------
     def _usable_hosts(self) -> list[HostSpec]:
@@ -221,7 +221,7 @@ class ElasticJob(Job):
         if len(plan) < self.elastic.min_np:
             if self._waiting_since is None:
                 self._waiting_since = now
-                self._say(f"{reason}; waiting up to {self.elastic.elastic_timeout:g} s for "
+                self.say(f"{reason}; waiting up to {self.elastic.elastic_timeout:g} s for "
                           f"{self.elastic.min_np} slots (have {len(plan)})")
             if now - self._waiting_since >= self.elastic.elastic_timeout:
                 return (f"only {len(plan)} slots were available, fewer than --min-np "
@@ -255,7 +255,7 @@ class ElasticJob(Job):
              for wid, s in plan.items()}, added))
         self.server.put(protocol.GENERATION_KEY, str(g).encode())
         self.server.drop("errors/")     # reported under the ranks of the generation before
-        self._say(f"generation {g}: {len(plan)} workers on "
+        self.say(f"generation {g}: {len(plan)} workers on "
                   f"{', '.join(sorted({s.hostname for s in plan.values()}))} ({reason})")
         self.local_workers = sum(self.starter.is_local(w.slot.hostname)
                                  for w in self.live.values()) + \
@@ -266,9 +266,9 @@ class ElasticJob(Job):
                 continue
             w = WorkerRecord(slot)
             w.wid = wid
-            self._workers.append(w)
+            self.workers.append(w)
             self.live[wid] = w
-            failure = self._start(w)
+            failure = self.start_worker(w)
             if failure is not None:
                 self.live.pop(wid)
                 self._record(w, failure.what())
@@ -306,7 +306,7 @@ class ElasticJob(Job):
         self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what,
                                            w.tail()))
         seconds = self.blacklist.add(w.slot.hostname)
-        self._say(f"worker {w.wid} {what}; host {w.slot.hostname} is blacklisted"
+        self.say(f"worker {w.wid} {what}; host {w.slot.hostname} is blacklisted"
                   + ("" if seconds == float("inf") else f" for {seconds:.0f} s"))
         self._replan_reason = self._replan_reason or f"worker {w.wid} {what}"
         self._last_failure_at = time.monotonic()
@@ -328,7 +328,7 @@ class ElasticJob(Job):
         found = self._check_reachable(found)
         if [(h.hostname, h.slots) for h in found] == [(h.hostname, h.slots) for h in self.hosts]:
             return
-        self._debug("discovery: " + ", ".join(f"{h.hostname}:{h.slots}" for h in found))
+        self.debug("discovery: " + ", ".join(f"{h.hostname}:{h.slots}" for h in found))
         self.hosts = found
         for h in found:
             if not self.starter.is_local(h.hostname) and h.hostname not in self.remote_hosts:
@@ -351,15 +351,15 @@ class ElasticJob(Job):
                 out.append(h)
             elif h.hostname not in self._unreachable_said:
                 self._unreachable_said.add(h.hostname)
-                self._say(f"cannot add remote host {h.hostname}: the job started on this machine "
+                self.say(f"cannot add remote host {h.hostname}: the job started on this machine "
                           "only, so its store listens on loopback; give --network-interface to "
                           "let remote hosts join later")
         return out
 
     # -- the loop --------------------------------------------------------------------------
     def run(self) -> "ElasticResult":
-        old_handlers = self._open_loop()
-        self.server.on_change = self._wake
+        old_handlers = self.open_loop()
+        self.server.on_change = self.wake
         discovery_thread = None
         error: str | None = None
         interrupted: int | None = None
@@ -367,17 +367,17 @@ class ElasticJob(Job):
             error = self._replan("start")
             notice = self.budget_notice()
             if notice:
-                self._say(notice)
+                self.say(notice)
             if not isinstance(self.discovery, FixedHosts):
                 discovery_thread = threading.Thread(target=self._discover, daemon=True,
                                                     name="fuse-discovery")
                 discovery_thread.start()
             while error is None:
                 now = time.monotonic()
-                if self._signals:
-                    interrupted = self._signals.pop(0)
-                    self._say(f"received {signal.Signals(interrupted).name}; stopping "
-                              f"{sum(w.running for w in self._workers)} workers")
+                if self.pending_signals:
+                    interrupted = self.pending_signals.pop(0)
+                    self.say(f"received {signal.Signals(interrupted).name}; stopping "
+                              f"{sum(w.running for w in self.workers)} workers")
                     break
                 error = self._step(now)
                 if error is not None or self._finished():
@@ -387,13 +387,13 @@ class ElasticJob(Job):
                     timeout = min(timeout, 0.05)
                 if self._release_at is not None:
                     timeout = max(0.0, min(timeout, self._release_at - time.monotonic()))
-                self._dispatch(timeout)
+                self.dispatch(timeout)
         finally:
             self._stop_discovery.set()
             self.server.on_change = None
             if error is not None or interrupted is not None:
-                self._stop_all(signal.SIGTERM)
-            self._close_loop(old_handlers)
+                self.stop_all(signal.SIGTERM)
+            self.close_loop(old_handlers)
             if discovery_thread is not None:
                 discovery_thread.join(timeout=5)
         return self._result(error, interrupted)
@@ -401,14 +401,14 @@ class ElasticJob(Job):
     def _step(self, now: float) -> str | None:
         """One turn of the loop; returns why the job must stop, or None."""
         # exits
-        for w in list(self._workers):
-            rc = self._reap(w)
+        for w in list(self.workers):
+            rc = self.reap(w)
             if rc is None:
                 continue
             wid = w.wid
             if wid in self.leaving:
                 del self.leaving[wid]
-                self._debug(f"worker {wid} left the job (exit code {rc})")
+                self.debug(f"worker {wid} left the job (exit code {rc})")
                 self._replan_reason = self._replan_reason or (
                     None if self.succeeded else self._pending_growth())
                 continue
@@ -463,11 +463,11 @@ class ElasticJob(Job):
             if all(wid in ready_ids for wid in self.plan):
                 self._go_sent = self.generation
                 self.server.put(protocol.GO_KEY.format(g=self.generation), b"1")
-                self._debug(f"generation {self.generation}: every worker is ready")
+                self.debug(f"generation {self.generation}: every worker is ready")
         # workers left out that linger
         for wid, (w, deadline) in list(self.leaving.items()):
             if now >= deadline and w.running:
-                self._say(f"worker {wid} was left out of the job but did not exit within "
+                self.say(f"worker {wid} was left out of the job but did not exit within "
                           f"{self.elastic.removed_grace:g} s; stopping it")
                 w.signal_group(signal.SIGKILL if now >= deadline + self.settings.grace_seconds
                                else signal.SIGTERM)
@@ -486,13 +486,13 @@ class ElasticJob(Job):
             except ValueError:
                 continue
             if self.succeeded or self._replan_reason is not None:
-                self._say(f"straggler report ignored: the job is re-forming already "
+                self.say(f"straggler report ignored: the job is re-forming already "
                           f"({evidence.get('text', '')})")
                 continue
             decision = self.stragglers.decide(
                 evidence, self.plan, self.live, now, self.elastic.min_np,
                 lambda: len(self._candidate()), self.blacklist)
-            self._say(decision.text)
+            self.say(decision.text)
             if decision.remove:
                 self._replan_reason = decision.reason
 
@@ -590,7 +590,7 @@ class ElasticJob(Job):
     def _result(self, error: str | None, interrupted: int | None) -> "ElasticResult":
         exit_codes = {s.rank: None for s in self.plan.values()}
         for wid, s in self.plan.items():
-            for w in self._workers:
+            for w in self.workers:
                 if w.wid == wid and w.proc is not None:
                     exit_codes[s.rank] = w.returncode
         failure = None

@@ -6,7 +6,7 @@ import os
 import sys
 
 from fuse.cluster import hosts as _hosts
-from ..launch import seconds_setting
+from ..settings import seconds_setting
 from .driver import ElasticJob, ElasticJobError, ElasticSettings, discovery_from
 
 

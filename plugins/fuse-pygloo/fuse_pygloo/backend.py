@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import itertools
 import socket
-from typing import Sequence
 
-from fuse.backends.base import Backend, exchange_bytes
+from fuse.backends.base import ConnectingBackend
 from fuse.backends.peer_proof import prove_peers
 from fuse.cluster.hosts import route_source_address
 from fuse.cluster.store import secret_from_env, store_from_config
@@ -56,7 +55,7 @@ def device_attr(pygloo, config):
     return attr
 
 
-class PyglooBackend(Backend):
+class PyglooBackend(ConnectingBackend):
     """fuse over pygloo; ``PyglooBackend(config)`` connects the world.
 
     ``store`` overrides the rendezvous store from ``config`` (tests)."""
@@ -97,10 +96,10 @@ class PyglooBackend(Backend):
         generation = getattr(config, "rendezvous_generation", -1)
         self._prefix = (f"pygloo/{next(_epochs)}/" if generation < 0
                         else f"pygloo/elastic{generation}/")
-        self._groups: dict[int, PyglooGroup] = {}
-        self.world = self._connect(list(range(self.size)), 0)
+        self.groups: dict[int, PyglooGroup] = {}
+        self.world = self.connect(list(range(self.size)), 0)
 
-    def _connect(self, ranks: list[int], group_id: int) -> PyglooGroup:
+    def connect(self, ranks: list[int], group_id: int) -> PyglooGroup:
         label = "the world" if group_id == 0 else f"process set {group_id}"
         prefix = f"{self._prefix}g{group_id}/"
         context = None
@@ -113,23 +112,13 @@ class PyglooBackend(Backend):
                 raise PyglooError(f"{BACKEND} backend: rank {self.rank} could not connect to "
                                   f"{label} (ranks {ranks}): {err}") from err
         group = PyglooGroup(self._pg, context, ranks, self.rank, label)
-        self._groups[group_id] = group
+        self.groups[group_id] = group
         # Gloo's listeners take any connection that sends the right four bytes: before the
         # job's data travels, every pair proves the job's secret on its own connection.
         prove_peers(group, ranks, self.rank, prefix, secret_from_env(), backend=BACKEND,
                     error=PyglooError, transport_errors=(PyglooError,))
         return group
 
-    def exchange(self, data: bytes) -> list[bytes]:
-        return exchange_bytes(self.world, self.size, data)
-
-    def create_group(self, ranks: Sequence[int], group_id: int) -> PyglooGroup:
-        if group_id == 0 and sorted(ranks) == list(range(self.size)):
-            return self.world
-        return self._connect(self.validate_group(ranks, group_id, self._groups), group_id)
-
     def close(self) -> None:
-        for group in self._groups.values():
-            group.close()
-        self._groups.clear()
+        super().close()
         self._device = None

@@ -85,7 +85,7 @@ def _reducescatter(c: Checker, g, r: int, n: int) -> None:
 
 def group_suite() -> int:
     import fuse
-    from fuse.worker import state
+    from fuse.job import state
     from fuse_pygloo import PyglooBackend
 
     fuse.init()

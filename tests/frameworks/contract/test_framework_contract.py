@@ -1,25 +1,20 @@
-"""One framework contract, and imports that point one way.
+"""One framework contract.
 
 Every registered framework adapter hands out an ArrayOps that implements every tensor verb the
 shared code calls (and its Compression casts through that same object).  An adapter whose
 framework is not installed here is reported as skipped, with the reason; where
 FUSE_TEST_REQUIRE promises the framework (the TensorFlow and MXNet environments run this file
-too: scripts/test_tensorflow.sh, scripts/test_mxnet.sh) it fails instead.  Each layer of the
-package imports only the layers below it (FORBIDDEN), and the job state and process sets do not
-import the start-up module that imports them."""
+too: scripts/test_tensorflow.sh, scripts/test_mxnet.sh) it fails instead.  That the layers of
+the package import one way only is tests/package/test_architecture.py's."""
 
 from __future__ import annotations
 
-import ast
 import importlib
-import pathlib
-import re
 
 import needs
 import numpy as np
 import pytest
 
-import fuse
 from fuse.engine.protocol import DTYPE_CODES
 from fuse.collectives.array_ops import ArrayOps
 from fuse.frameworks import describe_frameworks, framework_names, load_framework
@@ -99,54 +94,3 @@ def test_each_adapters_verbs_work_on_its_frameworks_tensors(name):
 
 def test_every_builtin_adapter_is_registered():
     assert set(MAKERS) <= set(framework_names())
-
-
-def _imports(path: pathlib.Path) -> set[str]:
-    """Every module a file imports, at any depth (function-local imports included)."""
-    out = set()
-    for node in ast.walk(ast.parse(path.read_text())):
-        if isinstance(node, ast.ImportFrom) and node.module:
-            out.add(node.module)
-            out.update(f"{node.module}.{a.name}" for a in node.names)
-        elif isinstance(node, ast.Import):
-            out.update(a.name for a in node.names)
-    return out
-
-
-PACKAGE = pathlib.Path(fuse.__file__).parent
-# What each layer may not import: the launcher sits above the workers, the frameworks above the
-# shared code, and fuse.cluster (shared by launcher and workers) below everything.
-FORBIDDEN = {
-    "cluster": ("fuse.",),
-    "engine": ("fuse.frameworks", "fuse.runner", "fuse.worker", "fuse.collectives", "fuse.common"),
-    "collectives": ("fuse.frameworks", "fuse.runner", "fuse.worker.lifecycle"),
-    "worker": ("fuse.frameworks", "fuse.runner"),
-    "common": ("fuse.frameworks", "fuse.runner"),
-    "backends": ("fuse.frameworks", "fuse.runner", "fuse.worker", "fuse.collectives"),
-}
-
-
-@pytest.mark.parametrize("layer", sorted(FORBIDDEN))
-def test_layers_import_downwards_only(layer):
-    offenders = {}
-    for path in (PACKAGE / layer).rglob("*.py*"):
-        if path.suffix not in (".py", ".pyx", ".pxd"):
-            continue
-        bad = sorted(m for m in _imports_any(path) if m.startswith(FORBIDDEN[layer]))
-        if bad:
-            offenders[str(path.relative_to(PACKAGE))] = bad
-    assert not offenders, offenders
-
-
-@pytest.mark.parametrize("module", ["state", "process_sets"])
-def test_job_state_does_not_import_start_up(module):
-    imported = _imports(PACKAGE / "worker" / f"{module}.py")
-    assert not {m for m in imported if m.endswith("lifecycle")}, imported
-
-
-def _imports_any(path: pathlib.Path) -> set[str]:
-    """Imports of a Python or Cython file (Cython's cimports read as text)."""
-    if path.suffix == ".py":
-        return _imports(path)
-    text = path.read_text()
-    return set(re.findall(r"^\s*(?:from|c?import)\s+(fuse[\w.]*)", text, re.M))

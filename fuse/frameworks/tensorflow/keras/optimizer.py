@@ -19,7 +19,7 @@ import keras
 import tensorflow as tf
 
 from fuse.collectives.ops import Average, Sum, resolve_op
-from fuse.worker.process_sets import global_process_set
+from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow.gradients import GradientReducer
 from fuse.frameworks.tensorflow.tensors import Compression
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Iterable
 
-from fuse.worker import state
+from fuse.job import state
 
 
 class ProcessSet:

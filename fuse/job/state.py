@@ -2,8 +2,9 @@
 registered process sets.
 
 ``fuse.worker.lifecycle`` (init, shutdown) writes it; the collective layer and the process sets
-read it.  It imports nothing of fuse's above ``fuse.config``, so every module may import it:
-this is what keeps lifecycle, collectives and process_sets from importing each other in a circle.
+read it.  It imports nothing of fuse's above ``fuse.config``, so every layer above may import it:
+this is what lets lifecycle (above the collectives) and the collectives (above this) each
+import what they need without a circle.
 """
 
 from __future__ import annotations

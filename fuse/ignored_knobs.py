@@ -55,7 +55,7 @@ def ignored_knobs_warning(environ: Mapping[str, str] | None = None) -> str | Non
     if not found:
         return None
     return ("fuse does not implement these Horovod settings and ignores them: "
-            + ", ".join(found) + " (see fuse.common.ignored_knobs for what each does in Horovod)")
+            + ", ".join(found) + " (see fuse.ignored_knobs for what each does in Horovod)")
 
 
 _warned = False

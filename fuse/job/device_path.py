@@ -22,7 +22,7 @@ def get() -> DeviceExecutor | None:
     """The device executor of this process, installed in the current engine; None (see
     :func:`why_not`) when the GPU backend cannot run here."""
     global _executor, _unavailable
-    from fuse.worker import state
+    from fuse.job import state
     with _lock:
         if _executor is None and _unavailable is None:
             from fuse.backends import load_device_backend
