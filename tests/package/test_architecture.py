@@ -24,8 +24,10 @@ ROOT = PACKAGE.name
 LAYERS = (
     ("fuse.__main__",),                         # python -m fuse
     ("fuse.info",),                             # python -m fuse.info: reports on all below
-    # the integrations: where workers start (Spark, Ray) and the trainers that drive them
-    ("fuse.spark", "fuse.ray", "fuse.lightning"),
+    # the integrations: where workers start (Spark, Ray); Spark's Lightning estimator runs a
+    # Lightning Trainer with fuse's strategy on each worker
+    ("fuse.spark", "fuse.ray"),
+    ("fuse.lightning",),                        # the Lightning strategy that drives workers
     # the front doors, Horovod's import paths: thin modules gathering names from below
     ("fuse", "fuse.torch", "fuse.tensorflow", "fuse.keras", "fuse.mxnet", "fuse.elastic"),
     # the framework adapters, and the launcher beside them (it starts workers, imports none)

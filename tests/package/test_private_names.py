@@ -24,8 +24,6 @@ PENDING: set[tuple[str, str]] = {
     # fuse.spark's: its estimators' mixins share helpers across its modules
     ("fuse/spark/common/estimator.py", "_init_params"),
     ("fuse/spark/common/estimator.py", "_metadata"),
-    ("fuse/spark/keras/estimator.py", "_check_input_shapes"),
-    ("fuse/spark/torch/estimator.py", "_check_input_shapes"),
 }
 
 # Private attributes of another project's objects whose names a fuse module happens to define

@@ -55,7 +55,7 @@ class FuseEstimator(PersistenceMixin, Estimator, EstimatorParams):
         shapes = self.getInputShapes()
         return dict(zip(self.getFeatureCols() or [], shapes)) if shapes else None
 
-    def _check_input_shapes(self) -> None:
+    def check_input_shapes(self) -> None:
         shapes = self.getInputShapes()
         features = self.getFeatureCols() or []
         if shapes is not None and len(shapes) != len(features):

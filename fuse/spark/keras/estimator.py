@@ -54,7 +54,7 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
             raise ValueError("optimizer is not set: give a keras optimizer")
         if self.getLoss() is None:
             raise ValueError("loss is not set: give a Keras loss (name or function)")
-        self._check_input_shapes()
+        self.check_input_shapes()
 
     def _input_shapes(self) -> dict | None:
         """Feature column -> shape: ``input_shapes``, else the model's inputs' shapes (as

@@ -42,20 +42,6 @@ LIGHTNING_PARAMS = {
 }
 
 
-def first_optimizer(configured):
-    """The optimizer out of whatever ``configure_optimizers`` returned."""
-    import torch
-    if isinstance(configured, torch.optim.Optimizer):
-        return configured
-    if isinstance(configured, dict):
-        return first_optimizer(configured["optimizer"])
-    if isinstance(configured, (list, tuple)) and configured:
-        return first_optimizer(configured[0])
-    raise ValueError(f"configure_optimizers() returned {type(configured).__name__}: fuse's "
-                     "Lightning estimator takes an optimizer, a list of them, or a dict with "
-                     "'optimizer'")
-
-
 class TorchEstimator(_TorchEstimator):
     """Train a ``LightningModule`` (or a ``torch.nn.Module`` with ``optimizer`` and ``loss``)
     on a Spark DataFrame with fuse (see the module's docstring)."""
@@ -75,7 +61,7 @@ class TorchEstimator(_TorchEstimator):
         remote.lightning_package(model)
         if not callable(getattr(model, "configure_optimizers", None)):
             raise ValueError(f"model {type(model).__name__} has no configure_optimizers()")
-        self._check_input_shapes()
+        self.check_input_shapes()
 
     def _framework_spec(self) -> dict:
         legacy = None

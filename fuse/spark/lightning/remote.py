@@ -137,7 +137,6 @@ def _trainer_args(pl, spec, model, callbacks, steps, val_steps, local_dir) -> di
     import torch
     extra = dict(spec.trainer_args or {})
     if extra.pop("stochastic_weight_avg", False):
-        from .estimator import first_optimizer
         lrs = [g["lr"] for g in first_optimizer(model.configure_optimizers()).param_groups]
         callbacks = callbacks + [pl.callbacks.StochasticWeightAveraging(swa_lrs=lrs)]
     user_checkpoints = any(isinstance(c, pl.callbacks.ModelCheckpoint) for c in callbacks)
@@ -244,3 +243,17 @@ def _keep_logs(store, run_id: str, local_dir: str) -> None:
             fs.copy_files(source, store.get_localized_path(logs),
                           source_filesystem=fs.LocalFileSystem(),
                           destination_filesystem=store.filesystem)
+
+
+def first_optimizer(configured):
+    """The optimizer out of whatever ``configure_optimizers`` returned."""
+    import torch
+    if isinstance(configured, torch.optim.Optimizer):
+        return configured
+    if isinstance(configured, dict):
+        return first_optimizer(configured["optimizer"])
+    if isinstance(configured, (list, tuple)) and configured:
+        return first_optimizer(configured[0])
+    raise ValueError(f"configure_optimizers() returned {type(configured).__name__}: fuse's "
+                     "Lightning estimator takes an optimizer, a list of them, or a dict with "
+                     "'optimizer'")

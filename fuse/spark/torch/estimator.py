@@ -44,7 +44,7 @@ class TorchEstimator(FuseEstimator):
                 and self.getTrainMinibatchFn() is None:
             raise ValueError("loss is not set: give a loss function (e.g. "
                              "torch.nn.functional.mse_loss) or loss_constructors")
-        self._check_input_shapes()
+        self.check_input_shapes()
 
     def _framework_spec(self) -> dict:
         return {"model": self.getModel(), "optimizer": self.getOptimizer(),
