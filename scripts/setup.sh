@@ -52,6 +52,19 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # meson-python finds meson, ninja and cython on PATH, at install time and at every rebuild.
 export PATH="$(pwd)/.venv/bin:$PATH"
+# The minimal setup installs fuse's binary wheel when scripts/build_wheels.sh has one of these very
+# sources for this Python in its cache: a few seconds instead of compiling the engine.
+if [ "$MINIMAL" = 1 ] &&
+   wheel=$(bash scripts/build_wheels.sh --cached "$(.venv/bin/python -c \
+             'import sys; print("%d.%d" % sys.version_info[:2])')"); then
+  say "installing fuse's wheel of these sources ($wheel), built by scripts/build_wheels.sh"
+  .venv/bin/python -m pip install -q "$wheel"
+  .venv/bin/python -c "import fuse" ||
+    { echo "setup: FAILED: fuse does not import" >&2; exit 1; }
+  say "fuse installed in $(pwd)/.venv (minimal, from the wheel: run scripts/setup.sh without" \
+      "FUSE_SETUP_MINIMAL for torch, MPI, Ray, Spark and an editable install)"
+  exit 0
+fi
 say "installing the build tools (meson-python, meson, ninja, Cython, NumPy) with pip"
 # (the venv's own pip is new enough for what the minimal setup installs: it skips the upgrade)
 if [ "$MINIMAL" != 1 ]; then .venv/bin/python -m pip install -q --upgrade pip; fi

@@ -96,7 +96,7 @@ def _mpi_files():
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system")
 @pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None
                     or not (shutil.which("mpiexec") or shutil.which("mpirun")),
-                    reason="no mpiexec/mpi4py (pip install 'fuse[mpi]')")
+                    reason="no mpiexec/mpi4py (pip install 'fuse-dl[mpi]')")
 def test_fuserun_mpi_removes_what_mpi_left_after_a_killed_rank(script):
     before = _mpi_files()
     r = subprocess.run(fuserun_argv("--mpi", "-np", "2", sys.executable, script(MPI_WORKER)),

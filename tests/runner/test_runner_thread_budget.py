@@ -111,7 +111,7 @@ def _mpiexec() -> str | None:
 
 needs_mpi = pytest.mark.skipif(
     _mpiexec() is None or importlib.util.find_spec("mpi4py") is None,
-    reason="no mpiexec/mpi4py (pip install 'fuse[mpi]')")
+    reason="no mpiexec/mpi4py (pip install 'fuse-dl[mpi]')")
 
 
 @needs_mpi

@@ -2,7 +2,7 @@
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse-dl[torch])")
 
 from torch_util import run_job  # noqa: E402
 

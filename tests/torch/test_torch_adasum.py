@@ -5,7 +5,7 @@ combines the workers' optimizer steps (start + Adasum of the updates), as Horovo
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse[torch])")
+torch = pytest.importorskip("torch", reason="tests/torch needs torch (pip install fuse-dl[torch])")
 
 from adasum_reference import pair  # noqa: E402
 from torch_util import run_job  # noqa: E402
