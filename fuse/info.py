@@ -222,7 +222,7 @@ def render(data: dict[str, Any]) -> str:
     eng = data["engine"]
     lines = [
         f"fuse {data['fuse']} ({data['build']['distribution']})",
-        "  gloo     " + (f"{data['build']['gloo']['version']}"
+        "  Gloo     " + (f"{data['build']['gloo']['version']}"
                          f"{' from ' + data['build']['gloo']['origin'] if data['build']['gloo']['origin'] else ''}"
                          if data['build']['gloo']['version'] else "not built in"),
         "  build    " + ", ".join(f"{k} {v}" for k, v in data["build"]["options"].items()),

@@ -18,14 +18,15 @@
 #   (default: 3.10 3.11 3.12 3.13, or $FUSE_WHEEL_PYTHONS).  Root (debootstrap, chroot, mounts).
 # Each wheel is cached in $FUSE_WHEEL_CACHE (default /var/cache/fuse-wheels) by the hash of the
 # sources it was built from, and so is the build root; the compiler's objects are cached by
-# ccache in the root, so a build after a small change recompiles only what changed.
+# ccache in the root, and each version keeps its build folder (over a mirror of the sources,
+# scripts/wheels/sync_sources.py), so a build after a small change redoes only what changed.
 # wheelhouse/ gets the wheels and SOURCES, the hash of the sources they were built from.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SRC=$(pwd)
 CACHE=${FUSE_WHEEL_CACHE:-/var/cache/fuse-wheels}
 OUT=${FUSE_WHEELHOUSE:-$SRC/wheelhouse}
-MIRROR=${FUSE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
+DEBIAN_MIRROR=${FUSE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
 PLAT=manylinux_2_31_x86_64
 SUITE=bullseye
 PACKAGES=g++,libgloo-dev,ccache
@@ -38,7 +39,7 @@ root_key=$(printf '%s\n' "$SUITE" "$PACKAGES" v1 | sha256sum | cut -c1-12)
 src_key=$( { git ls-files -s fuse meson.build meson.options pyproject.toml 2>/dev/null
              git diff HEAD -- fuse meson.build meson.options pyproject.toml 2>/dev/null
              git ls-files -o --exclude-standard -z fuse 2>/dev/null | xargs -0 -r sha256sum
-             cat "$0" scripts/wheels/in_root.sh; echo "$root_key ${TOOLS[*]} ${REPAIR_TOOLS[*]}"
+             cat "$0" scripts/wheels/in_root.sh scripts/wheels/sync_sources.py; echo "$root_key ${TOOLS[*]} ${REPAIR_TOOLS[*]}"
            } | sha256sum | cut -c1-16)
 
 # --cached VERSION: print the path of the cached wheel of these sources for CPython VERSION and
@@ -69,7 +70,7 @@ ROOT=$CACHE/root-$SUITE-$root_key
 if [ ! -x "$ROOT/usr/bin/g++" ]; then
   say "debootstrap $SUITE into $ROOT (once per machine, about 3 min)"
   rm -rf "$ROOT.tmp"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT.tmp" "$MIRROR" >/dev/null
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT.tmp" "$DEBIAN_MIRROR" >/dev/null
   rm -rf "$ROOT.tmp"/var/cache/apt/archives/*.deb "$ROOT.tmp"/var/lib/apt/lists/*
   mv "$ROOT.tmp" "$ROOT"
 fi
@@ -103,6 +104,10 @@ tools_venv() {  # $1: python; $2: venv dir; the rest: packages.  Made once, kept
 }
 
 rm -f "$OUT"/fuse_dl-*.whl
+# The wheels are built from a mirror of this checkout at a fixed path (scripts/wheels/
+# sync_sources.py): its unchanged files keep their timestamps, so each version's build folder
+# rebuilds only what changed since its last build, whichever clone this is.
+MIRROR=$CACHE/src
 built=()
 for v in "${VERSIONS[@]}"; do
   tag=cp${v/./}
@@ -119,26 +124,30 @@ for v in "${VERSIONS[@]}"; do
     exit 1
   }
   say "$tag: building with $python"
+  "$python" scripts/wheels/sync_sources.py "$SRC" "$MIRROR"
   venv=$CACHE/tools-$tag
   tools_venv "$python" "$venv" "${TOOLS[@]}"
   build=$CACHE/build-$tag
   raw=$CACHE/raw-$tag
   rm -rf "$raw"
   mkdir -p "$build" "$raw"
-  cat > "$build/native.ini" <<EOF
+  cat > "$build/native.ini.new" <<EOF
 [binaries]
-c = ['$SRC/scripts/wheels/in_root.sh', 'gcc']
-cpp = ['$SRC/scripts/wheels/in_root.sh', 'g++']
+c = ['$MIRROR/scripts/wheels/in_root.sh', 'gcc']
+cpp = ['$MIRROR/scripts/wheels/in_root.sh', 'g++']
 # no pkg-config: meson then takes CPython's headers from its sysconfig (this interpreter's own),
 # never from a python3.pc of this machine's system Python
 pkg-config = ['false']
 EOF
+  # rewritten only when it changed: a new one makes meson reconfigure
+  cmp -s "$build/native.ini.new" "$build/native.ini" || mv "$build/native.ini.new" "$build/native.ini"
+  rm -f "$build/native.ini.new"
   # that CPython's headers (Debian's put pyconfig.h in a folder of its own, by architecture)
   include=$("$python" -c 'import os, sysconfig; p = sysconfig.get_paths(); v = sysconfig.get_config_var
 multiarch = os.path.join("/usr/include", v("MULTIARCH") or "-", "python" + v("VERSION"))
 print(" ".join(sorted({p["include"], p["platinclude"]} | {multiarch} & {d for d in [multiarch] if os.path.isdir(d)})))')
   # The mounts live in a mount namespace of this build alone: they vanish when it ends.
-  FUSE_WHEEL_ROOT=$ROOT FUSE_WHEEL_BASEDIR=$SRC PATH="$venv/bin:$PATH" \
+  FUSE_WHEEL_ROOT=$ROOT FUSE_WHEEL_BASEDIR=$MIRROR PATH="$venv/bin:$PATH" \
   unshare --mount --propagation private bash -euo pipefail -c '
     root=$1 src=$2 build=$3 raw=$4 gloo_origin=$5
     shift 5
@@ -160,7 +169,7 @@ print(" ".join(sorted({p["include"], p["platinclude"]} | {multiarch} & {d for d 
       -Csetup-args=-Dgloo=enabled \
       -Csetup-args=-Dgloo_origin="$gloo_origin" \
       "$src"
-  ' build "$ROOT" "$SRC" "$build" "$raw" "$GLOO_ORIGIN" $include
+  ' build "$ROOT" "$MIRROR" "$build" "$raw" "$GLOO_ORIGIN" $include
   # auditwheel finds the libraries to bundle through LD_LIBRARY_PATH: a folder of links to the
   # root's copies of what the extensions load, less glibc, libstdc++ and libgcc_s (every
   # manylinux system has those; linking the root's glibc into this machine's Python would crash

@@ -90,7 +90,7 @@ def test_installed_wheel_carries_gloo(installed):
     out = installed[-1]
     assert re.search(r"^fuse-dl\s+\d", out, re.M), out
     assert re.search(r"^\s+gloo\s+available", out, re.M), out
-    assert re.search(r"^\s+gloo\s+[\d.]+ from Debian bullseye libgloo-dev", out, re.M), out
+    assert re.search(r"^\s+Gloo\s+[\d.]+ from Debian bullseye libgloo-dev", out, re.M), out
     assert "libgloo-" in out.split("bundled", 1)[1].splitlines()[0], out
     assert re.search(r"^\s+torch\s+available", out, re.M), out
 

@@ -1,0 +1,70 @@
+"""Every extra of fuse-dl installs everything its modules import.
+
+For each extra in pyproject.toml, a clean virtual environment gets ``fuse-dl[<extra>]`` (fuse's
+wheel from the wheelhouse, the rest from the package index) and then imports the modules that
+extra is for; a module that fails to import names what is missing.  This is how
+``pip install fuse[ray]`` was once found to leave ``fuse.ray.train.FuseTrainer`` without pandas.
+
+Installing every extra downloads and unpacks a few GB (TensorFlow, torch, CuPy and NCCL, Ray,
+PySpark), so scripts/test_wheels.sh runs this only when pyproject.toml's extras changed since
+its last passing run on this machine, or when FUSE_WHEEL_TEST_EXTRAS=1 asks for it.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import tomllib
+import venv
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+WHEELHOUSE = os.environ.get("FUSE_WHEEL_TEST_WHEELHOUSE", "")
+EXTRAS = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+
+# What each extra is for: the modules that must import once it is installed.  "test" is the
+# suite's own tools, not a user's extra.
+MODULES = {
+    "torch": ["fuse.torch"],
+    "tensorflow": ["fuse.tensorflow", "fuse.tensorflow.keras", "fuse.keras"],
+    "mxnet": ["fuse.mxnet"],
+    "mpi": ["mpi4py.MPI", "fuse.backends.mpi"],
+    "nccl": ["cupy", "cupy.cuda.nccl", "fuse.backends.nccl"],
+    "autotune": ["optuna", "scipy", "torch", "fuse.engine.autotune"],
+    "ray": ["fuse.ray", "fuse.ray.train", "fuse.ray.tune"],
+    "spark": ["fuse.spark", "fuse.spark.common.store", "fuse.spark.common.reader", "pyarrow.dataset",
+              "pandas"],
+    "lightning": ["fuse.lightning"],
+}
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("FUSE_WHEEL_TEST_EXTRAS") != "1" or not WHEELHOUSE,
+    reason="the extras test installs every extra (a few GB): scripts/test_wheels.sh runs it when "
+           "pyproject.toml's extras changed, or with FUSE_WHEEL_TEST_EXTRAS=1")
+
+
+def test_every_extra_is_checked():
+    assert set(EXTRAS) - {"test"} == set(MODULES), "an extra without modules to check, or gone"
+
+
+@pytest.mark.parametrize("extra", sorted(MODULES))
+def test_extra_installs_what_its_modules_import(extra, tmp_path):
+    env_dir = tmp_path / "venv"
+    venv.create(env_dir, with_pip=True)
+    python = env_dir / "bin" / "python"
+    install = subprocess.run(
+        [python, "-m", "pip", "install", "-q", "--find-links", WHEELHOUSE, f"fuse-dl[{extra}]"],
+        capture_output=True, text=True, timeout=900)
+    assert install.returncode == 0, install.stdout + install.stderr
+    check = subprocess.run(
+        [python, "-c", "import importlib, sys\n"
+         "for name in sys.argv[1:]:\n"
+         "    try:\n"
+         "        importlib.import_module(name)\n"
+         "    except Exception as err:\n"
+         "        sys.exit(f'{name}: {type(err).__name__}: {err}')\n",
+         *MODULES[extra]],
+        capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert check.returncode == 0, f"pip install fuse-dl[{extra}] then: {check.stderr}"
