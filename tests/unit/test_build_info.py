@@ -1,6 +1,7 @@
-"""fuse's version has one source, meson.build: the installed distribution's metadata,
-``fuse.__version__``, ``fuserun --version`` and ``python -m fuse.info`` all say the same, and
-CHANGELOG.md has an entry for it."""
+"""What this build of fuse says about itself (fuse/_build_info.py, written by meson): one
+version, from meson.build, that the distribution's metadata, ``fuse.__version__``, ``fuserun
+--version``, ``python -m fuse.info`` and CHANGELOG.md all agree on; and a build without Gloo
+that says what is missing."""
 
 import json
 import re
@@ -29,3 +30,13 @@ def test_one_version_everywhere():
     assert data["fuse"] == data["build"]["version"] == project
     assert data["build"]["distribution"] == "fuse-dl"
     assert f"## {project}\n" in (REPO / "CHANGELOG.md").read_text()
+
+
+def test_a_build_without_gloo_says_what_is_missing(monkeypatch):
+    """A source build that found no Gloo has no gloo backend, and says so and what to do."""
+    from fuse.backends.gloo import GlooBackend
+
+    monkeypatch.setattr(_build_info, "GLOO_VERSION", "")
+    ok, why = GlooBackend.is_available()
+    assert not ok
+    assert "no gloo backend" in why and "libgloo-dev" in why and "fuse-dl wheel" in why
