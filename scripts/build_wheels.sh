@@ -39,7 +39,8 @@ root_key=$(printf '%s\n' "$SUITE" "$PACKAGES" v1 | sha256sum | cut -c1-12)
 src_key=$( { git ls-files -s fuse meson.build meson.options pyproject.toml 2>/dev/null
              git diff HEAD -- fuse meson.build meson.options pyproject.toml 2>/dev/null
              git ls-files -o --exclude-standard -z fuse 2>/dev/null | xargs -0 -r sha256sum
-             cat "$0" scripts/wheels/in_root.sh scripts/wheels/sync_sources.py; echo "$root_key ${TOOLS[*]} ${REPAIR_TOOLS[*]}"
+             cat "$0" scripts/wheels/in_root.sh scripts/wheels/sync_sources.py
+             echo "$root_key ${TOOLS[*]} ${REPAIR_TOOLS[*]}"
            } | sha256sum | cut -c1-16)
 
 # --cached VERSION: print the path of the cached wheel of these sources for CPython VERSION and
@@ -70,7 +71,8 @@ ROOT=$CACHE/root-$SUITE-$root_key
 if [ ! -x "$ROOT/usr/bin/g++" ]; then
   say "debootstrap $SUITE into $ROOT (once per machine, about 3 min)"
   rm -rf "$ROOT.tmp"
-  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT.tmp" "$DEBIAN_MIRROR" >/dev/null
+  debootstrap --variant=minbase --include="$PACKAGES" "$SUITE" "$ROOT.tmp" "$DEBIAN_MIRROR" \
+    >/dev/null
   rm -rf "$ROOT.tmp"/var/cache/apt/archives/*.deb "$ROOT.tmp"/var/lib/apt/lists/*
   mv "$ROOT.tmp" "$ROOT"
 fi
@@ -140,12 +142,15 @@ cpp = ['$MIRROR/scripts/wheels/in_root.sh', 'g++']
 pkg-config = ['false']
 EOF
   # rewritten only when it changed: a new one makes meson reconfigure
-  cmp -s "$build/native.ini.new" "$build/native.ini" || mv "$build/native.ini.new" "$build/native.ini"
+  cmp -s "$build/native.ini.new" "$build/native.ini" ||
+    mv "$build/native.ini.new" "$build/native.ini"
   rm -f "$build/native.ini.new"
   # that CPython's headers (Debian's put pyconfig.h in a folder of its own, by architecture)
-  include=$("$python" -c 'import os, sysconfig; p = sysconfig.get_paths(); v = sysconfig.get_config_var
-multiarch = os.path.join("/usr/include", v("MULTIARCH") or "-", "python" + v("VERSION"))
-print(" ".join(sorted({p["include"], p["platinclude"]} | {multiarch} & {d for d in [multiarch] if os.path.isdir(d)})))')
+  include=$("$python" -c 'import os, sysconfig
+p, v = sysconfig.get_paths(), sysconfig.get_config_var
+dirs = {p["include"], p["platinclude"],
+        os.path.join("/usr/include", v("MULTIARCH") or "-", "python" + v("VERSION"))}
+print(" ".join(sorted(d for d in dirs if os.path.isdir(d))))')
   # The mounts live in a mount namespace of this build alone: they vanish when it ends.
   FUSE_WHEEL_ROOT=$ROOT FUSE_WHEEL_BASEDIR=$MIRROR PATH="$venv/bin:$PATH" \
   unshare --mount --propagation private bash -euo pipefail -c '
@@ -183,7 +188,8 @@ print(" ".join(sorted({p["include"], p["platinclude"]} | {multiarch} & {d for d 
     xargs -I{} chroot "$ROOT" ldd "/{}" | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' |
     sort -u | while read -r lib; do
       case "$(basename "$lib")" in
-        libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*|libstdc++.so*|libgcc_s.so*) ;;
+        libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
+        libstdc++.so*|libgcc_s.so*) ;;
         *) ln -sf "$ROOT$lib" "$libs/" ;;
       esac
     done

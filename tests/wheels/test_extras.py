@@ -34,8 +34,8 @@ MODULES = {
     "nccl": ["cupy", "cupy.cuda.nccl", "fuse.backends.nccl"],
     "autotune": ["optuna", "scipy", "torch", "fuse.engine.autotune"],
     "ray": ["fuse.ray", "fuse.ray.train", "fuse.ray.tune"],
-    "spark": ["fuse.spark", "fuse.spark.common.store", "fuse.spark.common.reader", "pyarrow.dataset",
-              "pandas"],
+    "spark": ["fuse.spark", "fuse.spark.common.store", "fuse.spark.common.reader",
+              "pyarrow.dataset", "pandas"],
     "lightning": ["fuse.lightning"],
 }
 

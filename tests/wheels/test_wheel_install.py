@@ -72,7 +72,9 @@ def installed(request, tmp_path_factory):
         for tool in cc gcc g++ c++ cmake meson; do
           if command -v $tool; then echo "unexpected: $tool"; exit 1; fi
         done
-        if ls /usr/lib/libgloo* /usr/lib/*/libgloo* 2>/dev/null; then echo "unexpected: libgloo"; exit 1; fi
+        if ls /usr/lib/libgloo* /usr/lib/*/libgloo* 2>/dev/null; then
+          echo "unexpected: libgloo"; exit 1
+        fi
         python3 -c 'import urllib.request as u; u.urlopen("http://deb.debian.org", timeout=5)' \
           2>/dev/null && { echo "unexpected: network"; exit 1; }
         python3 --version""")
@@ -105,7 +107,8 @@ def test_numpy_job_on_two_workers(installed):
 
 def test_torch_job_on_two_workers(installed):
     root, version, job, _ = installed
-    out = in_root(root, version, job, "fuserun -np 2 python /examples/pytorch_mnist_style.py --epochs 1")
+    out = in_root(root, version, job,
+                  "fuserun -np 2 python /examples/pytorch_mnist_style.py --epochs 1")
     checksums = re.findall(r"rank (\d) final accuracy [\d.]+ checksum (\S+)", out)
     assert sorted(rank for rank, _ in checksums) == ["0", "1"], out
     assert checksums[0][1] == checksums[1][1], f"the workers' models differ:\n{out}"
