@@ -110,6 +110,9 @@ if [ "$MINIMAL" = 1 ]; then
   exit 0
 fi
 say "building and installing fuse (editable) with its test and MPI extras (mpi4py, mpich)"
+# fuse-dl was distributed as "fuse" before 0.2.0: an old install of it would stand beside
+# the new one with the same package and entry points
+.venv/bin/python -m pip uninstall -y -q fuse 2>/dev/null || true
 .venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test,mpi]"
 if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
   # Say which build is there, and check that it imports (a wheel can install and not import).
