@@ -307,7 +307,7 @@ cdef class Engine(CoordinatorLink):
         Waking the engine thread for a request whose caller then waits for it (_drive) made
         the two race for the loop: when the engine thread won, the caller slept on its handle
         and the call cost three thread wake-ups instead of none, and which of them won varied
-        from call to call (bench/allreduce.py: the scatter of the small sizes, issue 36).
+        from call to call (bench/suite/allreduce.py: the scatter of the small sizes, issue 36).
         Only the sending happens here, never the collective, so an asynchronous caller still
         overlaps it with its own work: the answer wakes the engine thread through its
         sockets, unmuted again below, unless the caller is by then waiting and reads it

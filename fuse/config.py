@@ -135,7 +135,7 @@ class Config:
                                  doc="allreduces of at least this many bytes are reduced as two "
                                      "halves at once, over two connections (native backends "
                                      "such as Gloo); 0 turns this off", bounds=_BYTES)
-    # 16 KiB: where shared memory overtakes the inline path (bench/crossover.py, 2 ranks on the
+    # 16 KiB: where shared memory overtakes the inline path (bench/studies/crossover.py, 2 ranks on the
     # 2-core VM at load 9-13: wall-time crossovers of 4, 16 and 32 KiB in three runs; CPU time
     # per call, which the load inflates less, 93 against 102 us at 8 KiB and 139 against 79 us
     # at 16 KiB); the backend's ring is slower than shared memory at every size measured

@@ -77,13 +77,13 @@ if [ "$MINIMAL" != 1 ]; then .venv/bin/python -m pip install -q --upgrade pip; f
 # PyTorch's own CPU index serves the small CPU build.  FUSE_TORCH_INDEX_URL picks the index,
 # e.g. FUSE_TORCH_INDEX_URL=https://download.pytorch.org/whl/cpu for the CPU build; unset, pip
 # uses its configured index (a local one here, which has the CPU build).  FUSE_SKIP_TORCH=1
-# leaves torch out: tests/torch and the autotune tests then report themselves as skipped.
+# leaves torch out: tests/frameworks/torch and the autotune tests then report themselves as skipped.
 # A torch that cannot be installed stops the setup: the suite needs it.
 TORCH_VERSION=${FUSE_TORCH_VERSION:-2.13.0}
 if [ "$MINIMAL" = 1 ]; then
   :
 elif [ "${FUSE_SKIP_TORCH:-0}" = 1 ]; then
-  echo "setup: FUSE_SKIP_TORCH=1: no torch; tests/torch and the autotune tests will be skipped" >&2
+  echo "setup: FUSE_SKIP_TORCH=1: no torch; tests/frameworks/torch and the autotune tests will be skipped" >&2
 elif ! .venv/bin/python -c "import torch" 2>/dev/null; then
   say "installing torch==$TORCH_VERSION with pip (the CUDA build from PyPI is several GB)"
   if ! .venv/bin/python -m pip install -q "torch==$TORCH_VERSION" \

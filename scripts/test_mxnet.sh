@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make the MXNet environment and run tests/mxnet in it.
+# Make the MXNet environment and run tests/frameworks/mxnet in it.
 #
 # MXNet 1.9.1 (the last release) needs NumPy < 1.24, which the main .venv cannot have, so it
 # gets an environment of its own: .venv-mxnet, on Python 3.11 (MXNet 1.9.1's py3-none wheel
@@ -60,6 +60,6 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
 fi
 
 # In this environment MXNet must import: a broken install fails the tests, never skips them.
-FUSE_TEST_REQUIRE=mxnet python -m pytest tests/mxnet "$@"
-# The README's MXNet snippet, as a reader runs it (tests/unit/test_readme_snippets.py)
-FUSE_TEST_REQUIRE=mxnet python -m pytest tests/unit/test_readme_snippets.py -k mxnet "$@"
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/frameworks/mxnet "$@"
+# The README's MXNet snippet, as a reader runs it (tests/docs/test_readme_snippets.py)
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/docs/test_readme_snippets.py -k mxnet "$@"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make the pygloo environment and run the fuse-pygloo plugin's tests in it
-# (plugins/fuse-pygloo/tests: every collective of the backend contract, a part of tests/parallel
-# and a torch DistributedOptimizer training, all on FUSE_BACKEND=pygloo with 2 and 3 workers),
+# (plugins/fuse-pygloo/tests: every collective of the backend contract, a part of fuse's
+# multi-process engine tests and a torch DistributedOptimizer training, all on FUSE_BACKEND=pygloo with 2 and 3 workers),
 # then fuse's unit, backend and plugin tests, which show that fuse builds and passes on 3.10.
 #
 # pygloo publishes a wheel for CPython 3.10 only, so the plugin gets an environment of its own:
@@ -93,4 +93,11 @@ if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then REQUIRE=$REQUIRE,torch; OWN_REQUIRE=to
 FUSE_TEST_REQUIRE=$REQUIRE python -m pytest --rootdir=. plugins/fuse-pygloo/tests "$@"
 # fuse itself on Python 3.10 (the main suite runs on 3.11): the unit, backend and plugin tests,
 # about a minute (what needs MPI, Ray or Spark, not installed here, reports itself skipped).
-FUSE_TEST_REQUIRE=$OWN_REQUIRE python -m pytest tests/unit tests/backends tests/plugins "$@"
+UNIT_TESTS=(tests/package tests/docs tests/bench tests/backends tests/frameworks/contract
+            tests/engine/test_autotune_knobs.py tests/engine/test_hierarchy_layout.py
+            tests/engine/test_lowrank.py tests/engine/test_shared_memory.py
+            tests/engine/test_wire_format.py tests/collectives/test_grad_sync.py
+            tests/worker/test_control_handshake.py tests/worker/test_malloc_tuning.py
+            tests/cluster/test_thread_budget.py tests/runner/elastic/test_elastic_parts.py
+            tests/runner/elastic/test_straggler_policy.py)
+FUSE_TEST_REQUIRE=$OWN_REQUIRE python -m pytest --ignore=tests/backends/mpi "${UNIT_TESTS[@]}" "$@"

@@ -2,7 +2,7 @@
 # The TensorFlow/Keras adapter's tests, in an environment of their own: TensorFlow 2.21 needs
 # NumPy >= 1.26 and brings ~600 MB, so it does not share the main .venv.  Makes .venv-tf
 # (Python 3.11) on the first run, installs fuse into it in editable mode (build dir build/tf),
-# then runs tests/tensorflow with any arguments given.  Safe to run again: what is installed
+# then runs tests/frameworks/tensorflow (and the Keras Spark estimator test) with any arguments given.  Safe to run again: what is installed
 # already is not installed twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +20,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # meson-python finds meson, ninja and cython on PATH, at install time and at every rebuild.
 export PATH="$(pwd)/$VENV/bin:$PATH"
-# PySpark and pyarrow: the Keras Spark estimator's tests (tests/tensorflow/test_spark_keras.py),
+# PySpark and pyarrow: the Keras Spark estimator's tests (tests/integrations/spark/test_spark_keras.py),
 # on the Java runtime that scripts/setup.sh installs.
 if ! "$VENV/bin/python" -c "import tensorflow, mesonpy, pytest, ml_dtypes, pyspark, pyarrow" \
     2>/dev/null; then
@@ -36,6 +36,6 @@ fi
 # In this environment TensorFlow must import: a broken install fails the tests, never skips them.
 REQUIRE=tensorflow
 if command -v java >/dev/null 2>&1; then REQUIRE=$REQUIRE,spark; fi
-FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/tensorflow "$@"
-# The README's TensorFlow/Keras snippets, as a reader runs them (tests/unit/test_readme_snippets.py)
-FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/unit/test_readme_snippets.py -k tensorflow "$@"
+FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/frameworks/tensorflow tests/integrations/spark/test_spark_keras.py "$@"
+# The README's TensorFlow/Keras snippets, as a reader runs them (tests/docs/test_readme_snippets.py)
+FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/docs/test_readme_snippets.py -k tensorflow "$@"

@@ -19,7 +19,7 @@ package's ``pyproject.toml``::
 The class must keep ``api_version`` equal to ``Backend.api_version`` and answer
 ``is_available()`` cheaply, with ``(False, "why")`` when it cannot run here (library or device
 missing).  ``python -m fuse.info`` lists every registered backend and whether it loads.
-``tests/plugins/fuse_kvbackend`` is a complete example.
+``tests/support/fuse_kvbackend`` is a complete example.
 
 Nothing is loaded at ``import fuse``: :func:`load_backend` runs once per process, in ``fuse.init``.
 stevedore caches the entry-point scan in ``~/.cache/python-entrypoints`` (keyed by the interpreter

@@ -332,7 +332,7 @@ cdef class Executor:
         """Whether an allreduce of ``nbytes`` goes through same-host shared memory: from
         FUSE_SHM_THRESHOLD up, and below it whatever is too large to travel inline, which
         would otherwise fall to the backend's ring, slower than shared memory at every size
-        on one host (bench/crossover.py).  With 2 ranks the inline limit (64 KiB over the
+        on one host (bench/studies/crossover.py).  With 2 ranks the inline limit (64 KiB over the
         set) lies above the shared-memory threshold (16 KiB) and this changes nothing; from 5
         ranks on a host it does (64 KiB / 8 ranks = 8 KiB)."""
         if ps.shm == NULL or self.shm_bytes == 0:

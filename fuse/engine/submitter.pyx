@@ -96,7 +96,7 @@ cdef class Submitter:
         """Whether a collective (``kind``) of ``nbytes`` per member in process set ``pset``
         travels inline with negotiation.  Where the set reduces through same-host shared
         memory, that path takes every allreduce from FUSE_SHM_THRESHOLD up, inline-sized or
-        not: it is the faster one there (bench/crossover.py measures where the two cross), and
+        not: it is the faster one there (bench/studies/crossover.py measures where the two cross), and
         every rank decides alike, since shared memory is installed on all of them before the
         engine starts."""
         cdef PSet* ps

@@ -9,13 +9,12 @@ import gpu_util
 
 gpu_util.require(1)
 
-import os  # noqa: E402
 
-from torch_util import HERE as TORCH_TESTS, run_job  # noqa: E402
+from paths_util import SUPPORT  # noqa: E402
+from torch_util import run_job  # noqa: E402
 
 pytestmark = pytest.mark.timeout(300)
-GPU_TESTS = os.path.dirname(os.path.abspath(__file__))
-ENV = {"PYTHONPATH": os.pathsep.join([GPU_TESTS, TORCH_TESTS])}   # workers import workers_gpu
+ENV = {"PYTHONPATH": SUPPORT}   # workers import workers_gpu
 
 
 def _expected(n):

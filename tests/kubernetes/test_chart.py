@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from chart import CHART, find, render, secret_data, validate, values_files
+from kubernetes_chart_util import CHART, find, render, secret_data, validate, values_files
 
 CASES = [None] + values_files()
 

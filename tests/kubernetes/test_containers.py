@@ -1,4 +1,4 @@
-"""The chart's rendered pods run for real, as podman containers of fuse's image (agent_job.py,
+"""The chart's rendered pods run for real, as podman containers of fuse's image (kubernetes_util.py,
 pods.py): an elastic torch job in agent mode that loses a worker pod (SIGKILL) and gains one,
 and the same job in ssh mode.  Every final worker must hold the weights of every step applied
 exactly once (the example's arithmetic is exact)."""
@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from agent_job import elastic_run, ssh_run
-from pods import remove, shared_dir
+from kubernetes_util import elastic_run, ssh_run
+from kubernetes_pods_util import remove, shared_dir
 
 pytestmark = pytest.mark.timeout(600)
 

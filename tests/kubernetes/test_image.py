@@ -17,7 +17,7 @@ import tarfile
 
 import pytest
 
-from agent_job import image
+from kubernetes_util import image
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 
-import cluster
+import cluster_util
 import needs
 import pytest
 
@@ -42,7 +42,7 @@ while True:
 """
 
 
-def _cut_off(c: cluster.Cluster, host: int) -> None:
+def _cut_off(c: cluster_util.Cluster, host: int) -> None:
     """Drop every packet to and from namespace host ``host`` (1-based)."""
     ns = f"{c.env['CLUSTER_NAME']}{host}"
     for chain in ("INPUT", "OUTPUT"):
@@ -55,7 +55,7 @@ def test_a_static_job_ends_naming_the_cut_off_rank_and_its_host(tmp_path):
         needs.missing("ssh", "iptables is missing (scripts/setup.sh installs it with sshd)")
     script = tmp_path / "train.py"
     script.write_text(TRAIN)
-    with cluster.cluster(tmp_path, 2) as c:
+    with cluster_util.cluster(tmp_path, 2) as c:
         a, b = c.addresses
         proc = subprocess.Popen(c.fuserun(1, "-np", "2", "-H", f"{a}:1,{b}:1",
                                           "--start-timeout", "60", sys.executable, str(script)),

@@ -77,7 +77,7 @@ def test_argument_checks():
         run(rank_times, hosts="a:1", hostfile="f")
     with pytest.raises(ValueError):
         run(rank_times, use_gloo=True, use_mpi=True)
-    # use_mpi=True itself works now: tests/mpi runs the parallel suite through it
+    # use_mpi=True itself works now: tests/backends/mpi runs the engine multi-process tests through it
 
 
 # horovod.run's parameters, in its order (shared/reference/horovod.md, section 3.5)

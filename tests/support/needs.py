@@ -27,7 +27,7 @@ WHY = {
                 "optuna and scipy; scripts/setup.sh installs them next to torch)",
     "mpi": "MPI is not usable (pip install 'fuse-dl[mpi]': mpi4py and the mpich wheel, which "
            "brings mpiexec)",
-    "tensorflow": "TensorFlow is not installed: tests/tensorflow runs in .venv-tf "
+    "tensorflow": "TensorFlow is not installed: tests/frameworks/tensorflow runs in .venv-tf "
                   "(bash scripts/test_tensorflow.sh makes it)",
     "ssh": "the ssh test needs root, iproute2 and openssh-server (scripts/setup.sh installs it "
            "as root with CI=true or FUSE_INSTALL_SSHD=1)",
@@ -38,7 +38,7 @@ WHY = {
                  "installs it next to torch unless FUSE_SKIP_INTEGRATIONS=1)",
     "gpu": "no usable CUDA GPU with CuPy and NCCL (pip install 'fuse-dl[nccl]' on a machine "
            "with NVIDIA GPUs; bash scripts/test_gpu.sh runs tests/gpu there)",
-    "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/mxnet runs in .venv-mxnet "
+    "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/frameworks/mxnet runs in .venv-mxnet "
              "(bash scripts/test_mxnet.sh makes it)",
     "pygloo": "pygloo or the fuse-pygloo plugin is not installed (pygloo has a CPython 3.10 "
               "wheel only): plugins/fuse-pygloo/tests run in .venv-pygloo "

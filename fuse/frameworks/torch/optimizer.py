@@ -354,7 +354,7 @@ class DistributedOptimizer:
                 continue
             dense.append(_InFlight(i, None, wire, ctx))
         # host tensors only: device ones go to the GPU backend or are staged (the stand-in
-        # of tests/torch/test_gpu_standin.py routes CPU tensors to the device path)
+        # of tests/frameworks/torch/test_gpu_standin.py routes CPU tensors to the device path)
         if (len(members) == 1 and dense and self._batch_bytes
                 and dense[0].wire.device.type == "cpu" and not _device.routes([dense[0].wire])):
             self._handles[g] = dense

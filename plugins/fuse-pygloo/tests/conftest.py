@@ -1,6 +1,6 @@
 """The fuse-pygloo plugin's tests: real worker processes on FUSE_BACKEND=pygloo.
 
-They reuse fuse's own test helpers (tests/support, tests/parallel's par_util) from the
+They reuse fuse's own test helpers (tests/support, engine_util among them) and engine tests from the
 repository this plugin lives in, and run in .venv-pygloo (CPython 3.10, the only Python pygloo
 has a wheel for), made by ``bash scripts/test_pygloo.sh``.  Where pygloo or the plugin is
 missing they are skipped with the reason, or failed where FUSE_TEST_REQUIRE names ``pygloo``.
@@ -16,9 +16,9 @@ import pytest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
-for sub in ("tests/support", "tests/parallel"):
+for sub in ("tests/support", "tests/collectives", "tests/engine", "tests/worker"):
     path = os.path.join(ROOT, sub)
-    if path not in sys.path:  # the helpers and the imported tests/parallel modules import by name
+    if path not in sys.path:  # the helpers and the imported engine test modules import by name
         sys.path.insert(0, path)
 
 import needs  # noqa: E402

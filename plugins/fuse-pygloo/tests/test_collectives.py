@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from par_util import Checker, assert_counts, data_kind, reduce_ref, split_rows
-from par_util import rank_array
+from engine_util import Checker, assert_counts, data_kind, reduce_ref, split_rows
+from engine_util import rank_array
 from pygloo_util import pygloo_run_job
 
 pytestmark = pytest.mark.timeout(120)

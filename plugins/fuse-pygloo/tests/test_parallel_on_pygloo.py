@@ -1,13 +1,13 @@
-"""fuse's multi-process suite (tests/parallel), the part of it that fits pygloo, on pygloo.
+"""fuse's multi-process engine tests (tests/collectives, tests/engine), the part of it that fits pygloo, on pygloo.
 
-Nothing is copied: the test functions below are tests/parallel's own, imported, and the
-``on_pygloo`` fixture swaps par_util's ``job_env`` (which both of its launchers, ``run_job``
+Nothing is copied: the test functions below are fuse's own, imported, and the
+``on_pygloo`` fixture swaps engine_util's ``job_env`` (which both of its launchers, ``run_job``
 and ``run_script``, build the workers' environment with) for one that selects
 FUSE_BACKEND=pygloo.  Chosen: process sets (static and dynamic: a group per set, allreduce,
 allgather, broadcast, alltoall, reducescatter inside sets), collectives from several threads,
 a mismatch reported on every rank, failures (an exception, a stall, a SIGKILLed rank in
 negotiation and inside a backend allreduce: the others raise promptly, nothing hangs), and
-tests/parallel's allgather, broadcast and alltoall checks for every dtype (run here without
+tests/collectives' allgather, broadcast and alltoall checks for every dtype (run here without
 their reducescatter part, below).
 
 Left out: what reduces a type pygloo has no reduction for through the backend (the dtype
@@ -15,16 +15,16 @@ matrices of test_allreduce and test_gather_scatter's reducescatter reduce bool, 
 and bfloat16; test_join_barrier reduces int16), which pygloo refuses (test_collectives.py
 checks the refusal); what is about fuse's own Gloo binding (the split over a second
 connection, which needs native ops) or about the launcher and the engine alone (they run on
-fuse's Gloo backend in tests/parallel, and nothing there depends on the backend).
+fuse's Gloo backend in tests/collectives, and nothing there depends on the backend).
 """
 
 from __future__ import annotations
 
 import pytest
 
-import par_util
+import engine_util
 import test_gather_scatter
-from par_util import Checker, assert_counts, run_job
+from engine_util import Checker, assert_counts, run_job
 from pygloo_util import pygloo_job_env
 from test_errors import test_mismatch_raises_everywhere_and_job_continues  # noqa: F401
 from test_failures import (stalled,  # noqa: F401
@@ -35,7 +35,7 @@ from test_failures import (stalled,  # noqa: F401
 from test_process_sets import test_dynamic_process_sets, test_static_process_sets  # noqa: F401
 from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
 
-# the imported tests/parallel tests and fixture pytest collects here (listed, so that no
+# the imported engine tests and fixture pytest collects here (listed, so that no
 # linter drops them)
 __all__ = ["stalled", "test_collectives_from_several_threads_do_not_deadlock",
            "test_dynamic_process_sets",
@@ -50,7 +50,7 @@ __all__ = ["stalled", "test_collectives_from_several_threads_do_not_deadlock",
 def on_pygloo():
     """Every job the imported tests start, through either launcher, runs on pygloo."""
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(par_util, "job_env", pygloo_job_env)
+        mp.setattr(engine_util, "job_env", pygloo_job_env)
         yield
 
 

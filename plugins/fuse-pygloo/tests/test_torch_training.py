@@ -12,7 +12,7 @@ import sys
 import needs
 import pytest
 
-from par_util import job_env
+from engine_util import job_env
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))

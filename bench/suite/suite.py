@@ -1,0 +1,256 @@
+"""The whole benchmark suite in one command: every workload as its own job, then JSON, plots and
+the generated part of bench/RESULTS.md.
+
+    bash scripts/bench.sh [--quick] [--only allreduce,many_small,training,overhead]
+
+Workloads (each a list of jobs; a job is a benchmark script under fuserun -np 2 or mpiexec -n 2,
+writing one JSON record):
+
+  allreduce   bench/suite/allreduce.py: 4 B .. 256 MiB, fuse (gloo) vs torch.distributed and
+              fuse (mpi) vs mpi4py
+  many_small  bench/suite/torch_step.py: ResNet-50 gradient set vs DDP, fusion on/off, fp16/bf16
+  training    bench/suite/train_cnn.py: small CNN, 1 and 2 workers (fuse vs DDP), bpps 1 and 4
+  overhead    bench/suite/overhead.py: backward with and without fuse, idle engine CPU
+  loaded      bench/suite/loaded.py: ResNet-50 gradient set and small CNN, fuse under fuserun vs DDP
+              under torchrun (each launcher's own thread defaults), quiet and beside --load
+              busy processes (default 1)
+  multihost   bench/suite/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
+              layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
+              set and 64 MiB allreduce bandwidth
+
+Writes bench/results/<workload>.json, bench/plots/*.png and rewrites the generated part of
+bench/RESULTS.md from all result files present (so ``--only`` refreshes one workload and keeps
+the others).  A job that fails or exceeds its time limit is killed and reported; a competitor
+that is not installed (mpi4py, torch) is skipped with a note.  Exit status 1 if a job failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import glob
+import importlib.util
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+import machine  # noqa: E402
+import report  # noqa: E402
+
+BENCH = os.path.dirname(HERE)   # results, plots and RESULTS.md sit beside the suite and the studies
+RESULTS_DIR = os.path.join(BENCH, "results")
+PLOTS_DIR = os.path.join(BENCH, "plots")
+RESULTS_MD = os.path.join(BENCH, "RESULTS.md")
+WORKLOADS = ("allreduce", "many_small", "training", "overhead", "loaded", "multihost")
+
+
+@dataclasses.dataclass
+class Job:
+    name: str
+    argv: list[str]              # the benchmark script and its arguments (no interpreter)
+    launcher: str = "fuserun"    # "fuserun" or "mpiexec" (2 workers), or "self" (the script
+                                 # starts mpiexec itself)
+    env: dict = dataclasses.field(default_factory=dict)
+    needs: tuple[str, ...] = ("torch",)
+    timeout: float | None = None  # seconds before it is killed, when it needs more than the rest
+
+
+def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
+    """The jobs of one workload, with smaller settings under --quick (``load``: busy processes
+    beside the loaded workload)."""
+    if workload == "allreduce":
+        sizes = ["--rounds", "2" if quick else "7"]
+        if quick:
+            sizes += ["--sizes", "4,256,16K,1M,64M,256M"]
+        return [Job("allreduce_gloo", ["allreduce.py", *sizes]),
+                Job("allreduce_mpi", ["allreduce.py", "--mpi", *sizes], launcher="self",
+                    needs=("mpi4py", "mpiexec"))]
+    if workload == "many_small":
+        rounds = ["--rounds", "2", "--steps", "2"] if quick else ["--rounds", "5", "--steps", "4"]
+        return [Job("torch_step_fusion_none", ["torch_step.py", *rounds]),
+                Job("torch_step_nofusion_none", ["torch_step.py", *rounds],
+                    env={"FUSE_FUSION_THRESHOLD": "0"}),
+                Job("torch_step_fusion_fp16", ["torch_step.py", "--compression", "fp16", *rounds]),
+                Job("torch_step_fusion_bf16", ["torch_step.py", "--compression", "bf16", *rounds]),
+                Job("torch_step_mpi_fusion_none", ["torch_step.py", *rounds], launcher="mpiexec",
+                    env={"FUSE_BACKEND": "mpi"}, needs=("torch", "mpi4py", "mpiexec"))]
+    if workload == "training":
+        rounds = (["--rounds", "2", "--micro-steps", "8"] if quick
+                  else ["--rounds", "7", "--micro-steps", "24"])
+        return [Job("train_cnn", ["train_cnn.py", *rounds])]
+    if workload == "overhead":
+        args = (["--rounds", "2", "--reps", "5", "--idle-seconds", "2"] if quick
+                else ["--rounds", "11", "--reps", "15", "--idle-seconds", "10"])
+        return [Job("overhead", ["overhead.py", *args])]
+    if workload == "loaded":
+        args = (["--rounds", "2", "--steps", "4"] if quick else ["--rounds", "5", "--steps", "10"])
+        # 2 load levels x 2 models x rounds x 2 launches of a 2-worker job
+        return [Job("loaded", ["loaded.py", "--load", str(load), *args], launcher="self",
+                    timeout=600 if quick else 1800)]
+    if workload == "multihost":
+        args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
+                else ["--rounds", "3", "--steps", "5"])
+        return [Job("multihost", ["multihost.py", *args], launcher="self",
+                    timeout=900 if quick else 2400)]
+    raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
+
+
+def missing(needs: tuple[str, ...]) -> list[str]:
+    out = []
+    for need in needs:
+        if need == "mpiexec":
+            if not (shutil.which("mpiexec") or shutil.which("mpirun")):
+                out.append("mpiexec")
+        elif importlib.util.find_spec(need) is None:
+            out.append(need)
+    return out
+
+
+def command(job: Job, json_path: str) -> list[str]:
+    script = [sys.executable, os.path.join(HERE, job.argv[0]), *job.argv[1:], "--json", json_path]
+    if job.launcher == "fuserun":
+        fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
+        fuserun = fuserun if os.path.exists(fuserun) else (shutil.which("fuserun") or "fuserun")
+        return [fuserun, "-np", "2", *script]
+    if job.launcher == "mpiexec":
+        return [shutil.which("mpiexec") or shutil.which("mpirun") or "mpiexec", "-n", "2", *script]
+    return script
+
+
+def run_job(job: Job, json_path: str, timeout: float) -> str | None:
+    """Run one job to completion; None on success, else what went wrong."""
+    cmd = command(job, json_path)
+    env = dict(os.environ, **job.env)
+    print(f"--- {job.name}: {' '.join(f'{k}={v}' for k, v in job.env.items())} "
+          f"{' '.join(os.path.relpath(c) if c.startswith(HERE) else c for c in cmd)}",
+          flush=True)
+    # a session of its own, so that a time-out kills the launcher and every rank
+    proc = subprocess.Popen(cmd, env=env, start_new_session=True)
+    try:
+        rc = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return f"{job.name} exceeded its time limit of {timeout:.0f} s and was killed"
+    except KeyboardInterrupt:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        raise
+    if rc != 0:
+        return f"{job.name} failed with exit status {rc}"
+    if not os.path.exists(json_path):
+        return f"{job.name} wrote no result file"
+    return None
+
+
+def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
+                 load: int = 1) -> tuple[dict, bool]:
+    """Run every job of ``workload``; the workload record and whether every job succeeded."""
+    started = time.perf_counter()
+    record = {"workload": workload, "quick": quick, "machine_start": machine.describe(),
+              "jobs": [], "notes": []}
+    ok = True
+    for job in jobs_for(workload, quick, load):
+        lacking = missing(job.needs)
+        if lacking:
+            record["notes"].append(f"{job.name} skipped: {', '.join(lacking)} not installed")
+            print(f"--- {job.name}: skipped, {', '.join(lacking)} not installed", flush=True)
+            continue
+        path = os.path.join(tmp, f"{job.name}.json")
+        error = run_job(job, path, max(job.timeout or 0, timeout))
+        if error:
+            ok = False
+            record["notes"].append(error)
+            print(f"--- {error}", flush=True)
+            continue
+        with open(path) as f:
+            job_record = json.load(f)
+        job_record["env"] = job.env
+        record["jobs"].append(job_record)
+    record["machine_end"] = machine.describe()
+    record["finished"] = record["machine_end"]["time_utc"]
+    record["seconds"] = time.perf_counter() - started
+    return record, ok
+
+
+def load_results() -> dict[str, dict]:
+    """Every workload's latest result file, in the suite's order.
+
+    The by-hand benchmarks (elastic recovery, ...) keep their raw samples in the same folder
+    without a ``workload`` key: they are not the suite's and are left out here.
+    """
+    found = {}
+    for path in glob.glob(os.path.join(RESULTS_DIR, "*.json")):
+        with open(path) as f:
+            rec = json.load(f)
+        if "workload" in rec:
+            found[rec["workload"]] = rec
+    return {w: found[w] for w in WORKLOADS if w in found}
+
+
+def rewrite_results_md(results: dict[str, dict], command_line: str) -> None:
+    text = open(RESULTS_MD).read() if os.path.exists(RESULTS_MD) else "# Benchmark results\n"
+    latest = max(results.values(), key=lambda w: w.get("finished", ""))
+    generated = report.render(results, machine.summary_line(latest["machine_end"]), command_line)
+    with open(RESULTS_MD, "w") as f:
+        f.write(report.replace_generated(text, generated))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="fewer rounds and sizes (a couple of minutes): for development")
+    ap.add_argument("--only", default=",".join(WORKLOADS),
+                    help=f"comma-separated workloads ({', '.join(WORKLOADS)})")
+    ap.add_argument("--timeout", type=float, default=None,
+                    help="seconds per job before it is killed (default 300, quick 150)")
+    ap.add_argument("--load", type=int, default=1,
+                    help="busy processes beside the jobs of the loaded workload (default 1)")
+    ap.add_argument("--no-report", action="store_true",
+                    help="write the JSON only: no plots, RESULTS.md untouched")
+    ap.add_argument("--report-only", action="store_true",
+                    help="run nothing: redraw the plots and RESULTS.md from bench/results")
+    args = ap.parse_args()
+    workloads = [] if args.report_only else [w.strip() for w in args.only.split(",") if w.strip()]
+    for w in workloads:
+        try:
+            jobs_for(w, args.quick)      # fail early on a misspelt workload
+        except ValueError as err:
+            ap.error(str(err))
+    timeout = args.timeout or (150 if args.quick else 300)
+
+    os.makedirs(RESULTS_DIR, exist_ok=True)
+    totals, all_ok = {}, True
+    with tempfile.TemporaryDirectory(prefix="fuse-bench.") as tmp:
+        for w in workloads:
+            print(f"=== {w}", flush=True)
+            rec, ok = run_workload(w, args.quick, timeout, tmp, args.load)
+            all_ok &= ok
+            totals[w] = rec["seconds"]
+            common.write_json(os.path.join(RESULTS_DIR, f"{w}.json"), rec)
+    if not args.no_report:
+        results = load_results()
+        import plots
+        for path in plots.draw_all(results, PLOTS_DIR):
+            print(f"plot: {os.path.relpath(path)}")
+        rewrite_results_md(results, "bash scripts/bench.sh")
+        print(f"report: {os.path.relpath(RESULTS_MD)}")
+    if totals:
+        print("run time: " + ", ".join(f"{w} {s:.0f} s" for w, s in totals.items())
+              + f"; total {sum(totals.values()) / 60:.1f} min")
+    if not all_ok:
+        print("some jobs failed: see the notes above and in bench/results/*.json",
+              file=sys.stderr)
+    return 0 if all_ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

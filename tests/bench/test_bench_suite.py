@@ -1,0 +1,163 @@
+"""The benchmark suite's pure parts: rounds, medians, ratios, records, sizes, the RESULTS.md
+rewriting.  No test here depends on a measured time."""
+
+import pathlib
+import sys
+
+import pytest
+
+SUITE = pathlib.Path(__file__).resolve().parents[2] / "bench" / "suite"
+sys.path.insert(0, str(SUITE))
+
+import allreduce  # noqa: E402
+import common  # noqa: E402
+import report  # noqa: E402
+import suite  # noqa: E402
+
+
+def test_alternating_rounds_reverses_the_order_every_other_round():
+    calls = []
+    sides = {"fuse": lambda: calls.append("fuse") or 1.0,
+             "torch": lambda: calls.append("torch") or 2.0}
+    barriers = []
+    samples = common.alternating_rounds(sides, 3, lambda: barriers.append(1))
+    assert calls == ["fuse", "torch", "torch", "fuse", "fuse", "torch"]
+    assert len(barriers) == 6
+    assert samples == {"fuse": [1.0] * 3, "torch": [2.0] * 3}
+
+
+def test_comparison_row_has_medians_and_the_ratio_of_medians():
+    row = common.comparison("case", {"fuse": [3.0, 1.0, 2.0], "DDP": [4.0, 8.0, 6.0]},
+                            unit="s", size_bytes=4)
+    assert row["competitor"] == "DDP"
+    assert row["median"] == {"fuse": 2.0, "DDP": 6.0}
+    assert row["ratio"] == pytest.approx(2.0 / 6.0)
+    assert row["size_bytes"] == 4 and row["lower_is_better"]
+    assert row["samples"]["fuse"] == [3.0, 1.0, 2.0]
+
+
+def test_comparison_with_named_sides_and_no_zero_division():
+    row = common.comparison("c", {"with fuse": [2.0], "without fuse": [0.0]}, unit="s",
+                            fuse="with fuse", competitor="without fuse")
+    assert row["ratio"] is None
+    assert common.ratio(3.0, 2.0) == 1.5
+
+
+def test_job_record_carries_machine_and_config():
+    rec = common.job_record("j", [{"case": "x"}], {"cores": 2}, {"rounds": 3}, extra=1)
+    assert rec == {"job": "j", "machine": {"cores": 2}, "config": {"rounds": 3},
+                   "rows": [{"case": "x"}], "extra": 1}
+
+
+def test_resnet50_shape_list():
+    shapes = common.resnet50_shapes()
+    assert len(shapes) == 161
+    n = 0
+    for s in shapes:
+        k = 1
+        for d in s:
+            k *= d
+        n += k
+    assert n == 25_557_032
+
+
+def test_sweep_sizes_and_calls():
+    sizes = allreduce.default_sizes()
+    assert sizes[0] == 4 and sizes[-1] == 256 * common.MIB
+    assert all(b == a * 8 for a, b in zip(sizes[:-2], sizes[1:-1]))
+    assert allreduce.calls_for(4) == 200
+    assert allreduce.calls_for(256 * common.MIB) == 2
+    assert allreduce.parse_sizes("4,16K,1MiB,256M") == [4, 16384, common.MIB, 256 * common.MIB]
+
+
+def test_format_bytes():
+    assert common.format_bytes(4) == "4 B"
+    assert common.format_bytes(16384) == "16 KiB"
+    assert common.format_bytes(256 * common.MIB) == "256 MiB"
+
+
+def test_replace_generated_keeps_the_hand_written_parts():
+    text = f"# Title\n\nintro\n{report.BEGIN}\nold\n{report.END}\n\n## By hand\nkept\n"
+    out = report.replace_generated(text, "new table")
+    assert out == f"# Title\n\nintro\n{report.BEGIN}\nnew table\n{report.END}\n\n## By hand\nkept\n"
+    assert report.replace_generated(out, "new table") == out
+
+
+def test_replace_generated_without_markers_inserts_after_the_title():
+    out = report.replace_generated("# Title\n## History\nold\n", "gen")
+    assert out == f"# Title\n\n{report.BEGIN}\ngen\n{report.END}\n\n## History\nold\n"
+    with pytest.raises(ValueError):
+        report.replace_generated(f"# T\n{report.BEGIN}\n", "gen")
+
+
+def test_scaling_efficiency():
+    assert common.scaling_efficiency(150.0, 100.0, 2) == pytest.approx(0.75)
+    assert common.scaling_efficiency(150.0, 0.0, 2) is None
+
+
+def _row(case, fuse, comp, comp_label, **extra):
+    return common.comparison(case, {"fuse": [fuse], comp_label: [comp]}, unit="s", **extra)
+
+
+def test_render_builds_every_section_from_records():
+    ar = _row("allreduce 4 B", 1e-4, 2e-4, "torch.distributed", size_bytes=4)
+    ar["bandwidth_GBps"] = {"fuse": 4e-5, "torch.distributed": 2e-5}
+    mpi = _row("allreduce 4 B", 3e-4, 1e-5, "mpi4py", size_bytes=4)
+    mpi["bandwidth_GBps"] = {"fuse": 1e-5, "mpi4py": 4e-4}
+    step = _row("step, fusion on, compression none", 0.2, 0.1, "DDP")
+    cnn = common.comparison("cnn", {"fuse": [160.0], "DDP": [150.0], "1 worker": [100.0]},
+                            unit="samples/s", competitor="DDP", lower_is_better=False, bpps=1,
+                            workers=2, scaling_efficiency={"fuse": 0.8, "DDP": 0.75})
+    over = common.comparison("backward, x", {"with fuse": [1.0], "without fuse": [1.0]},
+                             unit="s", fuse="with fuse", competitor="without fuse")
+    idle = {"case": "idle", "seconds": 10, "engine_thread": [0.0, 0.0], "process": [0.0, 0.001]}
+    machine = {"load_average": [1.0, 2.0, 3.0]}
+
+    def workload(*jobs):
+        return {"seconds": 60, "finished": "t", "machine_start": machine, "machine_end": machine,
+                "jobs": [{"job": name, "rows": rows} for name, rows in jobs], "notes": []}
+
+    results = {"allreduce": workload(("allreduce_gloo", [ar]), ("allreduce_mpi", [mpi])),
+               "many_small": workload(("torch_step_fusion_none", [step])),
+               "training": workload(("train_cnn", [cnn])),
+               "overhead": workload(("overhead", [over, idle]))}
+    loaded = common.comparison("small CNN, load 1", {"fuse": [0.1], "DDP": [0.2]}, unit="s",
+                               threads={"fuse": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
+                                                 "torch.get_num_threads()": 1},
+                                        "DDP": {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": None,
+                                                "torch.get_num_threads()": 1}})
+    results["loaded"] = workload(("loaded", [loaded]))
+    hop = common.comparison("2x2, 64 MiB allreduce", {"fuse": [0.5], "DDP": [1.0]}, unit="s")
+    hop["bandwidth_GBps"] = {"fuse": 0.134, "DDP": 0.067}
+    hop["ring_limit_GBps"] = 0.083
+    results["multihost"] = workload(("multihost", [hop]))
+    results["many_small"]["notes"].append("torch_step_x skipped: mpi4py not installed")
+    text = report.render(results, "2 cores", "bash scripts/bench.sh")
+    assert "| 4 B | 100.0 µs" in text
+    assert "**30.00x**" in text                       # fuse behind mpi4py: bold
+    assert "0.50x" in text                            # fuse ahead of torch: plain
+    assert "| step, fusion on, compression none | 200.0 ms | 100.0 ms | **2.00x** |" in text
+    assert "| 1 | 100 | 160 | 150 | 1.07x | 80% | 75% |" in text
+    assert "skipped: mpi4py not installed" in text
+    assert "| small CNN, load 1 | 100.0 ms | 200.0 ms | 0.50x | OMP=1 MKL=1 torch 1 | " \
+           "OMP=1 torch 1 |" in text
+    assert "| 2x2, 64 MiB allreduce | 500.0 ms | 1.00 s | 0.50x |" in text
+    assert "6.0 min of workloads" in text
+
+
+def test_suite_jobs_and_unknown_workload():
+    names = [job.name for w in suite.WORKLOADS for job in suite.jobs_for(w, quick=True)]
+    assert names == ["allreduce_gloo", "allreduce_mpi", "torch_step_fusion_none",
+                     "torch_step_nofusion_none", "torch_step_fusion_fp16",
+                     "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
+                     "overhead", "loaded", "multihost"]
+    loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
+    assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
+    nofusion = suite.jobs_for("many_small", quick=False)[1]
+    assert nofusion.env == {"FUSE_FUSION_THRESHOLD": "0"}
+    on_mpi = suite.jobs_for("many_small", quick=False)[4]
+    assert on_mpi.env == {"FUSE_BACKEND": "mpi"}
+    assert suite.command(on_mpi, "x.json")[1:3] == ["-n", "2"]
+    with pytest.raises(ValueError):
+        suite.jobs_for("nope", quick=True)
+    assert suite.missing(("surely_not_a_module_xyz",)) == ["surely_not_a_module_xyz"]

@@ -1,0 +1,233 @@
+"""allgather, broadcast, alltoall and reducescatter (plain, grouped, async) on real workers, for
+every dtype, with uneven first dimensions and splits, under several engine configurations; and
+the object collectives."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine_util import (DTYPES, FLOAT_DTYPES, Checker, assert_counts, op_value, rank_array,
+                      reduce_ref, run_job, split_rows)
+
+pytestmark = pytest.mark.timeout(120)
+
+CONFIGS = {
+    "default": {},
+    "nofusion": {"FUSE_FUSION_THRESHOLD": 0},
+    "nocache": {"FUSE_CACHE_CAPACITY": 0},
+    "tinycache": {"FUSE_CACHE_CAPACITY": 2},
+    "noinline-smallfusion": {"FUSE_INLINE_THRESHOLD": 0, "FUSE_FUSION_THRESHOLD": 4096},
+}
+
+BIG_ROW = (40, 50)   # rows of 2000 elements: a few rows already exceed the inline threshold
+
+
+def _rows(k: int, n: int, big: bool) -> int:
+    """Rank k's first dimension for allgather: all different, one rank with none."""
+    if big:
+        return [3, 0, 7][k] if n == 3 else [5, 0][k]
+    return 2 * k + 1
+
+
+# ------------------------------------------------------------------------ worker side
+
+def _allgather(c: Checker, r: int, n: int) -> None:
+    import fuse
+    for dt in DTYPES:
+        for label, tail in (("small", (3,)), ("big", BIG_ROW), ("1d", ())):
+            big = label == "big"
+            tag = f"ag.{label}.{dt}"
+            ins = [rank_array(dt, (_rows(k, n, big),) + tail, k, tag) for k in range(n)]
+            expected = np.concatenate(ins)
+            c.array(fuse.allgather(ins[r], name=tag), expected, tag)
+        # the same name again (a cache hit), now with every rank sending the same rows
+        ins = [rank_array(dt, (2, 3), k, f"ag.same.{dt}") for k in range(n)]
+        c.array(fuse.allgather(ins[r], name=f"ag.small.{dt}"), np.concatenate(ins),
+                f"allgather {dt} again with new first dimensions")
+    # many at once, asynchronously (allgathers may be fused), and grouped
+    pend = []
+    for i, dt in enumerate(DTYPES * 2):
+        tag = f"aga.{i}"
+        ins = [rank_array(dt, (k + i % 3, 4), k, tag) for k in range(n)]
+        pend.append((tag, fuse.allgather_async(ins[r], name=tag), np.concatenate(ins)))
+    for tag, h, e in reversed(pend):
+        c.array(fuse.synchronize(h), e, tag + " async")
+    ins = [[rank_array(dt, (k + 1 + i, 2), k, f"gag.{i}") for k in range(n)]
+           for i, dt in enumerate(["float32", "int64", "uint8", "float16"])]
+    outs = fuse.grouped_allgather([x[r] for x in ins], name="gag")
+    c.equal(len(outs), len(ins), "grouped_allgather returns one array per input")
+    for i, (o, x) in enumerate(zip(outs, ins)):
+        c.array(o, np.concatenate(x), f"grouped_allgather [{i}]")
+    h = fuse.grouped_allgather_async([x[r] for x in ins], name="gag.async")
+    for i, (o, x) in enumerate(zip(fuse.synchronize(h), ins)):
+        c.array(o, np.concatenate(x), f"grouped_allgather_async [{i}]")
+
+
+def _broadcast(c: Checker, r: int, n: int) -> None:
+    import fuse
+    for dt in DTYPES:
+        for label, shape in (("small", (4, 3)), ("big", (41, 997))):
+            for root in range(n):
+                tag = f"bc.{label}.{dt}.{root}"
+                ins = [rank_array(dt, shape, k, tag) for k in range(n)]
+                mine = ins[r].copy()
+                c.array(fuse.broadcast(mine, root, name=tag), ins[root], tag)
+                c.array(mine, ins[r], tag + " (input left unchanged)")
+                x = ins[r].copy()
+                ret = fuse.broadcast_(x, root, name=tag + ".inplace")
+                c.array(x, ins[root], tag + " in place")
+                c.true(ret is x, tag + " in place returns its argument")
+    pend = []
+    for i, dt in enumerate(DTYPES):
+        root = i % n
+        tag = f"bca.{dt}"
+        ins = [rank_array(dt, (i + 1, 3), k, tag) for k in range(n)]
+        x = ins[r].copy()
+        pend.append((tag, fuse.broadcast_async(ins[r], root, name=tag),
+                     fuse.broadcast_async_(x, root, name=tag + ".inplace"), x, ins[root]))
+    for tag, h, h2, x, e in reversed(pend):
+        c.array(fuse.synchronize(h), e, tag + " async")
+        fuse.synchronize(h2)
+        c.array(x, e, tag + " async in place")
+    # the same name many times: broadcasts are never served stale data from a cache
+    for step in range(6):
+        root = step % n
+        ins = [rank_array("float32", (5,), k, f"bcs.{step}") for k in range(n)]
+        c.array(fuse.broadcast(ins[r], root, name="bc.repeat"), ins[root],
+                f"repeated broadcast step {step} root {root}")
+    c.raises(ValueError, lambda: fuse.broadcast(np.zeros(2), n, name="bc.badroot"),
+             "broadcast from a root outside the job")
+    objs = [{"rank": k, "payload": list(range(k * 3)), "text": "x" * (k * 1000)}
+            for k in range(n)]
+    for root in range(n):
+        got = fuse.broadcast_object(objs[r] if r == root else None, root_rank=root)
+        c.equal(got, objs[root], f"broadcast_object from {root}")
+    c.equal(fuse.allgather_object(objs[r]), objs, "allgather_object")
+    c.equal(fuse.allgather_object(("tuple", r)), [("tuple", k) for k in range(n)],
+            "allgather_object again")
+
+
+def _alltoall_ref(ins, splits, r):
+    parts, received = [], []
+    for k, x in enumerate(ins):
+        start = sum(splits[k][:r])
+        parts.append(x[start:start + splits[k][r]])
+        received.append(splits[k][r])
+    return np.concatenate(parts), received
+
+
+def _alltoall(c: Checker, r: int, n: int) -> None:
+    import fuse
+    for dt in DTYPES:
+        for label, tail in (("small", (3,)), ("big", (2001,)), ("1d", ())):
+            tag = f"a2a.even.{label}.{dt}"
+            m = 2
+            ins = [rank_array(dt, (n * m,) + tail, k, tag) for k in range(n)]
+            expected = np.concatenate([x[r * m:(r + 1) * m] for x in ins])
+            c.array(fuse.alltoall(ins[r], name=tag), expected, tag + " without splits")
+            # uneven splits, some of them zero; rank k sends splits[k][j] rows to rank j
+            splits = [[(k + 2 * j + 1) % 4 for j in range(n)] for k in range(n)]
+            tag = f"a2a.uneven.{label}.{dt}"
+            ins = [rank_array(dt, (sum(splits[k]),) + tail, k, tag) for k in range(n)]
+            expected, received = _alltoall_ref(ins, splits, r)
+            out, got = fuse.alltoall(ins[r], splits=splits[r], name=tag)
+            c.array(out, expected, tag)
+            c.array(np.asarray(got), np.array(received, np.int32), tag + " received splits")
+    splits = [[k + j for j in range(n)] for k in range(n)]
+    ins = [rank_array("float64", (sum(splits[k]), 2), k, "a2a.nparr") for k in range(n)]
+    expected, received = _alltoall_ref(ins, splits, r)
+    out, got = fuse.alltoall(ins[r], splits=np.array(splits[r], np.int32), name="a2a.nparr")
+    c.array(out, expected, "alltoall with int32 array splits")
+    c.equal([int(v) for v in got], received, "received splits (array splits)")
+    # nothing sent at all to anyone but rank 0
+    splits = [[3] + [0] * (n - 1) for _ in range(n)]
+    ins = [rank_array("int32", (3, 2), k, "a2a.to0") for k in range(n)]
+    expected, received = _alltoall_ref(ins, splits, r)
+    out, got = fuse.alltoall(ins[r], splits=splits[r], name="a2a.to0")
+    c.array(out, expected, "alltoall where only rank 0 receives")
+    c.equal([int(v) for v in got], received, "received splits (only rank 0 receives)")
+    pend = []
+    for i in range(6):
+        splits = [[(i + k * j) % 3 for j in range(n)] for k in range(n)]
+        tag = f"a2a.async.{i}"
+        ins = [rank_array("float32", (sum(splits[k]), 4), k, tag) for k in range(n)]
+        pend.append((tag, fuse.alltoall_async(ins[r], splits=splits[r], name=tag),
+                     _alltoall_ref(ins, splits, r)))
+    for tag, h, (e, rec) in reversed(pend):
+        out, got = fuse.synchronize(h)
+        c.array(out, e, tag)
+        c.equal([int(v) for v in got], rec, tag + " received splits")
+    c.raises(ValueError, lambda: fuse.alltoall(np.zeros((n + 1, 2)), name="a2a.bad"),
+             "alltoall without splits, first dimension not divisible")
+    c.raises(ValueError, lambda: fuse.alltoall(np.zeros((4, 2)), splits=[1] * (n + 1),
+                                               name="a2a.bad2"), "alltoall with too many splits")
+
+
+def _reducescatter(c: Checker, r: int, n: int) -> None:
+    import fuse
+    for dt in DTYPES:
+        for op in ("sum", "average"):
+            for rows, tail in ((3 * n + 1, (3,)), (n - 1, (2,)), (20 * n + 2, (1003,)),
+                               (2 * n, ())):
+                for pre, post in ((1.0, 1.0), (0.5, 2.0) if dt in FLOAT_DTYPES else (1.0, 2.0)):
+                    tag = f"rs.{dt}.{op}.{rows}.{pre}.{post}"
+                    ins = [rank_array(dt, (rows,) + tail, k, tag) for k in range(n)]
+                    full = reduce_ref(ins, op, pre, post)
+                    cuts = np.cumsum([0] + split_rows(rows, n))
+                    out = fuse.reducescatter(ins[r], name=tag, op=op_value(op),
+                                             prescale_factor=pre, postscale_factor=post)
+                    c.array(out, full[cuts[r]:cuts[r + 1]], tag)
+    ins = [rank_array("float32", (7, 2), k, "rs.default") for k in range(n)]
+    cuts = np.cumsum([0] + split_rows(7, n))
+    c.array(fuse.reducescatter(ins[r], name="rs.default"),
+            reduce_ref(ins, "average")[cuts[r]:cuts[r + 1]], "reducescatter defaults to Average")
+    c.raises(ValueError, lambda: fuse.reducescatter(ins[r], op=fuse.Max, name="rs.max"),
+             "reducescatter with Max")
+    shapes = [(5, 2), (n,), (2 * n + 1, 3, 2)]
+    dts = ["float32", "int32", "float64"]
+    ins = [[rank_array(dt, s, k, f"grs.{i}") for k in range(n)]
+           for i, (dt, s) in enumerate(zip(dts, shapes))]
+    for op in ("sum", "average"):
+        outs = fuse.grouped_reducescatter([x[r] for x in ins], name=f"grs.{op}", op=op_value(op))
+        h = fuse.grouped_reducescatter_async([x[r] for x in ins], name=f"grs.async.{op}",
+                                             op=op_value(op))
+        outs_async = fuse.synchronize(h)
+        for i, x in enumerate(ins):
+            cuts = np.cumsum([0] + split_rows(x[0].shape[0], n))
+            e = reduce_ref(x, op)[cuts[r]:cuts[r + 1]]
+            c.array(outs[i], e, f"grouped_reducescatter {op} [{i}]")
+            c.array(outs_async[i], e, f"grouped_reducescatter_async {op} [{i}]")
+    pend = []
+    for i in range(8):
+        tag = f"rsa.{i}"
+        ins = [rank_array("float32", (i + 1, 3), k, tag) for k in range(n)]
+        cuts = np.cumsum([0] + split_rows(i + 1, n))
+        pend.append((tag, fuse.reducescatter_async(ins[r], name=tag, op=fuse.Sum),
+                     reduce_ref(ins, "sum")[cuts[r]:cuts[r + 1]]))
+    for tag, h, e in reversed(pend):
+        c.array(fuse.synchronize(h), e, tag + " async")
+
+
+def gather_scatter_suite() -> int:
+    import fuse
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    _allgather(c, r, n)
+    _broadcast(c, r, n)
+    _alltoall(c, r, n)
+    _reducescatter(c, r, n)
+    fuse.shutdown()
+    return c.finish()
+
+
+# ------------------------------------------------------------------------ tests
+
+@pytest.mark.parametrize("np_,config", [
+    (2, "default"), (3, "default"), (3, "nofusion"), (2, "nocache"), (3, "tinycache"),
+    (2, "noinline-smallfusion"),
+])
+def test_gather_broadcast_alltoall_reducescatter(np_, config):
+    results = run_job(gather_scatter_suite, np_, CONFIGS[config])
+    assert_counts(results, minimum=500)
