@@ -6,7 +6,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
-if [ -x .venv/bin/python ] && .venv/bin/python -c "import fuse" 2>/dev/null; then
+# (-I: the installed fuse, which may be a wheel, not this checkout's uncompiled sources)
+if [ -x .venv/bin/python ] && .venv/bin/python -I -c "import fuse" 2>/dev/null; then
   echo "demo: using the existing .venv"
 else
   echo "demo: setting up .venv with fuse alone (no torch, MPI, Ray or Spark; scripts/setup.sh" \

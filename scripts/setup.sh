@@ -59,7 +59,8 @@ if [ "$MINIMAL" = 1 ] &&
              'import sys; print("%d.%d" % sys.version_info[:2])')"); then
   say "installing fuse's wheel of these sources ($wheel), built by scripts/build_wheels.sh"
   .venv/bin/python -m pip install -q "$wheel"
-  .venv/bin/python -c "import fuse" ||
+  # -I: the installed fuse, not this checkout's sources (the current folder is not on the path)
+  .venv/bin/python -I -c "import fuse" ||
     { echo "setup: FAILED: fuse does not import" >&2; exit 1; }
   say "fuse installed in $(pwd)/.venv (minimal, from the wheel: run scripts/setup.sh without" \
       "FUSE_SETUP_MINIMAL for torch, MPI, Ray, Spark and an editable install)"
