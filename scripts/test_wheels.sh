@@ -70,12 +70,13 @@ EOF
     roots+=("$suite:$version:$root:numpy")
   fi
 done
-# what fuse-dl needs besides torch (numpy, stevedore, cloudpickle), for the offline installs
+# what fuse-dl needs besides torch (numpy, stevedore, cloudpickle), for the offline installs,
+# and pip's own wheel, which the test runs pip from
 for version in 3.11 3.13; do
   .venv/bin/python -m pip download -q --only-binary=:all: --python-version "$version" \
     --platform manylinux_2_28_x86_64 --platform manylinux2014_x86_64 \
     --platform manylinux_2_17_x86_64 -d "$CACHE/test-deps-cp${version/./}" \
-    "numpy>=1.23" "stevedore>=5" "cloudpickle>=2"
+    "numpy>=1.23" "stevedore>=5" "cloudpickle>=2" pip
 done
 # The extras test (tests/wheels/test_extras.py) installs every extra, a few GB: it runs when
 # pyproject.toml or the test changed since its last passing run here, or when asked.
