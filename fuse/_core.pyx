@@ -307,7 +307,7 @@ cdef class Engine(CoordinatorLink):
         Waking the engine thread for a request whose caller then waits for it (_drive) made
         the two race for the loop: when the engine thread won, the caller slept on its handle
         and the call cost three thread wake-ups instead of none, and which of them won varied
-        from call to call (bench/suite/allreduce.py: the scatter of the small sizes, issue 36).
+        from call to call (bench/suite/allreduce.py: the scatter of the small sizes).
         Only the sending happens here, never the collective, so an asynchronous caller still
         overlaps it with its own work: the answer wakes the engine thread through its
         sockets, unmuted again below, unless the caller is by then waiting and reads it
@@ -551,8 +551,8 @@ cdef class Engine(CoordinatorLink):
         thread does the work and the caller sleeps at once; every 16th such wait tries an
         eighth of the spin again.  On a machine with more runnable threads than cores a peer
         is often descheduled for longer than any spin; a caller that spins through it takes
-        the core that peer needs and then sleeps anyway (load 17, a fixed spin with the
-        caller sending its own request: 1.1x the time and up to 1.8x the CPU per small call
+        the core that peer needs and then sleeps anyway (on a 2-core machine with 17 runnable
+        processes, a fixed spin with the caller sending its own request: 1.1x the time and up to 1.8x the CPU per small call
         of the engine thread sending it).  Only idleness counts: the time a driven
         collective spends reducing (a shared-memory allreduce of 1 MiB takes longer than the
         whole spin) is work this thread would otherwise hand to the engine thread and wait

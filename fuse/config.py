@@ -96,7 +96,8 @@ def _knob(default, env: str, horovod: str | None = None, parse=None, doc: str = 
 @dataclasses.dataclass(frozen=True)
 class Config:
     # identity (set by fuserun / horovodrun-style launchers)
-    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process", bounds=(0, 1 << 30))
+    rank: int = _knob(0, "RANK", "RANK", doc="global rank of this process (set by the launcher)",
+                      bounds=(0, 1 << 30))
     size: int = _knob(1, "SIZE", "SIZE", doc="number of processes", bounds=(1, 1 << 30))
     local_rank: int = _knob(0, "LOCAL_RANK", "LOCAL_RANK", doc="rank on this host",
                             bounds=(0, 1 << 30))
@@ -106,17 +107,25 @@ class Config:
                             bounds=(0, 1 << 30))
     cross_size: int = _knob(1, "CROSS_SIZE", "CROSS_SIZE", doc="number of hosts",
                             bounds=(1, 1 << 30))
-    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME", doc="host identity")
+    hostname: str = _knob("localhost", "HOSTNAME", "HOSTNAME",
+                          doc="this host's name in the job (set by the launcher)")
     # backends
-    backend: str = _knob("gloo", "BACKEND", doc="CPU backend plugin (entry point in fuse.backends)")
-    gpu_backend: str = _knob("nccl", "GPU_BACKEND", doc="GPU backend plugin")
+    backend: str = _knob("gloo", "BACKEND",
+                         doc="the CPU backend plugin (an entry point in fuse.backends: gloo, mpi "
+                             "or a third party's); gloo unless started by a bare mpirun (then "
+                             "mpi); HOROVOD_CPU_OPERATIONS is read as a fallback")
+    gpu_backend: str = _knob("nccl", "GPU_BACKEND",
+                             doc="the GPU backend plugin for CUDA tensors (an entry point in "
+                                 "fuse.device_backends)")
     rendezvous_addr: str = _knob("", "GLOO_RENDEZVOUS_ADDR", "GLOO_RENDEZVOUS_ADDR",
                                  doc="address of the launcher's rendezvous store")
     rendezvous_port: int = _knob(-1, "GLOO_RENDEZVOUS_PORT", "GLOO_RENDEZVOUS_PORT",
                                  doc="port of the launcher's rendezvous store", bounds=(-1, 65535))
     gloo_iface: str = _knob("", "GLOO_IFACE", "GLOO_IFACE", doc="network interface for Gloo")
     gloo_timeout_seconds: float = _knob(30.0, "GLOO_TIMEOUT_SECONDS", "GLOO_TIMEOUT_SECONDS",
-                                        doc="rendezvous and collective timeout", bounds=(1.0, 1e7))
+                                        doc="rendezvous timeout; a collective waits for a "
+                                            "peer at most this or FUSE_PEER_TIMEOUT_SECONDS, "
+                                            "the smaller", bounds=(1.0, 1e7))
     # engine
     fusion_threshold: int = _knob(128 * 1024 * 1024, "FUSION_THRESHOLD", "FUSION_THRESHOLD",
                                   doc="fusion buffer size in bytes; 0 disables fusion",
@@ -135,11 +144,10 @@ class Config:
                                  doc="allreduces of at least this many bytes are reduced as two "
                                      "halves at once, over two connections (native backends "
                                      "such as Gloo); 0 turns this off", bounds=_BYTES)
-    # 16 KiB: where shared memory overtakes the inline path (bench/studies/crossover.py, 2 ranks on the
-    # 2-core VM at load 9-13: wall-time crossovers of 4, 16 and 32 KiB in three runs; CPU time
-    # per call, which the load inflates less, 93 against 102 us at 8 KiB and 139 against 79 us
-    # at 16 KiB); the backend's ring is slower than shared memory at every size measured
-    # (4 B .. 4 MiB), so nothing is left to it on one host
+    # 16 KiB: where shared memory overtakes the inline path (bench/studies/crossover.py, 2 ranks
+    # on a shared 2-core VM: wall-time crossovers between 4 and 32 KiB, CPU time per call between
+    # 8 and 16 KiB; bench/results/studies/step_floor.md); the backend's ring is slower than
+    # shared memory at every size measured (4 B .. 4 MiB), so nothing is left to it on one host
     shm_threshold: int = _knob(16 * 1024, "SHM_THRESHOLD",
                                doc="when every rank is on one host, allreduces of at least "
                                    "this many bytes are reduced through shared memory instead "
@@ -182,17 +190,24 @@ class Config:
                                 bounds=(0.0, 1e6))
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
                                  doc="ms the coordinator holds ready tensors while others are "
-                                     "partly submitted, to fuse them", bounds=(0.0, 60000.0))
+                                     "partly submitted, to fuse them (never when nothing else "
+                                     "is pending)", bounds=(0.0, 60000.0))
     cache_capacity: int = _knob(1024, "CACHE_CAPACITY", "CACHE_CAPACITY",
                                 doc="response cache entries; 0 disables the cache",
                                 bounds=(0, 1 << 24))
     disable_group_fusion: bool = _knob(False, "DISABLE_GROUP_FUSION", "DISABLE_GROUP_FUSION",
-                                       parse_bool, "fuse grouped tensors only with their group")
+                                       parse_bool,
+                                       "fuse the tensors of a grouped call only with each other")
     dynamic_process_sets: bool = _knob(False, "DYNAMIC_PROCESS_SETS", "DYNAMIC_PROCESS_SETS",
-                                       parse_bool, "allow add/remove_process_set after init")
-    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool, doc="elastic mode")
+                                       parse_bool,
+                                       "allow add_process_set/remove_process_set after init()")
+    elastic: bool = _knob(False, "ELASTIC", "ELASTIC", parse_bool,
+                          doc="elastic mode: init() joins the elastic driver's newest "
+                              "generation (the driver sets it)")
     elastic_timeout: float = _knob(600.0, "ELASTIC_TIMEOUT", "ELASTIC_TIMEOUT",
-                                   doc="elastic: seconds a worker waits for the job to re-form",
+                                   doc="elastic: seconds the driver waits for --min-np slots, "
+                                       "and a worker for the job to re-form (fuserun "
+                                       "--elastic-timeout)",
                                    bounds=(1.0, 1e7))
     rendezvous_generation: int = _knob(
         -1, "RENDEZVOUS_GENERATION",
@@ -203,11 +218,15 @@ class Config:
                                       parse_bool, "turn off the stall inspector")
     stall_check_time_seconds: float = _knob(60.0, "STALL_CHECK_TIME_SECONDS",
                                             "STALL_CHECK_TIME_SECONDS",
-                                            doc="warn about ranks missing for this long",
+                                            doc="warn, listing the missing ranks and tensors, when "
+                                                "some ranks have waited this long for others",
                                             bounds=(0.0, 1e7))
     stall_shutdown_time_seconds: float = _knob(0.0, "STALL_SHUTDOWN_TIME_SECONDS",
                                                "STALL_SHUTDOWN_TIME_SECONDS",
-                                               doc="fail the job after this long (0: never)",
+                                               doc="fail the job with StallError after this "
+                                                   "long (0: never); also how long workers "
+                                                   "wait for a silent rank 0; a value below "
+                                                   "FUSE_STALL_CHECK_TIME_SECONDS is ignored",
                                                bounds=(0.0, 1e7))
     peer_timeout_seconds: float = _knob(
         15.0, "PEER_TIMEOUT_SECONDS",
@@ -230,29 +249,39 @@ class Config:
                            "trace, debug, info, warning, error or fatal")
     log_hide_time: bool = _knob(False, "LOG_HIDE_TIME", "LOG_HIDE_TIME", parse_bool,
                                 "omit timestamps from log lines")
-    timeline: str = _knob("", "TIMELINE", "TIMELINE", doc="Chrome-trace output path, or DYNAMIC")
+    timeline: str = _knob("", "TIMELINE", "TIMELINE",
+                          doc="rank 0 writes a Chrome trace of every tensor's phases to this "
+                              "path; DYNAMIC: nothing until start_timeline(path)")
     timeline_mark_cycles: bool = _knob(False, "TIMELINE_MARK_CYCLES", "TIMELINE_MARK_CYCLES",
-                                       parse_bool, "mark engine cycles in the timeline")
-    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool, "tune fusion online")
+                                       parse_bool,
+                                       "add a CYCLE_START marker for every engine cycle that did "
+                                       "work")
+    autotune: bool = _knob(False, "AUTOTUNE", "AUTOTUNE", parse_bool,
+                           "tune the fusion threshold, cycle time and response cache online "
+                           "(the autotune extra); knobs set explicitly stay fixed")
     autotune_log: str = _knob("", "AUTOTUNE_LOG", "AUTOTUNE_LOG",
-                              doc="CSV of autotune samples (rank 0)")
+                              doc="rank 0 writes one CSV row per autotune sample: "
+                                  "cycle_time_ms, fusion_threshold, cache_enabled, score")
     autotune_warmup_samples: int = _knob(3, "AUTOTUNE_WARMUP_SAMPLES", "AUTOTUNE_WARMUP_SAMPLES",
                                          doc="autotune samples discarded before tuning",
                                          bounds=(0, 1 << 20))
     autotune_steps_per_sample: int = _knob(10, "AUTOTUNE_STEPS_PER_SAMPLE",
                                            "AUTOTUNE_STEPS_PER_SAMPLE",
-                                           doc="coordinator cycles (with allreduces) per sample",
+                                           doc="coordinator cycles that emitted responses per "
+                                               "autotune sample (a sample lasts 0.2 s at least)",
                                            bounds=(1, 1 << 20))
     autotune_bayes_opt_max_samples: int = _knob(20, "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
                                                 "AUTOTUNE_BAYES_OPT_MAX_SAMPLES",
-                                                doc="samples before autotune fixes the best",
+                                                doc="scored samples after which autotune fixes the "
+                                                    "best setting and stops",
                                                 bounds=(1, 1 << 20))
     autotune_gaussian_process_noise: float = _knob(0.8, "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
                                                    "AUTOTUNE_GAUSSIAN_PROCESS_NOISE",
                                                    doc="Gaussian-process noise, in [0, 1]",
                                                    bounds=(0.0, 1.0))
     thread_affinity: str = _knob("", "THREAD_AFFINITY", "THREAD_AFFINITY", _parse_cores,
-                                 doc="cores for the engine thread, one per local rank")
+                                 doc="cores separated by commas: local rank i pins its "
+                                     "engine thread to the i-th")
     # where the value of each field came from: name -> env variable (only fields set by env)
     explicit: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False)
 
@@ -294,7 +323,7 @@ class Config:
                 var = self.explicit.get(f.name, "FUSE_" + f.metadata["env"])
                 where = "argument " + f.name if var == "argument" else var
                 raise ValueError(f"{where}={value!r} is out of range: it must be "
-                                 f"{_describe_bounds(*bounds)}")
+                                 f"{describe_bounds(*bounds)}")
         for name in ("hierarchical_allreduce", "hierarchical_allgather"):
             if getattr(self, name) not in ("auto", "on", "off"):
                 raise ValueError(f"{name}={getattr(self, name)!r}: expected 'auto', 'on' or "
@@ -316,7 +345,8 @@ class Config:
         return rows
 
 
-def _describe_bounds(low: float, high: float) -> str:
+def describe_bounds(low: float, high: float) -> str:
+    """How init()'s errors and the generated reference say a knob's range: "from 0 to 2**40"."""
     def text(v):
         return f"2**{int(v).bit_length() - 1}" if isinstance(v, int) and v >= 1 << 20 else f"{v:g}"
     return f"from {text(low)} to {text(high)}"
@@ -343,3 +373,62 @@ def _convert(f: dataclasses.Field, var: str, text: str) -> Any:
         return text
     except ValueError as err:
         raise ValueError(f"environment variable {var}={text!r}: {err}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class Setting:
+    """An environment variable fuse reads outside :class:`Config`: one the launcher, the agents
+    or a backend needs before a Config exists, or in a process that never makes one."""
+    name: str
+    horovod: str | None
+    default: str
+    read_by: str
+    doc: str
+
+
+# Listed here so that the configuration reference, generated from this module, names every
+# variable fuse reads; the code that reads each one is named in ``read_by``.
+OTHER_SETTINGS: tuple[Setting, ...] = (
+    Setting("FUSE_MPI_THREADS_DISABLE", "HOROVOD_MPI_THREADS_DISABLE", "0", "the MPI backend",
+            "initialise MPI with MPI_THREAD_SERIALIZED instead of MPI_THREAD_MULTIPLE (enough "
+            "for fuse, not for mpi4py calls of your own from other threads)"),
+    Setting("FUSE_CONTROLLER_ADDR", None, "rank 0's address on the route to the store",
+            "rank 0", "the address rank 0 announces for its control channel; set it when that "
+            "route picks an address the other hosts cannot reach"),
+    Setting("FUSE_RENDEZVOUS_DIR", None, "", "workers without a launcher",
+            "without a launcher's store (no FUSE_GLOO_RENDEZVOUS_ADDR): a directory every worker "
+            "reaches, used as a file store to rendezvous"),
+    Setting("FUSE_SECRET_KEY", None, "made by the launcher", "launcher, workers, agents",
+            "the job's secret (hex): every request to the rendezvous store and fuse.run's "
+            "payloads are signed with it; local workers get it in their environment, ssh "
+            "workers on standard input; agents need it set"),
+    Setting("FUSE_START_TIMEOUT", "HOROVOD_START_TIMEOUT", "30", "fuserun, fuse.run",
+            "seconds the workers on ssh hosts get to start (--start-timeout wins)"),
+    Setting("FUSE_SSH_ARGS", None, "", "fuserun",
+            "extra arguments for every ssh the launcher runs, split as a shell would"),
+    Setting("FUSE_SPARK_START_TIMEOUT", "HOROVOD_SPARK_START_TIMEOUT", "600",
+            "fuse.spark.run, run_elastic",
+            "seconds until every rank's Spark task must have started (start_timeout wins)"),
+    Setting("FUSE_STORE_ADDR", None, "this host's name", "fuserun --agents",
+            "the name or address agents and workers reach the driver's store at "
+            "(--store-addr wins)"),
+    Setting("FUSE_STORE_PORT", None, "any free port", "fuserun --agents",
+            "the driver's store port (--store-port wins)"),
+    Setting("FUSE_AGENT_STALE_SECONDS", None, "2", "fuserun --agents",
+            "an agent whose heartbeat stops for this long is a lost host"),
+    Setting("FUSE_DRIVER", None, "", "fuserun --agent", "HOST:PORT of the driver's store"),
+    Setting("FUSE_AGENT_SLOTS", None, "1", "fuserun --agent", "workers this agent runs"),
+    Setting("FUSE_AGENT_CONNECT_TIMEOUT", None, "300", "fuserun --agent",
+            "seconds an agent keeps trying to reach the driver"),
+    Setting("FUSE_AGENT_NAME", None, "the host name", "fuserun --agent",
+            "how the agent names itself to the driver"),
+    Setting("FUSE_ELASTIC_CHECKPOINT_DIR", None, "", "elastic workers (rank 0)",
+            "a directory every commit() of an elastic state is also written to (atomically); "
+            "a job started again with the same command resumes from the last one there"),
+    Setting("FUSE_ELASTIC_INCARNATION", None, "set by the elastic driver", "elastic workers",
+            "the generation the driver started this worker process for; the rendezvous refuses "
+            "a process whose generation is not the one the plan names for its slot"),
+    Setting("FUSE_AGENT_PRELOAD", None, "", "fuserun --agent",
+            "comma-separated modules a warm zygote imports once; ranks whose command is that "
+            "Python are forked from it (fuse's image: fuse.torch,torch._dynamo)"),
+)

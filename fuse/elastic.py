@@ -1,4 +1,4 @@
-"""Elastic training with the NumPy API: ``fuse.elastic.ObjectState`` and ``fuse.elastic.run``.
+"""Elastic training with the NumPy API: ``fuse.elastic.ObjectState`` and ``fuse.elastic.run``::
 
     state = fuse.elastic.ObjectState(epoch=0, weights=w)
 
@@ -7,7 +7,8 @@
         ...
         state.commit()
 
-See :mod:`fuse.worker.elastic` for the loop and the README's elastic section for the launcher.
+See :mod:`fuse.worker.elastic` for the loop, and the documentation's Elastic training page for
+the launcher.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Run the benchmark suite: set up (or refresh) .venv, add matplotlib for the plots, then
 # bench/suite/suite.py with the given arguments (--quick, --only <workloads>, --timeout <s>).
-# Results: bench/results/*.json, bench/plots/*.png and the generated part of bench/RESULTS.md.
+# Results: bench/results/<workload>.json and .md (its page), bench/plots/*.png, and the index in
+# bench/RESULTS.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh

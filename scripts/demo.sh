@@ -6,6 +6,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 START=$SECONDS
+# The venv first on PATH before fuse is imported: the editable install rebuilds changed compiled
+# code on import with the venv's meson, ninja and cython (without them the import fails, and an
+# existing full .venv would be taken for a missing one).
+export PATH="$(pwd)/.venv/bin:$PATH"
 # (-I: the installed fuse, which may be a wheel, not this checkout's uncompiled sources)
 if [ -x .venv/bin/python ] && .venv/bin/python -I -c "import fuse" 2>/dev/null; then
   echo "demo: using the existing .venv"
@@ -14,7 +18,6 @@ else
        "installs those)"
   FUSE_SETUP_MINIMAL=1 bash scripts/setup.sh
 fi
-export PATH="$(pwd)/.venv/bin:$PATH"
 echo "demo [$((SECONDS - START))s]: training a two-layer NumPy network on 2 workers:" \
      "fuserun -np 2 python examples/train_numpy.py $*"
 fuserun -np 2 python examples/train_numpy.py "$@"

@@ -99,7 +99,7 @@ fi
 if [ "$MINIMAL" = 1 ]; then
   # Compiled with -O1 in a build directory of its own: the engine's dozen Cython units take most
   # of a fresh setup, and -O1 compiles them about 2.6x faster than the release build's -O3
-  # (one unit: 14.5 s against 37.5 s at load 19 on this 2-core machine).  A later full setup
+  # (one unit: 14.5 s against 37.5 s on a busy 2-core machine).  A later full setup
   # builds the release engine in build/dev and the virtualenv then uses that one.
   say "building and installing fuse (editable, -O1; compiling the engine takes about a minute)"
   .venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/minimal \

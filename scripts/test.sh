@@ -5,6 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The documentation, warnings as errors (a few seconds; its snippets run in tests/).
+bash scripts/docs.sh
 # What setup.sh installed, the tests may not skip for lack of (tests/support/needs.py): MPI
 # always, torch and the autotuner's optimiser unless FUSE_SKIP_TORCH=1 left them out on purpose,
 # Ray and Spark (with Java) unless FUSE_SKIP_INTEGRATIONS=1 did, Lightning unless either did,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Make the MXNet environment and run tests/frameworks/mxnet in it.
+# Make the MXNet environment and run tests/frameworks/mxnet (and the adapters' contract) in it.
 #
 # MXNet 1.9.1 (the last release) needs NumPy < 1.24, which the main .venv cannot have, so it
 # gets an environment of its own: .venv-mxnet, on Python 3.11 (MXNet 1.9.1's py3-none wheel
@@ -60,6 +60,7 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
 fi
 
 # In this environment MXNet must import: a broken install fails the tests, never skips them.
-FUSE_TEST_REQUIRE=mxnet python -m pytest tests/frameworks/mxnet "$@"
-# The README's MXNet snippet, as a reader runs it (tests/docs/test_readme_snippets.py)
-FUSE_TEST_REQUIRE=mxnet python -m pytest tests/docs/test_readme_snippets.py -k mxnet "$@"
+# tests/frameworks/contract: the adapters' shared contract, MXNet's checked here.
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/frameworks/mxnet tests/frameworks/contract "$@"
+# The documentation's MXNet snippets, as a reader runs them (tests/docs/test_doc_snippets.py)
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/docs/test_doc_snippets.py -k mxnet "$@"

@@ -2,7 +2,8 @@
 # The TensorFlow/Keras adapter's tests, in an environment of their own: TensorFlow 2.21 needs
 # NumPy >= 1.26 and brings ~600 MB, so it does not share the main .venv.  Makes .venv-tf
 # (Python 3.11) on the first run, installs fuse into it in editable mode (build dir build/tf),
-# then runs tests/frameworks/tensorflow (and the Keras Spark estimator test) with any arguments given.  Safe to run again: what is installed
+# then runs tests/frameworks/tensorflow (and the Keras Spark estimator test, and the adapters'
+# contract) with any arguments given.  Safe to run again: what is installed
 # already is not installed twice.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -36,6 +37,8 @@ fi
 # In this environment TensorFlow must import: a broken install fails the tests, never skips them.
 REQUIRE=tensorflow
 if command -v java >/dev/null 2>&1; then REQUIRE=$REQUIRE,spark; fi
-FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/frameworks/tensorflow tests/integrations/spark/test_spark_keras.py "$@"
-# The README's TensorFlow/Keras snippets, as a reader runs them (tests/docs/test_readme_snippets.py)
-FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/docs/test_readme_snippets.py -k tensorflow "$@"
+# tests/frameworks/contract: the adapters' shared contract, TensorFlow's checked here.
+FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/frameworks/tensorflow \
+  tests/integrations/spark/test_spark_keras.py tests/frameworks/contract "$@"
+# The documentation's TensorFlow/Keras snippets, as a reader runs them (tests/docs/test_doc_snippets.py)
+FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/docs/test_doc_snippets.py -k tensorflow "$@"

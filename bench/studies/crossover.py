@@ -29,8 +29,8 @@ import machine  # noqa: E402
 from allreduce import calls_for, parse_sizes  # noqa: E402
 
 # the configuration that sends every allreduce of the sweep down one path; and, to compare the
-# choice by size before and after issue 36 in one run, the defaults and the earlier defaults
-# (shared memory from 256 KiB; below that the ring, except what travels inline)
+# choice by size of two settings in one run, the defaults and the earlier defaults (shared
+# memory from 256 KiB; below that the ring, except what travels inline)
 PATHS = {
     "inline": {"inline_threshold": 1 << 40, "shm_threshold": 0},
     "shm": {"inline_threshold": 0, "shm_threshold": 1},

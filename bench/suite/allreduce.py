@@ -71,7 +71,7 @@ def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 2
     """Every size on every side, ``rounds`` times over; one row per size.
 
     ``make_sides(n_elements)`` returns {label: fn} where fn() does one allreduce of
-    ``n_elements`` values.  What makes the small sizes' figures hold still (issue 36: 4 B
+    ``n_elements`` values.  What makes the small sizes' figures hold still (without it, 4 B
     came out slower than 32 B in one run, by tens of us):
 
     * a warm-up pass over every size and side before anything is timed, so no size pays for

@@ -1,5 +1,7 @@
-"""The generated part of bench/RESULTS.md: markdown tables built from the suite's JSON results,
-written between two markers so the hand-written parts of the file survive every run.
+"""The suite's results pages: one page per workload (``bench/results/<workload>.md``: its
+setting, how to rerun it, the latest table and plot), built from that workload's JSON result, and
+the index of them in bench/RESULTS.md, written between two markers so the hand-written parts of
+that file survive every run.  A page holds the latest run only; earlier runs are in git.
 
 Pure functions of the result records; nothing here measures or reads the clock.
 """
@@ -62,18 +64,15 @@ def _load(m: dict | None) -> str:
     return "?" if not m else " / ".join(f"{x:g}" for x in m.get("load_average", []))
 
 
-def header(results: dict[str, dict], machine_line: str) -> str:
+def setting(w: dict, machine_line: str) -> str:
+    """What a workload's figures hold for: the machine, when, under what load, for how long."""
+    mode = " (quick mode: fewer rounds and sizes)" if w.get("quick") else ""
     lines = [f"Machine: {machine_line}.", "",
-             "Load average (1/5/15 min) at the start and end of each workload, and its run time "
-             "(the machine is a shared VM; judge the figures by the load):", ""]
-    rows = []
-    for name, w in results.items():
-        rows.append([name, "quick" if w.get("quick") else "full", w.get("finished", "?"),
-                     _load(w.get("machine_start")), _load(w.get("machine_end")),
-                     f"{w.get('seconds', 0):.0f} s"])
-    lines.append(_table(["workload", "mode", "finished (UTC)", "load at start", "load at end",
-                         "run time"], rows))
-    notes = [f"- {name}: {note}" for name, w in results.items() for note in w.get("notes", [])]
+             f"Run: finished {w.get('finished', '?')}{mode}, {w.get('seconds', 0):.0f} s; "
+             f"load average (1/5/15 min) {_load(w.get('machine_start'))} at the start, "
+             f"{_load(w.get('machine_end'))} at the end (other processes on the machine count "
+             "too: judge the figures by it)."]
+    notes = [f"- {note}" for note in w.get("notes", [])]
     if notes:
         lines += ["", "Notes from the run:", "", *notes]
     return "\n".join(lines)
@@ -201,8 +200,9 @@ def loaded_section(w: dict) -> str:
         "sets OMP_NUM_THREADS=1. \"load N\": N `while True: pass` processes run beside the "
         "job. A job times 10 steps after 3 warm-up steps (median); rounds alternate which "
         "side's job runs first; the figure is the median over rounds. ResNet-50 gradient set: "
-        "step of section 2 (allreduce-bound); small CNN: one step of section 3's model, 32 "
-        "images per worker (compute-bound).", "", "![beside busy processes](plots/loaded.png)"])
+        "the step of the many_small workload (allreduce-bound); small CNN: one step of the "
+        "training workload's model, 32 images per worker (compute-bound).", "",
+        "![beside busy processes](plots/loaded.png)"])
 
 
 def multihost_section(w: dict) -> str:
@@ -242,27 +242,38 @@ def multihost_section(w: dict) -> str:
         "it from each host.", "", "![across hosts](plots/multihost.png)"])
 
 
-SECTIONS = (("allreduce", "1. Allreduce latency and bandwidth", allreduce_section),
-            ("many_small", "2. Many small tensors (ResNet-50 gradient set)", many_small_section),
-            ("training", "3. End-to-end training of a small CNN", training_section),
-            ("overhead", "4. Engine overhead", overhead_section),
-            ("loaded", "5. Each side launched its usual way, quiet and beside busy processes",
+SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
+            ("many_small", "Many small tensors (ResNet-50 gradient set)", many_small_section),
+            ("training", "End-to-end training of a small CNN", training_section),
+            ("overhead", "Engine overhead", overhead_section),
+            ("loaded", "Each side launched its usual way, quiet and beside busy processes",
              loaded_section),
-            ("multihost", "6. Across hosts (network namespaces, capped links)",
+            ("multihost", "Across hosts (network namespaces, capped links)",
              multihost_section))
 
+METHOD = ("Every comparison runs fuse and its competitor in the same job, alternating which goes "
+          "first from round to round with a barrier before each measurement, and reports "
+          "medians over rounds and the ratio fuse/competitor.")
 
-def render(results: dict[str, dict], machine_line: str, command: str) -> str:
-    """The generated part of RESULTS.md for the workloads present in ``results``."""
+
+def page(key: str, w: dict, machine_line: str) -> str:
+    """The whole results page of workload ``key`` (bench/results/<key>.md)."""
+    title, section = next((t, f) for k, t, f in SECTIONS if k == key)
+    body = section(w).replace("](plots/", "](../plots/")   # the page sits in bench/results/
+    return "\n".join([
+        f"# {title}", "",
+        f"<!-- Generated by bench/suite/suite.py from {key}.json: a rerun rewrites this page -->",
+        "", setting(w, machine_line), "",
+        f"Reproduce: `bash scripts/bench.sh --only {key}` (raw samples: `{key}.json` beside this "
+        "page).", "", METHOD, "", body, ""])
+
+
+def index(results: dict[str, dict], command: str) -> str:
+    """The generated part of RESULTS.md: one row per workload, linking its page."""
     total = sum(w.get("seconds", 0) for w in results.values())
-    out = [f"## Suite results (`{command}`, {total / 60:.1f} min of workloads)", "",
-           header(results, machine_line), "",
-           "Every comparison runs fuse and its competitor in the same job, alternating which goes "
-           "first from round to round with a barrier before each measurement, and reports "
-           "medians over rounds and the ratio fuse/competitor. Raw samples: "
-           "`bench/results/<workload>.json`."]
-    for key, title, section in SECTIONS:
-        if key in results:
-            out += ["", f"### {title}", "", section(results[key])]
-    return "\n".join(out)
-
+    rows = [[f"[{title}](results/{key}.md)", results[key].get("finished", "?"),
+             _load(results[key].get("machine_end")), f"{results[key].get('seconds', 0):.0f} s"]
+            for key, title, _section in SECTIONS if key in results]
+    return "\n".join([
+        f"## The suite (`{command}`, {total / 60:.1f} min of workloads)", "",
+        _table(["workload", "latest run finished (UTC)", "load at its end", "run time"], rows)])

@@ -1,5 +1,5 @@
-"""The whole benchmark suite in one command: every workload as its own job, then JSON, plots and
-the generated part of bench/RESULTS.md.
+"""The whole benchmark suite in one command: every workload as its own job, then JSON, plots, a
+results page per workload and the index of them in bench/RESULTS.md.
 
     bash scripts/bench.sh [--quick] [--only allreduce,many_small,training,overhead]
 
@@ -18,10 +18,11 @@ writing one JSON record):
               layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
               set and 64 MiB allreduce bandwidth
 
-Writes bench/results/<workload>.json, bench/plots/*.png and rewrites the generated part of
-bench/RESULTS.md from all result files present (so ``--only`` refreshes one workload and keeps
-the others).  A job that fails or exceeds its time limit is killed and reported; a competitor
-that is not installed (mpi4py, torch) is skipped with a note.  Exit status 1 if a job failed.
+Writes bench/results/<workload>.json, bench/plots/*.png, bench/results/<workload>.md (the
+workload's page: setting, rerun command, latest table) and the index in bench/RESULTS.md, from
+all result files present (so ``--only`` refreshes one workload and keeps the others).  A job
+that fails or exceeds its time limit is killed and reported; a competitor that is not installed
+(mpi4py, torch) is skipped with a note.  Exit status 1 if a job failed.
 """
 
 from __future__ import annotations
@@ -197,11 +198,14 @@ def load_results() -> dict[str, dict]:
 
 
 def rewrite_results_md(results: dict[str, dict], command_line: str) -> None:
+    """Each workload's page (bench/results/<workload>.md) and the index in RESULTS.md."""
+    for key, record in results.items():
+        line = machine.summary_line(record["machine_end"])
+        with open(os.path.join(RESULTS_DIR, f"{key}.md"), "w") as f:
+            f.write(report.page(key, record, line))
     text = open(RESULTS_MD).read() if os.path.exists(RESULTS_MD) else "# Benchmark results\n"
-    latest = max(results.values(), key=lambda w: w.get("finished", ""))
-    generated = report.render(results, machine.summary_line(latest["machine_end"]), command_line)
     with open(RESULTS_MD, "w") as f:
-        f.write(report.replace_generated(text, generated))
+        f.write(report.replace_generated(text, report.index(results, command_line)))
 
 
 def main() -> int:
@@ -215,9 +219,9 @@ def main() -> int:
     ap.add_argument("--load", type=int, default=1,
                     help="busy processes beside the jobs of the loaded workload (default 1)")
     ap.add_argument("--no-report", action="store_true",
-                    help="write the JSON only: no plots, RESULTS.md untouched")
+                    help="write the JSON only: no plots, no results pages")
     ap.add_argument("--report-only", action="store_true",
-                    help="run nothing: redraw the plots and RESULTS.md from bench/results")
+                    help="run nothing: redraw the plots and results pages from bench/results")
     args = ap.parse_args()
     workloads = [] if args.report_only else [w.strip() for w in args.only.split(",") if w.strip()]
     for w in workloads:

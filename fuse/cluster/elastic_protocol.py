@@ -9,7 +9,13 @@ The driver numbers each arrangement of the job (a *generation*) and publishes it
   must be broadcast to them; otherwise a host change needs no sync);
 * ``elastic/generation``: the newest ``g``, written after its plan.
 
-A worker that wants to join generation ``g`` writes ``elastic/ready/<g>/<id>``; once every
+Each started process of a worker id is an *incarnation*: the generation it was started for,
+which the driver hands it in ``FUSE_ELASTIC_INCARNATION`` and lists in the plan entry
+(``incarnation``).  A process whose incarnation is not the plan's (it outlived its launcher's
+guard while the driver started another in its place) is refused at the rendezvous.
+
+A worker that wants to join generation ``g`` writes ``elastic/ready/<g>/<id>`` (its
+incarnation, or ``1`` when it has none); once every
 worker of the plan did, the driver writes ``elastic/go/<g>`` and they all call the backend's
 rendezvous together (so nobody sits in Gloo's connect timeout while a slow peer restores).
 A worker that had to re-form while the newest generation is still its own (a collective failed
@@ -35,6 +41,7 @@ READY_PREFIX = "elastic/ready/{g}/"
 GO_KEY = "elastic/go/{g}"
 RESET_KEY = "elastic/reset/{g}/{worker}"
 RESET_PREFIX = "elastic/reset/{g}/"
+INCARNATION_ENV = "FUSE_ELASTIC_INCARNATION"
 STRAGGLER_KEY = "elastic/straggler/{g}/{n}"
 STRAGGLER_PREFIX = "elastic/straggler/{g}/"
 
@@ -66,11 +73,21 @@ def unanswering_ranks(failure: str | None) -> list[int]:
     return sorted({int(m.group(1)) for m in _UNANSWERED.finditer(failure or "")})
 
 
-def encode_reset(lost: list[int]) -> bytes:
-    return ("lost " + " ".join(map(str, lost))).encode() if lost else b"1"
+def encode_reset(lost: list[int], unreachable: list[int] = ()) -> bytes:
+    return json.dumps({"lost": sorted(lost), "unreachable": sorted(unreachable)}).encode()
 
 
-def decode_reset(raw: bytes | None) -> list[int]:
-    """The ranks a reset request reports lost (none for a bare request)."""
-    words = (raw or b"").decode(errors="replace").split()
-    return [int(w) for w in words[1:] if w.isdigit()] if words[:1] == ["lost"] else []
+def decode_reset(raw: bytes | None) -> tuple[list[int], list[int]]:
+    """What a reset request reports: (ranks that stopped answering, ranks whose hosts the
+    reporter cannot reach); both empty for a bare request."""
+    try:
+        data = json.loads((raw or b"{}").decode(errors="replace"))
+    except ValueError:
+        return [], []
+    if not isinstance(data, dict):
+        return [], []
+
+    def ranks(name: str) -> list[int]:
+        return sorted({r for r in data.get(name) or [] if isinstance(r, int) and r >= 0})
+
+    return ranks("lost"), ranks("unreachable")

@@ -28,6 +28,14 @@ class StoreUnreachable(ConnectionError):
     """The launcher's store did not answer: it is gone, or this process is cut off from it."""
 
 
+class StoreKeyMissing(KeyError):
+    """A key the store had a moment ago is gone (its owner dropped it: the launcher forgets a
+    generation's keys when it forms the next one)."""
+
+    def __str__(self) -> str:       # KeyError's own quotes the whole message
+        return str(self.args[0]) if self.args else ""
+
+
 class Store:
     """Interface the backends use for rendezvous."""
 
@@ -41,7 +49,11 @@ class Store:
         """Wait until ``key`` exists and return its value."""
         self.wait([key], timeout)
         value = self.try_get(key)
-        assert value is not None
+        if value is None:
+            raise StoreKeyMissing(
+                f"rendezvous: key {key!r} appeared in the store and was removed before it "
+                "could be read (the launcher drops a generation's keys when it forms the "
+                "next one: this worker is joining a job that has moved on)")
         return value
 
     def wait(self, keys: Iterable[str], timeout: float = 30.0) -> None:

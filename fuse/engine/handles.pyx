@@ -260,7 +260,7 @@ cdef class HandleTable:
         lock_release(self.lock)
         # Woken after the unlock: a waiter woken while the engine thread still holds the lock
         # blocks on it at once, two context switches per completion instead of one (perf
-        # sched_switch on synchronize()'s thread, issue 36).  No wake-up is lost: the waiter
+        # sched_switch on synchronize()'s thread).  No wake-up is lost: the waiter
         # reads the status under the lock before it waits (wait_step).
         lock_notify_all(self.lock)
 

@@ -5,7 +5,7 @@ Gloo or an MPI library's shared-memory channel in small cells, copying every byt
 times.  Measured on 2 ranks, a 64 MiB float32 allreduce takes about 45 ms over Gloo and 28-35
 ms with the MPICH wheel's ``MPI_Allreduce``; here every rank maps every other rank's segment
 and the reduction is split by ownership, which touches each byte about as few times as
-possible: 12-15 ms (bench/RESULTS.md).
+possible: 12-15 ms (bench/suite/allreduce.py).
 
 How, for one chunk of the buffer (its ``n`` parts, part ``k`` owned by rank ``k``):
 

@@ -25,6 +25,7 @@ switches.
 from __future__ import annotations
 
 import contextlib
+import types
 from typing import Any, Callable
 
 import torch
@@ -213,6 +214,13 @@ class FuseStrategyBase:
                                    "(workers started by fuserun)", override=True)
 
 
+def _joined(name: str, bases: tuple, namespace: dict) -> type:
+    """The class ``name`` of ``bases`` with ``namespace``, as ``type()`` makes it; through
+    ``types.new_class`` so that a base standing in for a class (``__mro_entries__``: the docs
+    build mocks Lightning where it is not installed) is resolved instead of refused."""
+    return types.new_class(name, bases, exec_body=lambda ns: ns.update(namespace))
+
+
 def bind(cluster_environment, parallel_strategy, registry, rank_zero_switches, module: str):
     """``(FuseEnvironment, FuseStrategy)`` for one Lightning package: each package's Trainer
     takes only its own classes, so the behaviour above is joined to the given package's
@@ -221,11 +229,11 @@ def bind(cluster_environment, parallel_strategy, registry, rank_zero_switches, m
     whose rank the strategy sets.  ``module``: where the classes are bound (so that they
     pickle by name)."""
     from .environment import FuseEnvironmentBase
-    environment = type("FuseEnvironment", (FuseEnvironmentBase, cluster_environment),
-                       {"__doc__": FuseEnvironmentBase.__doc__, "__module__": module})
-    strategy = type("FuseStrategy", (FuseStrategyBase, parallel_strategy),
-                    {"__doc__": FuseStrategyBase.__doc__, "__module__": module,
-                     "environment_cls": environment,
-                     "rank_zero_switches": tuple(rank_zero_switches)})
+    environment = _joined("FuseEnvironment", (FuseEnvironmentBase, cluster_environment),
+                          {"__doc__": FuseEnvironmentBase.__doc__, "__module__": module})
+    strategy = _joined("FuseStrategy", (FuseStrategyBase, parallel_strategy),
+                       {"__doc__": FuseStrategyBase.__doc__, "__module__": module,
+                        "environment_cls": environment,
+                        "rank_zero_switches": tuple(rank_zero_switches)})
     strategy.register_strategies(registry)
     return environment, strategy

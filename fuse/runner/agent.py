@@ -192,8 +192,8 @@ def run(driver: str, slots: int, connect_timeout: float, name: str | None = None
     return 0
 
 
-def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    env = os.environ
+def make_parser(env: Mapping[str, str] = os.environ) -> argparse.ArgumentParser:
+    """The agent's parser, its defaults taken from ``env`` (the docs pass an empty one)."""
     p = argparse.ArgumentParser(prog="fuserun --agent", description=__doc__.split("\n\n")[0])
     p.add_argument("--driver", default=env.get("FUSE_DRIVER", ""),
                    help="HOST:PORT of the driver's store (default FUSE_DRIVER)")
@@ -204,7 +204,11 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
                         "FUSE_AGENT_CONNECT_TIMEOUT or 300)")
     p.add_argument("--name", default=env.get("FUSE_AGENT_NAME") or None,
                    help="how the agent names itself to the driver (default: the host name)")
-    return p.parse_args(list(argv))
+    return p
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    return make_parser().parse_args(list(argv))
 
 
 def _on_term(signum, frame):

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import IO, Mapping, Sequence
 
-from fuse.cluster import thread_budget
+from fuse.cluster import failure_cause, thread_budget
 
 from fuse.cluster.hosts import Slot, loopback_interface, store_address
 from fuse.cluster.store import SECRET_ENV, KVStoreServer, make_secret, rendezvous_env
@@ -72,7 +72,7 @@ class Failure:
     """Why the job failed: the first worker that went wrong."""
     rank: int
     hostname: str
-    kind: str                      # "exit", "signal", "start", "timeout", "error"
+    kind: str                      # "exit", "signal", "start", "timeout", "error", "lost"
     returncode: int | None = None  # exit code, or -signal
     detail: str = ""               # for "start"/"timeout": what happened
     error: str | None = None       # text the worker stored under errors/<rank>
@@ -94,7 +94,11 @@ class Failure:
         return self.detail
 
     def describe(self, name: str = "fuserun") -> str:
-        lines = [f"{name}: rank {self.rank} (host {self.hostname}) failed first: {self.what()}."]
+        if self.kind == "lost":     # named by the others' reports, whoever exited first
+            lines = [f"{name}: rank {self.rank} (host {self.hostname}) was lost: {self.what()}."]
+        else:
+            lines = [f"{name}: rank {self.rank} (host {self.hostname}) failed first: "
+                     f"{self.what()}."]
         if self.error:
             lines.append(f"{name}: error reported by rank {self.rank}:")
             lines.extend("    " + line for line in self.error.rstrip().splitlines())
@@ -469,6 +473,10 @@ class Job:
         """The failure to report: ``first`` (the first worker seen to fail) unless it failed
         only because another rank did (its stored error says so) and a rank that failed of
         its own accord is known: the first of those to exit, by its own error."""
+        lost = self._lost_rank()
+        if lost is not None:
+            return lost
+
         def consequence(rank: int) -> bool:
             return self.server.get(f"errors/{rank}/consequence") is not None
 
@@ -487,6 +495,16 @@ class Job:
                            detail="raised an error, and was stopped with the others")
         return Failure(w.slot.rank, w.slot.hostname, "signal" if rc < 0 else "exit", rc)
 
+
+    def _lost_rank(self) -> Failure | None:
+        """The rank the workers' failure causes (fuse.cluster.failure_cause) say was lost:
+        found unanswering, or cut from a peer by the network; None when none says so."""
+        hosts = {w.slot.rank: w.slot.hostname for w in self._workers}
+        found = failure_cause.lost_rank(failure_cause.read_all(self.server), hosts)
+        if found is None:
+            return None
+        rank, why = found
+        return Failure(rank, hosts.get(rank, "?"), "lost", None, detail=why)
 
     # -- the loop's pieces (shared with the elastic driver) --------------------------------
     def _open_loop(self) -> dict:

@@ -7,6 +7,12 @@ signals the whole group, so a shell that does not ``exec`` (``bash -c "python tr
 done"``) takes its Python workers, their data loaders and anything else they started along.
 A parent-death signal set on COMMAND itself would reach only the shell.
 
+The other way round, COMMAND dies with this script: its parent-death signal is SIGKILL, so a
+guard killed by SIGKILL (which it cannot handle) takes COMMAND along instead of leaving it
+training on, re-parented to init, where it would rejoin an elastic job beside the worker the
+launcher starts in its place.  Whatever COMMAND started is in the group, which the launcher
+signals when it sees the guard die.
+
 When the launcher stops the job it signals the group itself (this script included): the
 script then only waits for COMMAND, and ends the way it ended (its exit status, or the same
 signal), which is what the launcher reports.
@@ -53,10 +59,14 @@ def main(argv: list) -> int:
         print(f"fuse orphan guard: prctl failed (errno {ctypes.get_errno()})", file=sys.stderr)
     if _orphaned(launcher):         # it died before the kernel could watch it for us
         _take_the_group_down()
+    guard = os.getpid()
     pid = os.fork()
     if pid == 0:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         signal.signal(signal.SIGINT, signal.SIG_DFL)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)    # kept across exec
+        if os.getppid() != guard:       # the guard died before the kernel could watch it
+            os._exit(128 + signal.SIGKILL)
         try:
             os.execvp(command[0], command)
         except OSError as err:

@@ -99,6 +99,16 @@ class Snapshot:
     def reset(self):
         pass
 
+    def saved(self):
+        """What the last ``save`` kept, picklable: a durable commit writes it to disk
+        (fuse.worker.durable)."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be committed durably")
+
+    def load_saved(self, saved) -> None:
+        """Make ``saved`` (from :meth:`saved`, maybe of another process) the last saved copy,
+        and restore it."""
+        raise NotImplementedError(f"{type(self).__name__} cannot be committed durably")
+
 
 class State(Snapshot):
     """State of a training job that survives the loss or gain of workers.
@@ -125,10 +135,15 @@ class State(Snapshot):
     def on_hosts_updated(self, timestamp, update_res):
         """Horovod's notification hook; fuse learns of host changes at ``check_host_updates``."""
 
-    def commit(self):
+    def commit(self, durable: bool | None = None):
         """Save the state in memory, then raise HostsUpdatedInterrupt if the hosts changed.
-        Collective: every rank commits at the same step."""
+        Collective: every rank commits at the same step.  ``durable`` (default: whether
+        FUSE_ELASTIC_CHECKPOINT_DIR is set): rank 0 also writes the committed state there,
+        where the job started again finds it (fuse.worker.durable)."""
+        from fuse.worker import durable as _durable
         self.save()
+        if _durable.wanted(durable) and self._rank() == 0:
+            _durable.write(self.saved())
         self.check_host_updates()
 
     def check_host_updates(self):
@@ -158,6 +173,13 @@ class ObjectState(State):
         if self._saved_state:
             self._saved_state = self._bcast_object(self._saved_state)
             self._set_attrs()
+
+    def saved(self):
+        return self._saved_state
+
+    def load_saved(self, saved) -> None:
+        self._saved_state = copy.deepcopy(saved)
+        self._set_attrs()
 
     def _set_attrs(self):
         for attr, value in self._saved_state.items():
@@ -193,6 +215,7 @@ def run_fn(func, reset=_reset):
     @functools.wraps(func)
     def wrapper(state, *args, **kwargs):
         skip_sync = False
+        _resume_durable(state)
         while True:
             try:
                 if not skip_sync:
@@ -207,6 +230,17 @@ def run_fn(func, reset=_reset):
             state.on_reset()
 
     return wrapper
+
+
+def _resume_durable(state) -> None:
+    """Rank 0 of a job started again: the last durable commit (if any) becomes the state,
+    which the loop's first sync hands to every worker."""
+    from fuse.worker import durable
+    if lifecycle.rank() != 0:
+        return
+    saved = durable.read()
+    if saved is not None:
+        state.load_saved(saved)
 
 
 def run(func):

@@ -110,6 +110,16 @@ class HandlerState(_elastic.ObjectState):
             handler.reset()
         super().reset()
 
+    def saved(self):
+        return {"handlers": {name: h.saved() for name, h in self._handlers.items()},
+                "plain": super().saved()}
+
+    def load_saved(self, saved) -> None:
+        for name, value in saved["handlers"].items():
+            if name in self._handlers:
+                self._handlers[name].load_saved(value)
+        super().load_saved(saved["plain"])
+
 
 def _handler_for(registry, value):
     # a distributed optimizer reports its wrapped optimizer's class (isinstance holds)
@@ -213,7 +223,17 @@ class StateDictHandler(StateHandler):
         self._saved = copy.deepcopy(self.value.state_dict())
 
     def restore(self):
-        self.value.load_state_dict(self._saved)
+        # A copy: torch's Optimizer.load_state_dict keeps the tensors it is given as its state,
+        # so the steps after a rollback would otherwise change the committed copy in place and a
+        # second rollback before the next commit would restore their work.
+        self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def saved(self):
+        return self._saved
+
+    def load_saved(self, saved) -> None:
+        self._saved = copy.deepcopy(saved)
+        self.restore()
 
 
 class SamplerStateHandler(StateDictHandler):

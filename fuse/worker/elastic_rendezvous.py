@@ -10,6 +10,7 @@ without it.
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 
@@ -30,6 +31,35 @@ class WorkerRemoved(SystemExit):
         self.worker, self.generation = worker, generation
 
 
+class WorkerSuperseded(SystemExit):
+    """The driver runs another process in this worker's slot: this one outlived the guard the
+    launcher started it under, and the driver, seeing the guard die, started a replacement.
+    Exit code 1: a process nobody supervises any more must not train on."""
+
+    def __init__(self, worker: str, mine: str, theirs: str, generation: int):
+        super().__init__(1)
+        self.worker, self.mine, self.theirs, self.generation = worker, mine, theirs, generation
+
+    def __str__(self) -> str:
+        return (f"fuse: elastic: worker {self.worker} was started for generation {self.mine}, "
+                f"but generation {self.generation} runs the process started in its place for "
+                f"generation {self.theirs} (this one outlived the launcher's guard of it); "
+                "exiting")
+
+
+def incarnation(environ=os.environ) -> str | None:
+    """The generation the driver started this process for (None when not told)."""
+    return environ.get(protocol.INCARNATION_ENV) or None
+
+
+def check_incarnation(me: str, entry: dict, g: int, environ=os.environ) -> None:
+    """Raise :class:`WorkerSuperseded` when plan ``g``'s entry for ``me`` names another
+    incarnation than this process's (both known)."""
+    mine, theirs = incarnation(environ), entry.get("incarnation")
+    if mine is not None and theirs is not None and str(theirs) != mine:
+        raise WorkerSuperseded(me, mine, str(theirs), g)
+
+
 def worker_id(config) -> str:
     global _worker
     if _worker is None:
@@ -48,11 +78,13 @@ STORE_TIMEOUT_S = 5.0
 STORE_ATTEMPTS = 2
 
 
-def join(config, after: int, lost: list[int] | None = None) -> dict:
+def join(config, after: int, lost: list[int] | None = None,
+         unreachable: list[int] | None = None) -> dict:
     """Wait for a generation newer than ``after`` that includes this worker and for all its
     workers to be ready; return the Config fields of this worker's identity in it (with
     ``rendezvous_generation``).  ``lost``: ranks of generation ``after`` that stopped answering
-    (reported with the reset request).  Raises :class:`WorkerRemoved` when the newest plan
+    (reported with the reset request), ``unreachable``: ranks whose hosts this one cannot
+    reach.  Raises :class:`WorkerRemoved` when the newest plan
     leaves this worker out, TimeoutError when the driver forms none for twice
     ``config.elastic_timeout``, StoreUnreachable when the launcher's store does not answer."""
     store = store_from_config(config, timeout=STORE_TIMEOUT_S, attempts=STORE_ATTEMPTS)
@@ -74,7 +106,7 @@ def join(config, after: int, lost: list[int] | None = None) -> dict:
             # the driver makes one (after a moment in which a dying worker's exit shows).
             if asked_for != g:
                 store.set(protocol.RESET_KEY.format(g=g, worker=me),
-                          protocol.encode_reset(lost or []))
+                          protocol.encode_reset(lost or [], unreachable or []))
                 asked_for = g
         else:
             workers, _added = protocol.decode_plan(store.get(protocol.PLAN_KEY.format(g=g)))
@@ -82,7 +114,13 @@ def join(config, after: int, lost: list[int] | None = None) -> dict:
                 print(f"fuse: elastic: worker {me} is not part of generation {g} (its host left "
                       "the job); exiting", file=sys.stderr, flush=True)
                 raise WorkerRemoved(me, g)
-            store.set(protocol.READY_KEY.format(g=g, worker=me), b"1")
+            try:
+                check_incarnation(me, workers[me], g)
+            except WorkerSuperseded as refused:
+                print(refused, file=sys.stderr, flush=True)
+                raise
+            store.set(protocol.READY_KEY.format(g=g, worker=me),
+                      (incarnation() or "1").encode())
             delay = 0.001
             while True:
                 if store.try_get(protocol.GO_KEY.format(g=g)) is not None:

@@ -157,13 +157,24 @@ def _join_elastic(config: Config, overrides: dict) -> Config:
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
     from fuse.cluster import elastic_protocol
+    lost = elastic_protocol.unanswering_ranks(job.last_failure)
     identity = elastic_rendezvous.join(
-        config, after=job.rendezvous_generation,
-        lost=elastic_protocol.unanswering_ranks(job.last_failure))
+        config, after=job.rendezvous_generation, lost=lost,
+        unreachable=_unreachable_peers(lost))
     # recorded now: if connecting fails (a peer died meanwhile), the next init waits for a
     # newer generation instead of joining this one again
     job.rendezvous_generation = identity["rendezvous_generation"]
     return Config.from_env(**{**overrides, **identity})
+
+
+def _unreachable_peers(lost: list[int]) -> list[int]:
+    """After a failed collective: the ranks of the job that failed whose hosts this process
+    cannot reach (a partition between workers; fuse.worker.peer_probe), besides ``lost``."""
+    if job.last_failure is None or job.config is None or \
+            job.config.rendezvous_generation != job.rendezvous_generation:
+        return []       # (ranks are numbered as in the generation the engine ran)
+    from fuse.worker import peer_probe
+    return peer_probe.unreachable(job.peer_addresses, job.config.rank, skip=lost)
 
 
 def _warn_oversubscribed(config: Config, log) -> None:
@@ -247,6 +258,16 @@ def _local_address_towards(addr: str) -> str:
         return socket.gethostbyname(socket.gethostname())
 
 
+def _probe_address(config: Config):
+    """Where this rank's peers can check that they reach it (fuse.worker.peer_probe), or None
+    when no listener could be opened."""
+    from fuse.worker import peer_probe
+    try:
+        return peer_probe.listen(_local_address_towards(config.rendezvous_addr))
+    except OSError:
+        return None
+
+
 def _connect_control_channel(backend, config: Config, log):
     """Rank 0 listens; every other rank connects and proves it belongs to the job
     (fuse.worker.control_handshake).  Returns the engine's (ctl_fd, worker_fds) and every
@@ -257,6 +278,7 @@ def _connect_control_channel(backend, config: Config, log):
         return -1, [-1], [config.hostname]
     timeout = max(config.gloo_timeout_seconds, 10.0)
     listener = None
+    probe = _probe_address(config)
     if config.rank == 0:
         host = os.environ.get("FUSE_CONTROLLER_ADDR") or _local_address_towards(
             config.rendezvous_addr)
@@ -264,12 +286,13 @@ def _connect_control_channel(backend, config: Config, log):
                                         backlog=max(config.size, 128))
         key = handshake.make_key()
         # the key travels over the backend's connections, which the job already trusts
-        payload = pickle.dumps((config.hostname, host, listener.getsockname()[1], key))
+        payload = pickle.dumps((config.hostname, probe, host, listener.getsockname()[1], key))
     else:
-        payload = pickle.dumps((config.hostname,))
+        payload = pickle.dumps((config.hostname, probe))
     everyone = [pickle.loads(p) for p in backend.exchange(payload)]
     hosts = [p[0] for p in everyone]
-    _, host, port, key = everyone[0]
+    job.peer_addresses = [p[1] for p in everyone]
+    _, _, host, port, key = everyone[0]
     if config.rank == 0:
         try:
             return -1, handshake.accept_ranks(listener, config.size, key, timeout, log.warning,
@@ -288,9 +311,12 @@ def report_failure(exc: BaseException) -> None:
         return
     text = "".join(traceback.format_exception_only(type(exc), exc)).strip()
     try:
+        cause = _cause_of(exc, engine)
         _report_error(text, "".join(traceback.format_exception(type(exc), exc,
                                                                exc.__traceback__)),
-                      consequence=isinstance(exc, ShutdownError))
+                      consequence=isinstance(exc, ShutdownError), cause=cause)
+        if cause is not None and cause.kind == "network" and not job.config.elastic:
+            _await_causes(job.config)
     except Exception:
         pass        # the launcher is out of reach: the other ranks still hear it from us
     try:
@@ -312,7 +338,51 @@ REPORT_TIMEOUT_S = 1.5
 REPORT_ATTEMPTS = 2
 
 
-def _report_error(summary: str, full: str, consequence: bool = False) -> None:
+def _cause_of(exc: BaseException, engine):
+    """What this rank's failure was, as data (fuse.cluster.failure_cause): the ranks its
+    engine found unanswering and, after a failed collective, those whose hosts it cannot
+    reach (fuse.worker.peer_probe)."""
+    from fuse.cluster import elastic_protocol
+    from fuse.cluster.failure_cause import Cause
+    from fuse.exceptions import BackendError, FuseInternalError, MismatchError, StallError
+    from fuse.worker import peer_probe
+    cfg = job.config
+    if cfg is None:
+        return None
+    lost, cut = [], []
+    collective = isinstance(exc, FuseInternalError) and \
+        not isinstance(exc, (MismatchError, StallError))
+    if collective and cfg.size > 1:
+        lost = elastic_protocol.unanswering_ranks(engine.failure)
+        cut = peer_probe.unreachable(job.peer_addresses, cfg.rank, skip=lost)
+    if lost or cut or (collective and type(exc) in (FuseInternalError, BackendError)):
+        kind = "network"
+    else:
+        kind = "consequence" if isinstance(exc, ShutdownError) else "error"
+    return Cause(kind, cfg.rank, cfg.hostname, lost, cut)
+
+
+# A static job's rank that failed in a collective waits this long for the others' causes
+# before it exits: its exit makes the launcher stop the rest, and a rank still probing its
+# peers would never say which of them it cannot reach.
+CAUSE_WAIT_S = 3.5
+
+
+def _await_causes(cfg) -> None:
+    import time
+    from fuse.cluster.failure_cause import KEY
+    from fuse.cluster.store import store_from_config
+    store = store_from_config(cfg, timeout=REPORT_TIMEOUT_S, attempts=REPORT_ATTEMPTS)
+    if store is None:
+        return
+    deadline = time.monotonic() + CAUSE_WAIT_S
+    pending = [r for r in range(cfg.size) if r != cfg.rank]
+    while pending and time.monotonic() < deadline:
+        pending = [r for r in pending if store.try_get(KEY.format(rank=r)) is None]
+        time.sleep(0.1)
+
+
+def _report_error(summary: str, full: str, consequence: bool = False, cause=None) -> None:
     """Leave this rank's error in the launcher's store.  ``consequence``: we fail because
     another rank did (a ShutdownError), so the launcher looks for that rank's own error.
     Raises ConnectionError when the store cannot be reached within the short bound."""
@@ -325,6 +395,9 @@ def _report_error(summary: str, full: str, consequence: bool = False) -> None:
         if consequence:
             store.set(f"errors/{cfg.rank}/consequence", b"1")
         store.set(f"errors/{cfg.rank}", full.encode(errors="replace"))
+        if cause is not None:
+            from fuse.cluster.failure_cause import KEY
+            store.set(KEY.format(rank=cfg.rank), cause.encode())
 
 
 def shutdown() -> None:

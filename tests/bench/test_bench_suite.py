@@ -1,5 +1,5 @@
-"""The benchmark suite's pure parts: rounds, medians, ratios, records, sizes, the RESULTS.md
-rewriting.  No test here depends on a measured time."""
+"""The benchmark suite's pure parts: rounds, medians, ratios, records, sizes, the results pages
+and the RESULTS.md index.  No test here depends on a measured time."""
 
 import pathlib
 import sys
@@ -99,7 +99,7 @@ def _row(case, fuse, comp, comp_label, **extra):
     return common.comparison(case, {"fuse": [fuse], comp_label: [comp]}, unit="s", **extra)
 
 
-def test_render_builds_every_section_from_records():
+def test_pages_and_index_are_built_from_records():
     ar = _row("allreduce 4 B", 1e-4, 2e-4, "torch.distributed", size_bytes=4)
     ar["bandwidth_GBps"] = {"fuse": 4e-5, "torch.distributed": 2e-5}
     mpi = _row("allreduce 4 B", 3e-4, 1e-5, "mpi4py", size_bytes=4)
@@ -132,7 +132,7 @@ def test_render_builds_every_section_from_records():
     hop["ring_limit_GBps"] = 0.083
     results["multihost"] = workload(("multihost", [hop]))
     results["many_small"]["notes"].append("torch_step_x skipped: mpi4py not installed")
-    text = report.render(results, "2 cores", "bash scripts/bench.sh")
+    text = "\n".join(report.page(key, w, "2 cores") for key, w in results.items())
     assert "| 4 B | 100.0 µs" in text
     assert "**30.00x**" in text                       # fuse behind mpi4py: bold
     assert "0.50x" in text                            # fuse ahead of torch: plain
@@ -142,7 +142,12 @@ def test_render_builds_every_section_from_records():
     assert "| small CNN, load 1 | 100.0 ms | 200.0 ms | 0.50x | OMP=1 MKL=1 torch 1 | " \
            "OMP=1 torch 1 |" in text
     assert "| 2x2, 64 MiB allreduce | 500.0 ms | 1.00 s | 0.50x |" in text
-    assert "6.0 min of workloads" in text
+    assert "Reproduce: `bash scripts/bench.sh --only loaded`" in text
+    assert "Machine: 2 cores." in text and "load average (1/5/15 min) 1 / 2 / 3" in text
+    assert "](../plots/allreduce_bandwidth.png)" in text      # the page sits in bench/results/
+    index = report.index(results, "bash scripts/bench.sh")
+    assert "6.0 min of workloads" in index
+    assert "[Allreduce latency and bandwidth](results/allreduce.md)" in index
 
 
 def test_suite_jobs_and_unknown_workload():

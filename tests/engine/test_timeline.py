@@ -32,6 +32,23 @@ def _load(path: str, attempts: int = 20):
             time.sleep(0.05)
 
 
+def _wait_for_event_naming(path: str, name: str, timeout: float = 60):
+    """The file's events once one of them names tensor ``name``: the writer flushes on its own
+    thread every 100 ms, so poll the file for it (a torn or not yet written file is read
+    again).  After ``timeout`` the last events read, which the caller's check reports."""
+    deadline = time.monotonic() + timeout
+    events: list = []
+    while True:
+        try:
+            events = _load(path, attempts=1)
+        except (OSError, ValueError):
+            pass
+        if any(e.get("args", {}).get("name") == name for e in events) \
+                or time.monotonic() > deadline:
+            return events
+        time.sleep(0.01)
+
+
 def _by_tensor(events):
     names = {e["pid"]: e["args"]["name"] for e in events
              if e.get("ph") == "M" and e["name"] == "process_name" and e["pid"] != 0}
@@ -63,9 +80,8 @@ def _env_timeline_job(path: str):
     fuse.allgather(np.ones((2, 3), np.float64), name="ag")
     large = fuse.allreduce(np.full(100_000, r + 1.0, np.float32), name="large", op=fuse.Sum)
     c.array(large, np.full(100_000, 3.0, np.float32), "allreduce through shared memory")
-    time.sleep(0.4)                       # > the writer's 100 ms interval
     if r == 0:                            # mid-run: the file is already valid JSON
-        events = _load(path)
+        events = _wait_for_event_naming(path, "fa.0")
         c.true(any(e.get("args", {}).get("name") == "fa.0" for e in events),
                "mid-run file names fa.0", str(events[:5]))
     fuse.barrier()
@@ -94,9 +110,10 @@ def _dynamic_job(tmpdir: str):
     if r == 0:
         open(stopped, "w").close()
     else:
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 60
         while not os.path.exists(stopped) and time.monotonic() < deadline:
             time.sleep(0.01)
+        c.true(os.path.exists(stopped), "rank 0 said it stopped its timeline")
     fuse.allreduce(np.ones(4, np.float32), name="after.stop")
     fuse.barrier()
     c.true(not os.path.exists(os.path.join(tmpdir, "dyn.1.json")), "rank 1 wrote nothing")

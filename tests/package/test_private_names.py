@@ -19,11 +19,6 @@ import fuse
 
 PACKAGE = pathlib.Path(fuse.__file__).parent
 
-# Reads of another module's private name still waiting to be made public: none.  An entry that
-# no longer occurs fails the test below, so the list cannot outlive its reason.
-PENDING: set[tuple[str, str]] = set()
-
-
 def _module_name(path: pathlib.Path, root: pathlib.Path) -> str:
     parts = list(path.relative_to(root.parent).with_suffix("").parts)
     if parts[-1] == "__init__":
@@ -170,23 +165,11 @@ def private_reads(root: pathlib.Path) -> list[tuple[str, int, str, str]]:
     return found
 
 
-@pytest.fixture(scope="module")
-def package_reads():
-    return private_reads(PACKAGE)     # parsed once for both tests below
-
-
-def test_no_module_reads_another_modules_private_name(package_reads):
-    reads = package_reads
-    unexpected = [r for r in reads if (r[0], r[2]) not in PENDING]
-    assert not unexpected, ("private names of other fuse modules read (make them public where "
-                            "they are meant to be shared):\n"
-                            + "\n".join(f"  {f}:{line}: {src}" for f, line, _, src in unexpected))
-
-
-def test_pending_entries_still_occur(package_reads):
-    reads = {(r[0], r[2]) for r in package_reads}
-    gone = sorted(PENDING - reads)
-    assert not gone, f"no longer read, remove from PENDING: {gone}"
+def test_no_module_reads_another_modules_private_name():
+    reads = private_reads(PACKAGE)
+    assert not reads, ("private names of other fuse modules read (make them public where "
+                       "they are meant to be shared):\n"
+                       + "\n".join(f"  {f}:{line}: {src}" for f, line, _, src in reads))
 
 
 def test_the_check_finds_what_it_should(tmp_path):

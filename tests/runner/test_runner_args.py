@@ -82,7 +82,6 @@ logging:
 
 
 def test_config_file_order(tmp_path):
-    pytest.importorskip("yaml")
     cfg = tmp_path / "c.yaml"
     cfg.write_text(CONFIG)
     # as in horovodrun, a flag on the command line wins over the file wherever it stands
@@ -98,7 +97,6 @@ def test_config_file_order(tmp_path):
 
 
 def test_config_file_straggler_section(tmp_path):
-    pytest.importorskip("yaml")
     cfg = tmp_path / "c.yaml"
     cfg.write_text("straggler:\n  policy: 'off'\n  factor: 2.5\n")
     e = env("--config-file", str(cfg))
@@ -213,7 +211,6 @@ logging:
 
 def test_horovods_config_file_layout_with_its_controller(tmp_path):
     """A config file as horovodrun reads it (a top-level controller: and every section)."""
-    pytest.importorskip("yaml")
     cfg = tmp_path / "config.yaml"
     cfg.write_text(HOROVOD_TEST_CONFIG)
     args = parse_args(["--config-file", str(cfg), "-np", "2", "python", "x.py"])

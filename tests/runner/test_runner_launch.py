@@ -117,7 +117,7 @@ def test_environment_pass_through(script):
 # A worker that records its pid (and a grandchild's) and then either fails or waits.
 FAILING = """
 import os, signal, subprocess, sys, time
-from fuse.cluster_util.store import HTTPStore
+from fuse.cluster.store import HTTPStore
 rank = int(os.environ["FUSE_RANK"])
 piddir = sys.argv[1]
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
@@ -310,7 +310,7 @@ def test_check_build_prints_the_fuse_info_report():
 
 SSH_WORKER = """
 import os, socket, sys, time
-from fuse.cluster_util.store import HTTPStore
+from fuse.cluster.store import HTTPStore
 rank = os.environ["FUSE_RANK"]
 s = HTTPStore(os.environ["FUSE_GLOO_RENDEZVOUS_ADDR"], int(os.environ["FUSE_GLOO_RENDEZVOUS_PORT"]))
 s.set("hello/" + rank, socket.gethostname().encode())
@@ -342,7 +342,7 @@ def test_ssh_path(script, tmp_path):
         out = {k: v[0] for k, v in lines.items()}
         # each host's thread budget is its own cores / its own workers (2 on host 2), and
         # every worker got the job's secret (64 hex digits), which no command line carried
-        from fuse.cluster_util.thread_budget import usable_cores
+        from fuse.cluster.thread_budget import usable_cores
         cores = usable_cores()
         assert {k: v[1] for k, v in lines.items()} == {
             r: f"threads {max(1, cores // n)} secret 64"

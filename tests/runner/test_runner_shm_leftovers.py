@@ -1,9 +1,7 @@
 """Shared-memory segments leave nothing in /dev/shm, even when every worker of a job is killed
 while they are in use (a real 2-rank job on one host, SIGKILLed)."""
 
-import importlib.util
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +9,7 @@ import time
 
 import pytest
 
+from mpi_util import require_mpi
 from runner_util import fuserun_argv, wait_dead
 
 pytestmark = pytest.mark.timeout(120)
@@ -94,10 +93,8 @@ def _mpi_files():
 
 
 @pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="no /dev/shm on this system")
-@pytest.mark.skipif(importlib.util.find_spec("mpi4py") is None
-                    or not (shutil.which("mpiexec") or shutil.which("mpirun")),
-                    reason="no mpiexec/mpi4py (pip install 'fuse-dl[mpi]')")
 def test_fuserun_mpi_removes_what_mpi_left_after_a_killed_rank(script):
+    require_mpi()
     before = _mpi_files()
     r = subprocess.run(fuserun_argv("--mpi", "-np", "2", sys.executable, script(MPI_WORKER)),
                        capture_output=True, timeout=90)

@@ -2,7 +2,6 @@
 never touch a value the user set, say what they chose once; init() warns when a job started
 another way (a plain mpiexec) runs more compute threads than the host has cores."""
 
-import importlib.util
 import json
 import os
 import re
@@ -10,9 +9,11 @@ import shutil
 import subprocess
 import sys
 
+import needs
 import pytest
 
 from fuse.cluster import thread_budget as tb
+from mpi_util import mpiexec, require_mpi
 from runner_util import fuserun_argv, lines_of, run_fuserun
 
 pytestmark = pytest.mark.timeout(120)
@@ -105,17 +106,8 @@ def test_fuse_run_workers_get_the_budget(capfd):
     assert len(budget_lines(capfd.readouterr().err.encode())) == 1
 
 
-def _mpiexec() -> str | None:
-    return shutil.which("mpiexec") or shutil.which("mpirun")
-
-
-needs_mpi = pytest.mark.skipif(
-    _mpiexec() is None or importlib.util.find_spec("mpi4py") is None,
-    reason="no mpiexec/mpi4py (pip install 'fuse-dl[mpi]')")
-
-
-@needs_mpi
 def test_fuserun_mpi_workers_get_the_budget(script):
+    require_mpi()
     r = run_fuserun("--mpi", "-np", "2", PY, script(SHOW_ENV), env=clean_env(), timeout=60)
     assert r.returncode == 0, r.stderr.decode()
     share = str(max(1, CORES // 2))
@@ -139,11 +131,11 @@ def _warnings(stderr: bytes) -> list[str]:
             if "compute threads" in line and "usable cores" in line]
 
 
-@needs_mpi
 def test_init_warns_once_under_a_plain_mpiexec_with_too_many_threads(script):
+    require_mpi()
     path = script(INIT)
     too_many = clean_env(OMP_NUM_THREADS=str(CORES))      # x2 workers > cores
-    r = subprocess.run([_mpiexec(), "-n", "2", PY, path], capture_output=True, env=too_many,
+    r = subprocess.run([mpiexec(), "-n", "2", PY, path], capture_output=True, env=too_many,
                        timeout=90)
     assert r.returncode == 0, r.stderr.decode()
     warned = _warnings(r.stderr)
@@ -152,16 +144,16 @@ def test_init_warns_once_under_a_plain_mpiexec_with_too_many_threads(script):
     assert f"OMP_NUM_THREADS={max(1, CORES // 2)}" in warned[0]
 
     fits = clean_env(OMP_NUM_THREADS=str(max(1, CORES // 2)))
-    r = subprocess.run([_mpiexec(), "-n", "2", PY, path], capture_output=True, env=fits,
+    r = subprocess.run([mpiexec(), "-n", "2", PY, path], capture_output=True, env=fits,
                        timeout=90)
     assert r.returncode == 0, r.stderr.decode()
     if CORES >= 2:
         assert _warnings(r.stderr) == []
 
 
-@needs_mpi
-@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed")
 def test_init_asks_torch_for_its_pool(script):
+    require_mpi()
+    needs.module("torch")
     # torch.set_num_threads after start-up is what counts, not the environment
     path = script("""
 import torch, fuse.torch as hvd
@@ -169,7 +161,7 @@ torch.set_num_threads(%d)
 hvd.init()
 hvd.shutdown()
 """ % (CORES,))
-    r = subprocess.run([_mpiexec(), "-n", "2", PY, path], capture_output=True,
+    r = subprocess.run([mpiexec(), "-n", "2", PY, path], capture_output=True,
                        env=clean_env(OMP_NUM_THREADS="1"), timeout=90)
     assert r.returncode == 0, r.stderr.decode()
     warned = _warnings(r.stderr)

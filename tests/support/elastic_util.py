@@ -105,16 +105,17 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen, what: str) -> No
 
 def grow_and_shrink(out_dir: Path, worker: list[str], *, steps: int, unit: str,
                     step_sleep: str, final_hosts: list[str],
-                    timeouts: tuple[float, float, float]) -> None:
+                    timeouts: tuple[float, float, float], env: dict | None = None) -> None:
     """Run ``worker`` (its argv) elastically under a discovery script that lists 2 hosts, then
     4 once a worker has made ``steps`` steps, then ``final_hosts`` once ``steps`` steps were
     made on 4 workers; timeouts: (first wait, second wait, the job's end).  Asserts the job
-    succeeded and its size went 2 -> 4 -> 2."""
+    succeeded and its size went 2 -> 4 -> 2.  ``env``: more environment for the workers."""
     script, hosts_file = write_discovery(out_dir, ["localhost:1", "127.0.0.1:1"])
     argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
                    str(script), *worker)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=job_env({"STEP_SLEEP": step_sleep}), cwd=str(out_dir))
+                            env=job_env({"STEP_SLEEP": step_sleep, **(env or {})}),
+                            cwd=str(out_dir))
     try:
         wait_for(lambda: any(n >= steps for _g, _s, n in progress(out_dir)), timeouts[0], proc,
                  f"{steps} {unit} on 2 workers")

@@ -25,7 +25,7 @@ import numpy as np
 try:
     import ml_dtypes
     BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
-except ImportError:  # the bf16 cases are left out; test_bfloat16_available reports the skip
+except ImportError:  # the bf16 cases are left out; test_bfloat16_available fails
     ml_dtypes = None
     BFLOAT16 = None
 

@@ -4,8 +4,10 @@ There is no GPU on the machines the tests run on.  This module lets the device-p
 anyway: "device" arrays are NumPy arrays (``FakeDeviceArray``, with ``.data.ptr``), streams and
 events only record what is done to them, and the NCCL communicator moves bytes between the
 worker processes through files in ``FUSE_FAKE_NCCL_DIR``.  Every stream, event and NCCL call is
-appended to ``CALLS`` in order, so tests can check what was called and in which order; a host
-copy (``cupy.asnumpy``) is recorded in ``HOST_COPIES``.
+appended to ``CALLS`` in order, so tests can check what was called and in which order.  A host
+copy that fuse makes of a "device" array (``cupy.asnumpy``, ``.get()``, ``.tolist()``, or NumPy
+reading it: ``np.asarray``, ``np.array``, any NumPy function, through ``__array__``) is recorded
+in ``HOST_COPIES``; the tests' own reads of the results are not.
 
 ``install()`` puts it in ``sys.modules`` as ``cupy``, ``cupy.cuda`` and ``cupy.cuda.nccl``.
 """
@@ -28,16 +30,92 @@ _ids = itertools.count(1)
 _streams: dict[int, str] = {}
 
 
-class FakeDeviceArray(np.ndarray):
-    """A NumPy array that answers ``.data.ptr`` like a CuPy array."""
+# Modules a host copy passes through on its way from the code that asked for it: the traps
+# themselves, and the libraries whose functions make the copy (np.asarray -> __array__).
+_PASS_THROUGH = {"fake_cupy", "fake_torch_cuda", "numpy", "torch"}
+
+
+def record_host_copy(what: str) -> None:
+    """Record host copy ``what`` in HOST_COPIES when fuse asked for it (the nearest caller
+    outside the traps, NumPy and torch is a module of fuse); a test reading its results back
+    is not fuse's copy."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        module = frame.f_globals.get("__name__", "")
+        if module.split(".")[0] not in _PASS_THROUGH:
+            break
+        frame = frame.f_back
+    if frame is not None and module.split(".")[0] == "fuse":
+        HOST_COPIES.append(what)
+
+
+def _host(value):
+    """The NumPy memory behind a "device" array (anything else as it is)."""
+    return value._memory if isinstance(value, FakeDeviceArray) else value
+
+
+class FakeDeviceArray:
+    """A "device" array: NumPy memory behind the part of CuPy's ndarray that fuse uses (shape,
+    dtype, sizes, ``.data.ptr``, slicing, ``view``, assignment).  Not an ndarray (nor does it
+    export NumPy's array interface or a buffer), so NumPy reads it only through ``__array__``,
+    which is a host copy, as with CuPy (which refuses the implicit conversion outright)."""
+
+    __slots__ = ("_memory",)
+
+    def __init__(self, memory: np.ndarray):
+        self._memory = memory
+
+    shape = property(lambda self: self._memory.shape)
+    dtype = property(lambda self: self._memory.dtype)
+    size = property(lambda self: self._memory.size)
+    ndim = property(lambda self: self._memory.ndim)
+    nbytes = property(lambda self: self._memory.nbytes)
+    itemsize = property(lambda self: self._memory.itemsize)
 
     @property
     def data(self):
-        return types.SimpleNamespace(ptr=self.__array_interface__["data"][0])
+        return types.SimpleNamespace(ptr=self._memory.ctypes.data)
+
+    def __len__(self):
+        return len(self._memory)
+
+    def __getitem__(self, key):
+        return FakeDeviceArray(np.asarray(self._memory[key]))
+
+    def __setitem__(self, key, value):
+        self._memory[key] = _host(value)
+
+    def view(self, dtype):
+        return FakeDeviceArray(self._memory.view(dtype))
+
+    def reshape(self, *shape):
+        return FakeDeviceArray(self._memory.reshape(*shape))
+
+    def copy(self):
+        return FakeDeviceArray(self._memory.copy())     # device to device
+
+    def __imul__(self, factor):
+        self._memory *= factor
+        return self
+
+    def get(self):
+        record_host_copy("cupy.ndarray.get")
+        return self._memory.copy()
+
+    def tolist(self):
+        record_host_copy("cupy.ndarray.tolist")
+        return self._memory.tolist()
+
+    def __array__(self, dtype=None, copy=None):
+        record_host_copy("numpy reading a cupy.ndarray (__array__)")
+        return self._memory.astype(dtype) if dtype is not None else self._memory.copy()
+
+    def __repr__(self):
+        return f"FakeDeviceArray({self._memory!r})"
 
 
 def _wrap(array) -> FakeDeviceArray:
-    return np.asarray(array).view(FakeDeviceArray)
+    return FakeDeviceArray(np.asarray(_host(array)))
 
 
 def _stream_name(ptr: int) -> str:
@@ -95,7 +173,7 @@ def from_dlpack(obj):
 
 
 def asarray(obj):
-    return _wrap(np.asarray(obj))
+    return _wrap(obj)
 
 
 def empty(shape, dtype="float32"):
@@ -103,8 +181,8 @@ def empty(shape, dtype="float32"):
 
 
 def asnumpy(array):
-    HOST_COPIES.append("cupy.asnumpy")
-    return np.asarray(array).copy()
+    record_host_copy("cupy.asnumpy")
+    return np.array(_host(array))
 
 
 # ---------------------------------------------------------------- NCCL

@@ -2,8 +2,10 @@
 
 ``install()`` makes :mod:`fuse.frameworks.torch.device` treat CPU tensors as the device's
 tensors (so they take the device path, on the stand-in CuPy of ``fake_cupy``), gives a fixed
-"current stream" pointer, and traps host copies: ``Tensor.cpu()``, ``Tensor.numpy()`` and
-``Tensor.to("cpu")`` are recorded in ``fake_cupy.HOST_COPIES`` while installed.
+"current stream" pointer, and traps host copies: ``Tensor.cpu()``, ``Tensor.numpy()``,
+``Tensor.to("cpu")``, ``Tensor.tolist()`` and NumPy reading a tensor (``np.asarray``, any NumPy
+function: ``Tensor.__array__``) made by fuse are recorded in ``fake_cupy.HOST_COPIES`` while
+installed (the tests' own reads of the results are not).
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ class FakeTorchCuda:
 def _trap(name, original, when=lambda *a, **k: True):
     def wrapper(self, *args, **kwargs):
         if when(*args, **kwargs):
-            fake_cupy.HOST_COPIES.append(f"Tensor.{name}")
+            fake_cupy.record_host_copy(f"Tensor.{name}")
         return original(self, *args, **kwargs)
     return wrapper
 
@@ -48,3 +50,5 @@ def install() -> None:
     torch.Tensor.cpu = _trap("cpu", torch.Tensor.cpu)
     torch.Tensor.numpy = _trap("numpy", torch.Tensor.numpy)
     torch.Tensor.to = _trap("to", torch.Tensor.to, _to_cpu)
+    torch.Tensor.tolist = _trap("tolist", torch.Tensor.tolist)
+    torch.Tensor.__array__ = _trap("__array__", torch.Tensor.__array__)

@@ -1,5 +1,6 @@
-"""Helpers for the launcher tests (a module of its own: every test directory has a
-conftest.py, so ``from conftest import ...`` would pick whichever was imported first)."""
+"""Helpers for the launcher and store tests (a module of its own: every test directory has a
+conftest.py, so ``from conftest import ...`` would pick whichever was imported first), and their
+``script`` fixture, which tests/runner and tests/cluster import into their conftest.py."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import subprocess
 import sys
 import textwrap
 import time
+
+import pytest
 
 LINE = re.compile(r"^\[(\d+)\]<(stdout|stderr)>:(.*)$")
 
@@ -56,3 +59,13 @@ def wait_dead(pids, timeout: float = 10.0) -> list[int]:
         if left:
             time.sleep(0.05)
     return left
+
+
+@pytest.fixture
+def script(tmp_path):
+    """Write a worker script and return its path."""
+    def make(body: str, name: str = "worker.py") -> str:
+        path = tmp_path / name
+        path.write_text(textwrap.dedent(body))
+        return str(path)
+    return make

@@ -7,12 +7,17 @@ with that rank
 ``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
 its allreduce of the batch in flight; ``killreset`` (batch ignored): dies as soon as that
 generation formed, while the others sync; ``stop``: stops itself (SIGSTOP) before the batch's
-allreduce, alive but silent.  ``all`` as rank: every worker.
+allreduce, alive but silent; ``killguard``: SIGKILLs its parent, the guard process the launcher
+started it under (its pid in OUT_DIR/ghost.pid), and if it is still alive 0.2 s after the
+guard is gone, writes OUT_DIR/ghost.survived and trains on.  ``all`` as rank:
+every worker.
 
 ``SLOW_HOST=<host>`` (with ``SLOW_SECONDS``, default 0.1) makes the worker on that host a
 straggler: it sleeps that much longer than the others before each batch's allreduce.
 ``PAUSE_AT=<batch>:<seconds>``: every worker pauses that long once, before that batch (a
-checkpoint or an evaluation every rank does).
+checkpoint or an evaluation every rank does).  ``GRAD_BYTES=<n>``: the gradient's allreduce
+carries n bytes (zeros after the DIM values), so that it goes through the backend's
+connections between workers rather than through the coordinator as a small one does.
 """
 
 import json
@@ -34,6 +39,7 @@ step_sleep = float(os.environ.get("STEP_SLEEP", "0.03"))
 slow_host = os.environ.get("SLOW_HOST")
 slow_seconds = float(os.environ.get("SLOW_SECONDS", "0.1"))
 pause_at, pause_seconds = (float(x) for x in os.environ.get("PAUSE_AT", "-1:0").split(":"))
+grad_len = max(DIM, int(os.environ.get("GRAD_BYTES", "0")) // 8)
 
 fuse.init()
 state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
@@ -49,6 +55,16 @@ def maybe_fail(b: int, partial: np.ndarray) -> None:
                 with open(os.path.join(out_dir, "stopped.pid"), "w") as f:
                     f.write(str(os.getpid()))
                 os.kill(os.getpid(), signal.SIGSTOP)
+            if kind == "killguard" and not os.path.exists(os.path.join(out_dir, "ghost.pid")):
+                guard = os.getppid()
+                with open(os.path.join(out_dir, "ghost.pid"), "w") as f:
+                    f.write(str(os.getpid()))
+                os.kill(guard, signal.SIGKILL)
+                while os.getppid() == guard:      # until the guard is gone
+                    time.sleep(0.01)
+                time.sleep(0.2)
+                with open(os.path.join(out_dir, "ghost.survived"), "w") as f:
+                    f.write(str(os.getpid()))
             if kind == "raise":
                 raise RuntimeError(f"injected failure at batch {b}")
             if kind == "killin":
@@ -77,7 +93,9 @@ def train(state):
             time.sleep(slow_seconds)
         if b == pause_at:
             time.sleep(pause_seconds)
-        grad = fuse.allreduce(rows.sum(axis=0), op=fuse.Sum, name="grad")
+        padded = np.zeros(grad_len)
+        padded[:DIM] = rows.sum(axis=0)
+        grad = fuse.allreduce(padded, op=fuse.Sum, name="grad")[:DIM]
         state.w = apply_batch(state.w, b, grad)
         state.done = state.done + [b]
         state.batch = b + 1

@@ -4,9 +4,12 @@ Sum over ranks) and an ElasticSampler, trained on exact arithmetic (elastic_util
     workers_elastic_torch.py OUT_DIR EPOCHS [FAULT ...]
 
 The loop, the faults and the result are workers_elastic_sampled's.  This worker adds the fault
-``raisefirst:generation:rank:step`` (see fail_before_backward).
+``raisefirst:generation:rank:step`` (see fail_before_backward).  With SHARDED=1 in the
+environment the optimizer is ``DistributedOptimizer(..., sharded=True)`` and the weight is cut
+into pieces (Pieces), so that every rank owns a shard of the momentum.
 """
 
+import os
 import time
 
 import torch
@@ -18,13 +21,38 @@ from workers_elastic_sampled import Job
 job = Job()
 data = torch.from_numpy(sampled_data())
 
+SHARDED = os.environ.get("SHARDED") == "1"
+
+
+class Pieces(torch.nn.Module):
+    """``x @ w`` for a weight of DIM elements held as DIM / 2 parameters of 2 elements: the
+    same arithmetic as a Linear without bias, element by element."""
+
+    def __init__(self):
+        super().__init__()
+        self.pieces = torch.nn.ParameterList(
+            torch.nn.Parameter(torch.zeros(2, dtype=torch.float64)) for _ in range(DIM // 2))
+
+    def forward(self, x):
+        return sum(x[:, 2 * k:2 * k + 2] @ p for k, p in enumerate(self.pieces))
+
+    @property
+    def weight(self):
+        return torch.cat(list(self.pieces))
+
+
 hvd.init()
-model = torch.nn.Linear(DIM, 1, bias=False).double()
-with torch.no_grad():
-    model.weight.zero_()
+if SHARDED:
+    model = Pieces()
+else:
+    model = torch.nn.Linear(DIM, 1, bias=False).double()
+    with torch.no_grad():
+        model.weight.zero_()
+# sharded: buckets of one piece (16 bytes), each its own reduce-scatter
 optimizer = hvd.DistributedOptimizer(
     torch.optim.SGD(model.parameters(), lr=0.125, momentum=0.5),
-    named_parameters=model.named_parameters(), op=hvd.Sum)
+    named_parameters=model.named_parameters(), op=hvd.Sum,
+    **({"sharded": True, "bucket_bytes": 16} if SHARDED else {}))
 sampler = hvd.elastic.ElasticSampler(list(range(SAMPLES)), shuffle=True, seed=3)
 state = hvd.elastic.TorchState(model, optimizer, sampler=sampler, epoch=0, log=[])
 

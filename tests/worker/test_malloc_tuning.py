@@ -1,4 +1,5 @@
-"""fuse.worker.malloc_tuning: freed memory stays in the process (glibc), unless the user chose."""
+"""fuse.worker.malloc_tuning: freed memory stays in the process (glibc), unless the user chose;
+fuse.init() applies it, and FUSE_MALLOC_TRIM_THRESHOLD=0 turns it off."""
 
 import json
 import os
@@ -11,11 +12,11 @@ import pytest
 from fuse.worker import malloc_tuning
 
 # Rounds of: allocate 30 blocks of 1 MiB, touch every page, free them all; the minor page faults
-# per round after the first.  Run in a fresh interpreter, so malloc's state is its own.
+# per round after the first.  Run in a fresh interpreter, so malloc's state is its own, after
+# a first step that may tune malloc (TUNE_DIRECTLY or TUNE_BY_INIT).
 ROUNDS = textwrap.dedent("""
     import ctypes, json, resource, sys
-    from fuse.worker import malloc_tuning
-    tuned = malloc_tuning.keep_freed_memory(int(sys.argv[1]))
+    {tune}
     libc = ctypes.CDLL(None)
     libc.malloc.restype = ctypes.c_void_p
     libc.malloc.argtypes = (ctypes.c_size_t,)
@@ -29,17 +30,32 @@ ROUNDS = textwrap.dedent("""
         for b in reversed(blocks):
             libc.free(b)
         faults.append(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
-    print(json.dumps({"tuned": tuned, "faults": faults[1:]}))
+    print(json.dumps({{"tuned": tuned, "faults": faults[1:]}}))
 """)
+TUNE_DIRECTLY = """
+from fuse.worker import malloc_tuning
+tuned = malloc_tuning.keep_freed_memory(int(sys.argv[1]))
+"""
+# a one-rank job, as a script that calls fuse.init() and nothing else about malloc
+TUNE_BY_INIT = """
+import fuse
+fuse.init()
+fuse.shutdown()
+tuned = None
+"""
 
 
-def rounds(trim_threshold: int) -> dict:
-    """ROUNDS' result, in an environment without malloc settings of the user's own."""
+def rounds(trim_threshold: int, tune: str = TUNE_DIRECTLY, env: dict | None = None) -> dict:
+    """ROUNDS' result, in an environment without malloc settings of the user's own (nor
+    fuse's: ``env`` adds some)."""
     clean = {k: v for k, v in os.environ.items()
-             if k not in (*malloc_tuning.USER_SETTINGS, "GLIBC_TUNABLES")}
-    out = subprocess.run([sys.executable, "-c", ROUNDS, str(trim_threshold)], check=True,
-                         capture_output=True, text=True, env=clean, timeout=120)
-    return json.loads(out.stdout)
+             if k not in (*malloc_tuning.USER_SETTINGS, "GLIBC_TUNABLES")
+             and not k.startswith(("FUSE_", "HOROVOD_"))}
+    code = ROUNDS.format(tune=tune.strip())
+    out = subprocess.run([sys.executable, "-c", code, str(trim_threshold)], check=True,
+                         capture_output=True, text=True, env={**clean, **(env or {})},
+                         timeout=120)
+    return json.loads(out.stdout.splitlines()[-1])
 
 
 @pytest.mark.skipif(malloc_tuning.glibc() is None, reason="the tuning is for glibc's malloc")
@@ -52,6 +68,16 @@ def test_freed_blocks_are_reused_instead_of_faulted_back_in():
     untouched = rounds(0)
     assert untouched["tuned"] is False
     assert min(untouched["faults"]) > 5000, untouched
+
+
+@pytest.mark.skipif(malloc_tuning.glibc() is None, reason="the tuning is for glibc's malloc")
+def test_init_tunes_malloc_unless_the_threshold_is_zero():
+    # the same rounds after fuse.init(): its default keeps the freed blocks ...
+    by_default = rounds(0, TUNE_BY_INIT)
+    assert max(by_default["faults"]) < 200, by_default
+    # ... and FUSE_MALLOC_TRIM_THRESHOLD=0 leaves glibc's own thresholds, which give them back
+    turned_off = rounds(0, TUNE_BY_INIT, {"FUSE_MALLOC_TRIM_THRESHOLD": "0"})
+    assert min(turned_off["faults"]) > 5000, turned_off
 
 
 @pytest.mark.parametrize("env", [{"MALLOC_TRIM_THRESHOLD_": "1000"},

@@ -102,6 +102,10 @@ class GlooBackend(Backend):
         self._native = _import_native()
         self.rank, self.size = config.rank, config.size
         self.timeout = float(config.gloo_timeout_seconds)
+        # Once connected, a collective waits for a peer's data no longer than the control
+        # connection waits for its acknowledgements: a peer whose link to this rank is cut
+        # (while both still reach rank 0) fails the collective within the peer timeout.
+        self.collective_timeout = min(self.timeout, float(config.peer_timeout_seconds))
         self._store = store if store is not None else store_from_config(config)
         if self.size > 1 and self._store is None:
             raise GlooError(
@@ -137,6 +141,7 @@ class GlooBackend(Backend):
             # (see published_keys).
             context.barrier()
             store.drop()
+            context.set_timeout(self.collective_timeout)
         return context
 
     def exchange(self, data: bytes) -> list[bytes]:

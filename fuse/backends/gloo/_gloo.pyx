@@ -324,6 +324,11 @@ cdef class GlooContext:
         if fuse_gloo_group_set_algorithm(self._ptr, code) != 0:
             raise ValueError(f"gloo: cannot select algorithm {name!r}")
 
+    def set_timeout(self, double seconds):
+        """How long each later collective waits for a peer's data before it fails."""
+        if self._ptr == NULL or fuse_gloo_group_set_timeout(self._ptr, seconds * 1000.0) != 0:
+            raise ValueError(f"gloo: cannot set a collective timeout of {seconds!r} s")
+
 
 def reduce_local(out, a, b, str dtype, str op):
     """``out[i] = op(a[i], b[i])`` with the kernel the allreduce uses (for tests)."""

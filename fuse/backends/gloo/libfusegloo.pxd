@@ -39,6 +39,7 @@ cdef extern from "fuse_gloo.h" nogil:
     void fuse_gloo_group_close(fuse_gloo_group* group)
     void fuse_gloo_group_free(fuse_gloo_group* group)
     int fuse_gloo_group_set_algorithm(fuse_gloo_group* group, int algorithm)
+    int fuse_gloo_group_set_timeout(fuse_gloo_group* group, double timeout_ms)
     void fuse_gloo_group_fill_ops(fuse_gloo_group* group, fuse_group_ops* ops)
 
     int fuse_gloo_allreduce(void* self, void* buf, size_t count, int dtype, int op, char* err,

@@ -1,7 +1,7 @@
 // A second engine thread that runs one job at a time.  The executor gives it half of a large
 // allreduce, to reduce over a second connection to the same ranks while the engine thread
 // reduces the other half: one rank's sockets then carry data while its cores add up the other
-// half, which a single blocking collective leaves idle (measured in bench/RESULTS.md).
+// half, which a single blocking collective leaves idle.
 // Used by fuse/engine/executor.pyx.
 #pragma once
 

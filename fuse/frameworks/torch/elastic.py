@@ -10,6 +10,7 @@ framework-free half (the state over handlers, the sampler's bookkeeping) is
 
 from __future__ import annotations
 
+import copy
 
 import torch
 
@@ -19,9 +20,12 @@ from fuse.worker.elastic_handlers import (ElasticSamplerBase, HandlerRegistry, H
                                           StateHandler)
 from fuse.exceptions import HorovodInternalError, HostsUpdatedInterrupt  # noqa: F401
 from fuse.frameworks.torch.functions import broadcast_optimizer_state, broadcast_parameters
+from fuse.frameworks.torch.sharded_optimizer import ShardedOptimizer
+from fuse.collectives import calls as _c
 
 __all__ = ["run", "run_fn", "State", "ObjectState", "TorchState", "ElasticSampler",
-           "StateHandler", "ModelStateHandler", "OptimizerStateHandler", "SamplerStateHandler",
+           "StateHandler", "ModelStateHandler", "OptimizerStateHandler",
+           "ShardedOptimizerStateHandler", "SamplerStateHandler",
            "get_handler_registry", "set_handler_registry"]
 
 
@@ -67,7 +71,46 @@ class OptimizerStateHandler(StateDictHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
+class ShardedOptimizerStateHandler(StateHandler):
+    """A sharded optimizer (``DistributedOptimizer(..., sharded=True)``): ``save`` keeps the
+    full state, gathered from every shard (commit is collective), so that any surviving worker
+    holds what a killed worker owned; ``restore`` loads it back (each rank keeps its shard);
+    ``reset`` (after every re-form, also when workers were only removed and ``sync`` is
+    skipped) loads the committed state again, sharded over the new set of workers: the
+    removed workers' shards exist nowhere else (the hosts change at a commit, so the committed
+    state is the live one); ``sync`` gives every rank, new ones too, rank 0's committed state,
+    or before any commit the live state (``broadcast_optimizer_state``).  Nothing collective
+    happens at construction: a worker joining a running job builds its state while the
+    others are already in ``sync``."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._saved = None
+
+    def save(self):
+        self._saved = copy.deepcopy(self.value.state_dict())
+
+    # torch's load_state_dict keeps the tensors it is given: the optimizer gets copies, so
+    # that its steps leave the committed state as it was
+
+    def restore(self):
+        if self._saved is not None:
+            self.value.load_state_dict(copy.deepcopy(self._saved))
+
+    def reset(self):
+        self.restore()
+
+    def sync(self):
+        full = _c.broadcast_object(self._saved, 0, name="fuse.elastic.sharded_optimizer")
+        if full is None:
+            broadcast_optimizer_state(self.value, root_rank=0)
+            return
+        self._saved = full
+        self.value.load_state_dict(copy.deepcopy(full))
+
+
 _registry = HandlerRegistry([
+    (ShardedOptimizer, ShardedOptimizerStateHandler),
     (torch.nn.Module, ModelStateHandler),
     (torch.optim.Optimizer, OptimizerStateHandler),
     (ElasticSampler, SamplerStateHandler),

@@ -101,7 +101,13 @@ def broadcast_optimizer_state(optimizer, root_rank, model=None,
 
     As after Horovod's (which takes a step on zero gradients to create the state), every
     parameter that requires grad has a ``.grad`` tensor afterwards: a missing one is set to
-    zeros.  No step is taken, so no update (weight decay, Adam's step count) happens here."""
+    zeros.  No step is taken, so no update (weight decay, Adam's step count) happens here.
+    A sharded optimizer (``DistributedOptimizer(..., sharded=True)``) gets the root's state
+    shard by shard, and its gradients are left alone."""
+    from fuse.frameworks.torch.sharded_optimizer import ShardedOptimizer
+    if type(optimizer) is ShardedOptimizer:
+        optimizer.broadcast_state(root_rank)
+        return
     _fill_missing_grads(optimizer)
     me = lifecycle.rank()
     tensors: list = []

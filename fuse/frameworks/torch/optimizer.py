@@ -132,11 +132,18 @@ class DistributedOptimizer:
         sparse_as_dense: reduce sparse gradients as dense tensors (handed back sparse);
             otherwise their indices and values are allgathered.
         process_set: the workers this optimizer averages over.
+        sharded: shard the optimizer state and the gradients over the process set (ZeRO
+            stage 2): see :mod:`.sharded_optimizer`, which also takes ``bucket_bytes``.
     """
 
     def __new__(cls, optimizer, named_parameters=None, compression=Compression.none,
                 backward_passes_per_step=1, op=Average, *args, process_set=global_process_set,
-                **kwargs):
+                sharded=False, **kwargs):
+        if sharded:
+            from fuse.frameworks.torch.sharded_optimizer import ShardedOptimizer
+            return ShardedOptimizer(optimizer, named_parameters, compression,
+                                    backward_passes_per_step, op, *args,
+                                    process_set=process_set, **kwargs)
         # op=Adasum combines the workers' optimizer steps, not their gradients (Horovod's
         # _DistributedAdasumOptimizer): a class of its own, used when there is someone to
         # combine with
@@ -149,7 +156,7 @@ class DistributedOptimizer:
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set):
+                 process_set=global_process_set, sharded=False):
         check_optimizer(optimizer)
         d = self.__dict__
         d["_opt"] = optimizer

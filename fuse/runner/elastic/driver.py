@@ -10,7 +10,9 @@ write to the store poke).  What makes it elastic:
 * a discovery script whose hosts change makes a new generation; the workers join it at their
   next ``commit()``/``check_host_updates()``;
 * workers that ask for a new generation without anyone having exited (a collective failed for
-  another reason) get one after ``reset_grace`` seconds;
+  another reason) get one after ``reset_grace`` seconds (up to ``report_settle`` while some
+  have not asked yet); workers they report unanswering or unreachable are left out first,
+  keeping the largest set of hosts that can all reach each other (:mod:`.partition`);
 * once every worker of a generation said it is ready, the driver lets them connect;
 * a worker that a generation leaves out exits by itself (its host left); one that does not
   within ``removed_grace`` seconds is stopped;
@@ -38,6 +40,7 @@ from ..starter import WorkerStarter
 from fuse.cluster import elastic_protocol as protocol
 from .blacklist import Blacklist
 from .discovery import DiscoveryError, DiscoveryScript, FixedHosts
+from .partition import hosts_to_keep
 from .plan import identity, make_plan
 from .stragglers import StragglerPolicy
 
@@ -58,6 +61,8 @@ class ElasticSettings:
     failure_settle: float = 0.2         # failures this close together make one new generation
     removed_grace: float = 10.0         # a worker left out has this long to exit by itself
     straggler_window: float = 10.0      # FUSE_STRAGGLER_WINDOW: at most one removal per window
+    report_settle: float = 3.5          # reset requests wait this long for every worker's
+    #                                     report (a worker probes its peers for up to 2 s)
 
 
 @dataclasses.dataclass
@@ -134,6 +139,8 @@ class ElasticJob(Job):
         self._unreachable_said: set[str] = set()        # remote hosts we said we cannot add
         self.stragglers = StragglerPolicy(_straggler_window(env, elastic.straggler_window))
         self._straggler_keys: set[str] = set()          # reports already considered
+        self._incarnations: dict[str, int] = {}         # worker id -> generation started for
+        self._partition_checked = -1                    # generation whose cuts were acted on
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -240,8 +247,12 @@ class ElasticJob(Job):
         for wid in [w for w in self.live if w not in plan]:
             self.leaving[wid] = (self.live.pop(wid), now + self.elastic.removed_grace)
         self.plan = plan
+        for wid in plan:
+            if wid not in self.live:
+                self._incarnations[wid] = g
         self.server.put(protocol.PLAN_KEY.format(g=g), protocol.encode_plan(
-            {wid: identity(s) for wid, s in plan.items()}, added))
+            {wid: dict(identity(s), incarnation=self._incarnations[wid])
+             for wid, s in plan.items()}, added))
         self.server.put(protocol.GENERATION_KEY, str(g).encode())
         self.server.drop("errors/")     # reported under the ranks of the generation before
         self._say(f"generation {g}: {len(plan)} workers on "
@@ -262,6 +273,34 @@ class ElasticJob(Job):
                 self.live.pop(wid)
                 self._record(w, failure.what())
         return None
+
+    def worker_env(self, slot: Slot) -> dict[str, str]:
+        return self._with_incarnation(slot, super().worker_env(slot))
+
+    def remote_env(self, slot: Slot) -> dict[str, str]:
+        return self._with_incarnation(slot, super().remote_env(slot))
+
+    def _with_incarnation(self, slot: Slot, env: dict[str, str]) -> dict[str, str]:
+        """Tell the process started for ``slot`` which incarnation of its worker it is: the
+        rendezvous refuses any other (one that outlived its guard)."""
+        g = self._incarnations.get(protocol.worker_id(slot.hostname, slot.local_rank))
+        if g is not None:
+            env[protocol.INCARNATION_ENV] = str(g)
+        return env
+
+    def _ready(self, g: int) -> set[str]:
+        """The workers of plan ``g`` that said they are ready, as the incarnation the plan
+        names (a ready from another process in the same slot does not count)."""
+        ready = set()
+        for key in self.server.keys(protocol.READY_PREFIX.format(g=g)):
+            wid = key.rsplit("/", 1)[1]
+            said = (self.server.get(key) or b"").decode(errors="replace")
+            if said == "1" or said == str(self._incarnations.get(wid)):
+                ready.add(wid)
+            else:
+                self._debug(f"generation {g}: ignored a ready from {wid} of incarnation "
+                            f"{said}, not {self._incarnations.get(wid)}")
+        return ready
 
     def _record(self, w: WorkerRecord, what: str) -> None:
         self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what,
@@ -379,6 +418,9 @@ class ElasticJob(Job):
             if rc == 0:
                 self.succeeded.add(wid)
                 continue
+            # whatever the worker's process group still holds goes too: when its guard was
+            # killed, the worker under it (or a shell's child) must not train on as a ghost
+            w.signal_group(signal.SIGKILL)
             what = (f"exited with code {rc}" if rc > 0
                     else f"was killed by signal {_signame(-rc)}")
             if self.succeeded:
@@ -394,14 +436,18 @@ class ElasticJob(Job):
         self._hosts_changed(now)
         self._check_stragglers(now)
         # reset requests: a collective failed without anyone exiting (yet)
-        self._drop_unanswering()
         if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
             if self._reset_seen_at is None:
                 self._reset_seen_at = now
+            waiting = self._drop_partitioned(now)
             # a worker that raised has said so (errors/<rank>) and is on its way out: its
             # exit, not a generation without it, is what the others wait for
             grace = self.elastic.reset_grace if not self._dying() else self.elastic.dying_grace
-            if now - self._reset_seen_at >= grace and self._replan_reason is None:
+            if not waiting and not self._reports_complete(self._reset_reports()):
+                # a worker still probing its peers may report a cut: give it a moment
+                grace = max(grace, self.elastic.report_settle)
+            if not waiting and now - self._reset_seen_at >= grace and \
+                    self._replan_reason is None:
                 self._replan_reason = "workers asked to re-form after a failed collective"
         if self._replan_reason is not None and \
                 now - self._last_failure_at < self.elastic.failure_settle:
@@ -413,8 +459,7 @@ class ElasticJob(Job):
                 return error
         # the generation's barrier
         if self._go_sent < self.generation and self.plan:
-            ready = self.server.keys(protocol.READY_PREFIX.format(g=self.generation))
-            ready_ids = {k.rsplit("/", 1)[1] for k in ready}
+            ready_ids = self._ready(self.generation)
             if all(wid in ready_ids for wid in self.plan):
                 self._go_sent = self.generation
                 self.server.put(protocol.GO_KEY.format(g=self.generation), b"1")
@@ -451,21 +496,73 @@ class ElasticJob(Job):
             if decision.remove:
                 self._replan_reason = decision.reason
 
-    def _drop_unanswering(self) -> None:
-        """Workers whose peers report them unanswering (their host is cut off or down) fail
-        now, as if they had exited: their ssh session may take a minute to notice, and the
-        survivors would wait for them in the next generation.  Their ssh is stopped; a worker
-        cut off from the job exits by itself (it cannot reach the store either)."""
+    def _reset_reports(self) -> dict[int, tuple[list[int], list[int]]]:
+        """This generation's reset requests, by the reporter's rank: (ranks it found
+        unanswering, ranks whose hosts it cannot reach)."""
         prefix = protocol.RESET_PREFIX.format(g=self.generation)
-        lost = {r for key in self.server.keys(prefix)
-                for r in protocol.decode_reset(self.server.get(key))}
-        for wid, slot in list(self.plan.items()):
+        rank_of = {wid: s.rank for wid, s in self.plan.items()}
+        reports = {}
+        for key in self.server.keys(prefix):
+            wid = key[len(prefix):]
+            if wid in rank_of:
+                reports[rank_of[wid]] = protocol.decode_reset(self.server.get(key))
+        return reports
+
+    def _reports_complete(self, reports: dict) -> bool:
+        """Whether every running worker of this generation has reported, but those others
+        found unanswering (cut off from rank 0: they cannot reach the store either)."""
+        lost = {r for unanswering, _ in reports.values() for r in unanswering}
+        return all(s.rank in reports or s.rank in lost for wid, s in self.plan.items()
+                   if wid in self.live and self.live[wid].running)
+
+    def _drop_partitioned(self, now: float) -> bool:
+        """Leave out the workers that the others report they cannot reach: a host cut off
+        from everyone (rank 0's engine found it unanswering; its ssh session may take a
+        minute to notice) or the hosts on the far side of a cut between workers
+        (:mod:`.partition` keeps the largest set of hosts that can all reach each other).
+        Waits for every running worker's report, at most ``report_settle`` seconds after the
+        first.  Their ssh is stopped; a worker cut off from the job exits by itself (it cannot
+        reach the store either).  Returns whether it is still waiting for reports."""
+        if self._partition_checked == self.generation:
+            return False
+        reports = self._reset_reports()
+        named = any(lost or cut for lost, cut in reports.values())
+        if not named:
+            return False
+        if self._reset_seen_at is not None and not self._reports_complete(reports) and \
+                now - self._reset_seen_at < self.elastic.report_settle:
+            return True
+        self._partition_checked = self.generation
+        host_of = {s.rank: s.hostname for s in self.plan.values()}
+        cuts = {frozenset((host_of[a], host_of[b])) for a, (lost, cut) in reports.items()
+                for b in lost + cut if b in host_of and host_of[b] != host_of[a]}
+        hosts = []
+        for s in sorted(self.plan.values(), key=lambda s: s.rank):
+            if s.hostname not in hosts:
+                hosts.append(s.hostname)
+        slots = {h: sum(s.hostname == h for s in self.plan.values()) for h in hosts}
+        keep = set(hosts_to_keep(hosts, slots, cuts, {host_of[r] for r in reports}))
+        for wid, slot in sorted(self.plan.items(), key=lambda kv: kv[1].rank):
             w = self.live.get(wid)
-            if slot.rank in lost and w is not None and w.running:
-                del self.live[wid]
-                w.signal_group(signal.SIGKILL)
-                self._record(w, f"(rank {slot.rank}) stopped answering its peers: its host "
-                                "is cut off or down")
+            if slot.hostname in keep or w is None or not w.running:
+                continue
+            del self.live[wid]
+            w.signal_group(signal.SIGKILL)
+            self._record(w, self._why_left_out(slot, reports, host_of))
+        return False
+
+    @staticmethod
+    def _why_left_out(slot: Slot, reports: dict, host_of: dict[int, str]) -> str:
+        if any(slot.rank in lost for lost, _ in reports.values()):
+            return (f"(rank {slot.rank}) stopped answering its peers (their control "
+                    "connections' keep-alive, FUSE_PEER_TIMEOUT_SECONDS): its host is cut off "
+                    "or down")
+        peers = sorted({a for a, (_, cut) in reports.items() if slot.rank in cut} |
+                       set(reports.get(slot.rank, ([], []))[1]))
+        named = ", ".join(f"rank {r} (host {host_of[r]})" for r in peers if r in host_of)
+        return (f"(rank {slot.rank}) and {named} cannot reach each other: the network "
+                "between their hosts is cut; the job goes on with the largest set of hosts "
+                "that can")
 
     def _dying(self) -> bool:
         """Whether a worker of this generation reported its own fatal error (not one caused by

@@ -44,7 +44,7 @@ class _SavesModelAsBytes:
 
 class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
     """Train a Keras model on a Spark DataFrame with fuse; ``fit(df)`` returns a
-    :class:`KerasModel`.  Parameters as Horovod's KerasEstimator (see the README)."""
+    :class:`KerasModel`.  Parameters as Horovod's KerasEstimator (see docs/guides/spark.md)."""
 
     def _check_params(self) -> None:
         import keras

@@ -30,7 +30,7 @@ TORCH_MODEL_PARAMS = {
 
 class TorchEstimator(FuseEstimator):
     """Train a ``torch.nn.Module`` on a Spark DataFrame with fuse; ``fit(df)`` returns a
-    :class:`TorchModel`.  Parameters as Horovod's TorchEstimator (see the README)."""
+    :class:`TorchModel`.  Parameters as Horovod's TorchEstimator (see docs/guides/spark.md)."""
 
     def _check_params(self) -> None:
         import torch

@@ -13,37 +13,22 @@ failed instead where FUSE_TEST_REQUIRE names ``mpi``.
 
 from __future__ import annotations
 
-import importlib.util
-import os
-import shutil
 import sys
 
-import needs
 import pytest
 
-from mpi_util import PARALLEL_FOLDERS, mpi_run_job
+from mpi_util import PARALLEL_FOLDERS, mpi_run_job, require_mpi
 
 for folder in PARALLEL_FOLDERS:  # test_parallel_on_mpi.py imports their modules by name
     if folder not in sys.path:
         sys.path.insert(0, folder)
 
 
-def mpi_missing() -> str:
-    """Why MPI tests cannot run here ("" when they can)."""
-    if importlib.util.find_spec("mpi4py") is None:
-        return "mpi4py is not installed"
-    if not (shutil.which("mpiexec") or shutil.which("mpirun")):
-        return "no mpiexec/mpirun on PATH"
-    return ""
-
-
 @pytest.fixture(autouse=True)
 def _needs_mpi():
     """Every test here: skipped with the reason when MPI is missing (failed where
     FUSE_TEST_REQUIRE names mpi)."""
-    reason = mpi_missing()
-    if reason:
-        needs.missing("mpi", reason)
+    require_mpi()
 
 
 @pytest.fixture(scope="module", autouse=True)

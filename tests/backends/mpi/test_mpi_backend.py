@@ -13,7 +13,7 @@ import time
 import numpy as np
 import pytest
 
-from mpi_util import mpi_run_job
+from mpi_util import mpi_run_job, mpiexec
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -179,14 +179,9 @@ def _script(tmp_path, mode: str, launcher: list[str], env: dict, timeout: float 
     return proc, time.monotonic() - t0
 
 
-def _mpiexec() -> str:
-    import shutil
-    return shutil.which("mpiexec") or shutil.which("mpirun")
-
-
 @pytest.mark.parametrize("np_", [2, 3])
 def test_plain_mpiexec_picks_the_mpi_backend(tmp_path, np_):
-    proc, _ = _script(tmp_path, "ok", [_mpiexec(), "-n", str(np_)], _env())
+    proc, _ = _script(tmp_path, "ok", [mpiexec(), "-n", str(np_)], _env())
     assert proc.returncode == 0, proc.stderr
     # the ranks' lines can interleave on a shared stdout: find the records, not the lines
     ids = sorted(list(m) for m in re.findall(r"identity (\d+) (\d+) (\d+) (\d+) (mpi)",
@@ -207,7 +202,7 @@ def test_fuserun_mpi(tmp_path):
 
 @pytest.mark.parametrize("mode", ["kill", "raise"])
 def test_a_dead_rank_does_not_hang_the_others(tmp_path, mode):
-    proc, elapsed = _script(tmp_path, mode, [_mpiexec(), "-n", "3"], _env(), timeout=90)
+    proc, elapsed = _script(tmp_path, mode, [mpiexec(), "-n", "3"], _env(), timeout=90)
     assert proc.returncode != 0, (proc.stdout, proc.stderr)
     assert elapsed < 60, elapsed
     if mode == "raise":

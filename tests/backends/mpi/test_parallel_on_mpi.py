@@ -8,7 +8,7 @@ other test function of those modules is imported here):
 
 - ``test_large_allreduce_splits_in_two_halves``: the split sends half of a large allreduce over
   a second connection of a backend with native ops (Gloo); the MPI backend has none, so nothing
-  splits there by design (``FUSE_SPLIT_THRESHOLD`` in the README).
+  splits there by design (``FUSE_SPLIT_THRESHOLD`` in the configuration reference).
 - ``test_bfloat16_available``: it checks the test environment (ml_dtypes), not a backend; the
   bfloat16 cases themselves run here in the dtype matrices.
 - The tests that start their job with ``run_script`` (fuserun's own launcher) and check its

@@ -1,9 +1,9 @@
 """horovod.tensorflow's submodules on fuse.tensorflow (issue 24), on 2 real workers."""
 
+import needs
 import pytest
 
-pytest.importorskip("tensorflow", reason="tests/frameworks/tensorflow needs TensorFlow "
-                    "(scripts/test_tensorflow.sh)")
+needs.module("tensorflow")
 
 from tf_util import run_job  # noqa: E402
 

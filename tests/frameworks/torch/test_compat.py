@@ -1,8 +1,9 @@
 """What Horovod scripts and test suites expect of fuse.torch (issue 24), on 2 real workers."""
 
+import needs
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/frameworks/torch needs torch (pip install fuse-dl[torch])")
+torch = needs.module("torch")
 
 from torch_util import run_job  # noqa: E402
 

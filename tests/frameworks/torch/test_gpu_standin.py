@@ -18,6 +18,55 @@ from torch_util import run_job  # noqa: E402
 pytestmark = pytest.mark.timeout(240)
 
 
+# Every way to read "device" memory on the host, and device-side work that is not one, each
+# done once from a module of fuse and once from a test's own module: run in a fresh interpreter,
+# since installing the stand-in patches torch.Tensor for good.
+TRAP_PROBE = """
+import json, sys
+import numpy as np
+import torch
+import fake_cupy, fake_torch_cuda
+fake_torch_cuda.install()
+cupy = sys.modules["cupy"]
+COPIES = ["tensor.cpu()", "tensor.numpy()", "tensor.to('cpu')", "tensor.tolist()",
+          "np.asarray(tensor)", "np.array(tensor)", "np.add(tensor, 1)",
+          "cupy.asnumpy(device)", "device.get()", "device.tolist()", "np.asarray(device)",
+          "np.array(device)", "np.concatenate([device, device])", "np.add(device, 1)"]
+ON_DEVICE = ["cupy.from_dlpack(tensor)", "cupy.asarray(device)", "device[1:]",
+             "device.view(np.uint8)", "device.copy()", "device.__setitem__(slice(None), device)",
+             "tensor.to(torch.float64)"]
+seen = {}
+for expr in COPIES + ON_DEVICE:
+    for caller in ("fuse.frameworks.torch.device", "workers_torch_gpu_standin"):
+        del fake_cupy.HOST_COPIES[:]
+        eval(expr, {"__name__": caller, "np": np, "torch": torch, "cupy": cupy,
+                    "tensor": torch.ones(3), "device": cupy.asarray(np.ones(3, np.float32))})
+        seen[f"{expr} from {caller.split('.')[0]}"] = list(fake_cupy.HOST_COPIES)
+print(json.dumps({"copies": COPIES, "on_device": ON_DEVICE, "seen": seen}))
+"""
+
+
+def test_the_trap_catches_every_host_copy_fuse_makes():
+    """The stand-ins record each way of reading device memory on the host when fuse's code does
+    it, not device-side work, and not the tests' own reads of their results."""
+    import json
+    import os
+    import subprocess
+    import sys
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([SUPPORT, os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", TRAP_PROBE], capture_output=True, text=True,
+                         env=env, timeout=120)
+    assert out.returncode == 0, out.stderr[-3000:]
+    probe = json.loads(out.stdout.splitlines()[-1])
+    seen = probe["seen"]
+    missed = [e for e in probe["copies"] if not seen[f"{e} from fuse"]]
+    assert not missed, f"host copies made by fuse that the trap misses: {missed}"
+    wrong = {k: v for k, v in seen.items()
+             if v and (k.endswith("from workers_torch_gpu_standin")
+                       or k[:-len(" from fuse")] in probe["on_device"])}
+    assert not wrong, f"recorded as host copies by mistake: {wrong}"
+
+
 def _run(fn, tmp_path, **env):
     return run_job(fn, env={"PYTHONPATH": SUPPORT,
                             "FUSE_FAKE_NCCL_DIR": str(tmp_path), **env})

@@ -3,9 +3,10 @@ of Horovod's pairwise formula: allreduce, its gradient, and DistributedOptimizer
 combines the workers' optimizer steps (start + Adasum of the updates), as Horovod's does."""
 
 import numpy as np
+import needs
 import pytest
 
-torch = pytest.importorskip("torch", reason="tests/frameworks/torch needs torch (pip install fuse-dl[torch])")
+torch = needs.module("torch")
 
 from adasum_util import pair  # noqa: E402
 from torch_util import run_job  # noqa: E402

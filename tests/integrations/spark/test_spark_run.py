@@ -124,19 +124,29 @@ def test_rank_that_is_killed_then_the_context_runs_on(spark):
     assert fuse.spark.run(lambda: "again", num_proc=2) == ["again", "again"]
 
 
-def test_workers_that_cannot_import_fuse_get_one_line_naming_pyspark_python(spark):
+@pytest.fixture(scope="module")
+def python_without_fuse(tmp_path_factory) -> str:
+    """A Python of this one's version without fuse (nor its dependencies): a fresh virtualenv
+    without pip, made from this interpreter's own base."""
+    import subprocess
+    import venv
+    where = tmp_path_factory.mktemp("python-without-fuse")
+    venv.EnvBuilder(with_pip=False, symlinks=True).create(where)
+    python = str(where / "bin" / "python")
+    probe = subprocess.run([python, "-c", "import sys; print(sys.version_info[:2]); import fuse"],
+                           capture_output=True, text=True, cwd=where, timeout=60)
+    assert probe.stdout.strip() == str(sys.version_info[:2]), probe
+    assert probe.returncode != 0, f"{python} imports fuse: it cannot stand for a Python without"
+    return python
+
+
+def test_workers_that_cannot_import_fuse_get_one_line_naming_pyspark_python(
+        spark, python_without_fuse):
     """Spark starts its Python workers with PYSPARK_PYTHON (else python3 from PATH), not the
     driver's Python: a driver run as .venv/bin/python without activating it ships the job to
-    a Python without fuse.  Here that Python is the system's (no fuse, same minor version,
-    as PySpark requires)."""
-    import subprocess
-    bare = "/usr/bin/python3"
-    if not os.path.exists(bare):
-        pytest.skip(f"no {bare} to stand for a Python without fuse")
-    probe = subprocess.run([bare, "-c", "import sys; print(sys.version_info[:2]); import fuse"],
-                           capture_output=True, text=True)
-    if probe.returncode == 0 or probe.stdout.strip() != str(sys.version_info[:2]):
-        pytest.skip(f"{bare} imports fuse or is not Python {sys.version_info[:2]}")
+    a Python without fuse.  Here that Python is a fresh virtualenv's (no fuse, the same
+    version, as PySpark requires)."""
+    bare = python_without_fuse
     sc = spark.sparkContext
     saved = sc.pythonExec
     sc.pythonExec = bare        # what PYSPARK_PYTHON sets when the context starts

@@ -75,3 +75,23 @@ def test_powersgd_state_survives_a_lost_worker(tmp_path):
         assert restored["digest"] != last_step["digest"], (restored, last_step)
         assert restored["digest"]["iteration"] == 6
         assert restored["digest"]["q"] and restored["digest"]["error"], restored
+
+
+def test_sharded_optimizer_state_survives_a_lost_worker(tmp_path):
+    """DistributedOptimizer(sharded=True): rank 0 is killed, and its shard of the momentum
+    comes back from the last commit, re-sharded over the 2 survivors."""
+    argv = fuserun("-np", "3", "--min-np", "2", "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1",
+                   sys.executable, WORKER, str(tmp_path), str(EPOCHS), "kill:0:0:7")
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=200,
+                          env=job_env({"SHARDED": "1"}), cwd=str(tmp_path))
+    assert proc.returncode == 0, proc.stderr[-4000:]
+    res = check(tmp_path, 2)
+    assert {r["generation"] for r in res} == {1}
+
+
+def test_sharded_optimizer_grows_and_shrinks_with_the_job(tmp_path):
+    """2 -> 4 -> 2 workers with a sharded optimizer: each change re-shards the state."""
+    grow_and_shrink(tmp_path, [sys.executable, WORKER, str(tmp_path), "8"], steps=3,
+                    unit="steps", step_sleep="0.05", final_hosts=["127.0.0.1:1", "127.0.0.3:1"],
+                    timeouts=(60, 60, 150), env={"SHARDED": "1"})
+    check(tmp_path, 2, epochs=8)

@@ -308,6 +308,15 @@ int fuse_gloo_group_set_algorithm(fuse_gloo_group* group, int algorithm) {
   return 0;
 }
 
+int fuse_gloo_group_set_timeout(fuse_gloo_group* group, double timeout_ms) {
+  if (group == nullptr || !(timeout_ms > 0)) {
+    return 1;
+  }
+  std::lock_guard<std::mutex> lock(group->mu);
+  group->timeout = to_ms(timeout_ms);
+  return 0;
+}
+
 void fuse_gloo_group_fill_ops(fuse_gloo_group* group, fuse_group_ops* ops) {
   ops->api_version = FUSE_BACKEND_API_VERSION;
   ops->self = group;

@@ -47,6 +47,9 @@ int fuse_gloo_group_new(fuse_gloo_device* dev, int rank, int size, double timeou
 void fuse_gloo_group_close(fuse_gloo_group* group);
 void fuse_gloo_group_free(fuse_gloo_group* group);
 int fuse_gloo_group_set_algorithm(fuse_gloo_group* group, int algorithm);
+// How long each later collective waits for a peer's data (the connect used the timeout given
+// to fuse_gloo_group_new).  Nonzero when timeout_ms is not positive.
+int fuse_gloo_group_set_timeout(fuse_gloo_group* group, double timeout_ms);
 
 // Fill `ops` with this group's functions (ops->self = group).
 void fuse_gloo_group_fill_ops(fuse_gloo_group* group, fuse_group_ops* ops);

@@ -1,0 +1,393 @@
+"""``DistributedOptimizer(..., sharded=True)``: optimizer state and gradients sharded across the
+process set (ZeRO stage 2), behind the Horovod API.
+
+How a step goes:
+
+* The parameters are planned once (:mod:`fuse.collectives.shard_plan`): each is owned by one
+  rank, chosen so that every rank owns about ``1/size`` of the bytes, and they are cut, in
+  backward order, into buckets of about ``bucket_bytes``.
+* A ``Tensor.register_post_accumulate_grad_hook`` per parameter counts backward passes (as the
+  unsharded optimizer does, :class:`fuse.collectives.grad_sync.PassCounter`).  When the last
+  gradient of a bucket is complete, the hook copies the bucket's gradients into one flat buffer,
+  laid out as ``size`` equal segments (segment ``r``: the gradients rank ``r`` owns), drops the
+  gradients from ``p.grad`` and starts one reduce-scatter of the buffer (compressed as asked),
+  while autograd computes the rest.  Each rank receives the average of the gradients it owns.
+* :meth:`synchronize` submits the buckets the hooks did not (missing gradients as zeros, so no
+  rank waits for one another rank never makes), waits, and leaves ``p.grad`` set to the
+  averaged gradient for owned parameters and to None for the others.
+* ``step()`` runs the wrapped optimizer, which skips parameters without a gradient, so it
+  updates and keeps state for the owned parameters only; then every rank's updated parameters
+  are allgathered (one grouped call, one tensor per bucket) so every rank holds the full model.
+
+``state_dict()`` gathers the full state from every rank (a collective: call it on every rank),
+in the format of the wrapped optimizer class; ``load_state_dict()`` of a full state keeps this
+rank's part.  :meth:`clip_grad_norm_` clips by the global norm of the sharded gradients.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import warnings
+
+import torch
+
+from fuse.collectives import calls as collectives
+from fuse.collectives import shard_plan
+from fuse.collectives.grad_sync import PassCounter, scaling
+from fuse.collectives.ops import Adasum, Average, Max, Sum
+from fuse.collectives.powersgd import PowerSGD
+from fuse.frameworks.torch import mpi_ops
+from fuse.frameworks.torch.optimizer import (ZERO_GRAD_ERROR, DistributedOptimizer,
+                                             _wrapped_attribute, check_optimizer,
+                                             unique_params)
+from fuse.frameworks.torch.tensors import Compression
+from fuse.worker import lifecycle
+from fuse.worker import state as job_state
+from fuse.worker.process_sets import global_process_set
+
+# DDP's bucket_cap_mb: large enough to fill the link, small enough to overlap with backward
+DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
+
+
+class ShardedOptimizer:
+    """``optimizer`` with its state and gradients sharded over ``process_set``; made by
+    ``DistributedOptimizer(optimizer, ..., sharded=True)``, which documents the arguments.
+    ``bucket_bytes``: about how many gradient bytes travel in one reduce-scatter."""
+
+    def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
+                 backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
+                 num_groups=0, groups=None, sparse_as_dense=False,
+                 process_set=global_process_set, bucket_bytes=DEFAULT_BUCKET_BYTES):
+        check_optimizer(optimizer)
+        if op == Adasum:
+            raise ValueError("DistributedOptimizer(sharded=True) does not support op=Adasum "
+                             "(Adasum combines whole optimizer steps; a sharded step has "
+                             "only this rank's part)")
+        if compression is PowerSGD or isinstance(compression, PowerSGD):
+            raise ValueError("DistributedOptimizer(sharded=True) does not support "
+                             "Compression.powersgd: its low-rank factors need the whole "
+                             "gradient on every rank; use Compression.fp16 or .bf16")
+        if groups is not None or num_groups:
+            raise ValueError("DistributedOptimizer(sharded=True) does not take groups or "
+                             "num_groups: gradients travel in buckets of about bucket_bytes")
+        d = self.__dict__
+        d["_opt"] = optimizer
+        d["_compression"] = compression
+        d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
+        d["_sparse_as_dense"] = sparse_as_dense
+        d["_process_set"] = process_set
+        d["_bucket_bytes"] = int(bucket_bytes)
+        d["_should_synchronize"] = True
+        d["_synchronized"] = False
+        params = unique_params(optimizer)
+        d["_params"] = params
+        d["_index"] = {id(p): i for i, p in enumerate(params)}
+        d["_names"] = [name if name is not None else f"noname.{i}" for i, name in
+                       enumerate(DistributedOptimizer._names(params, named_parameters))]
+        d["_counter"] = PassCounter(len(params), backward_passes_per_step)
+        d["_hook_handles"] = []
+        d["_engine_generation"] = None
+        d["_loaded"] = None         # the full state last loaded, until the next step
+        self._replan()
+        self._drop_foreign_state()
+        if self._active:
+            for p in params:
+                if p.requires_grad:
+                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
+
+    # ---- identity, as DistributedOptimizer
+
+    @property
+    def __class__(self):
+        return type(self._opt)
+
+    def __getattr__(self, name):
+        return getattr(self.__dict__["_opt"], name)
+
+    def __setattr__(self, name, value):
+        prop = getattr(ShardedOptimizer, name, None)
+        if isinstance(prop, property):
+            prop.__set__(self, value)
+        else:
+            self.__dict__[name] = value
+
+    param_groups = _wrapped_attribute("param_groups")
+    state = _wrapped_attribute("state")
+    defaults = _wrapped_attribute("defaults")
+
+    def __repr__(self):
+        return f"DistributedOptimizer({self._opt!r}, sharded=True)"
+
+    # ---- the plan, made again when an elastic job re-forms with another size
+
+    def _replan(self) -> None:
+        d = self.__dict__
+        pset = self._process_set
+        d["_engine_generation"] = job_state.engine_generation()
+        d["_included"] = pset.included()
+        size = len(pset.ranks) if self._included else 1
+        d["_size"] = size
+        d["_rank"] = pset.rank() if self._included and size > 1 else 0
+        # with one rank there is nothing to shard; an elastic job may grow from one
+        d["_active"] = self._included and (size > 1 or job_state.config().elastic)
+        trainable = [p if p.requires_grad else None for p in self._params]
+        d["_plan"] = shard_plan.plan(
+            [p.numel() if p is not None else 0 for p in trainable],
+            [p.element_size() if p is not None else 1 for p in trainable],
+            [(p.device, p.dtype) if p is not None else None for p in trainable],
+            size, self._bucket_bytes)
+        d["_owned"] = set(self._plan.owned_by(self._rank))
+        d["_ready"] = [0] * len(self._plan.buckets)
+        d["_handles"] = {}      # bucket index -> (handle, compression ctx)
+        d["_synchronized"] = False
+        self._counter.reset()
+
+    def _drop_foreign_state(self) -> None:
+        """Forget the state of parameters another rank owns (a re-plan keeps it: the next
+        ``state_dict`` gathers it from whoever holds it, and loading re-shards)."""
+        state = self._opt.state
+        for i, p in enumerate(self._params):
+            if i not in self._owned and p in state:
+                del state[p]
+
+    def _follow_engine(self) -> None:
+        """An elastic job re-formed (shutdown then init): what was in flight is gone with the
+        old engine, and the process set may have another size, so plan again."""
+        if job_state.engine_generation() != self._engine_generation:
+            self._replan()
+
+    # ---- hooks and the reduce-scatter of gradients
+
+    def _hook(self, p):
+        self._follow_engine()
+        if not self._active:
+            return
+        i = self._index[id(p)]
+        if self._counter.record(i):
+            b = self._plan.bucket_of.get(i)
+            if b is None:
+                return
+            self._ready[b] += 1
+            if self._ready[b] == len(self._plan.buckets[b].members):
+                self._submit(b)
+
+    def _dense_grad(self, i, p):
+        g = p.grad
+        if g is not None and g.is_sparse:
+            if not self._sparse_as_dense:
+                raise ValueError(f"parameter {self._names[i]} has a sparse gradient; "
+                                 "DistributedOptimizer(sharded=True) reduces dense gradients "
+                                 "only: pass sparse_as_dense=True")
+            g = g.to_dense()
+        return g
+
+    def _submit(self, b: int) -> None:
+        bucket = self._plan.buckets[b]
+        first = self._params[bucket.members[0]]
+        flat = torch.zeros(self._size * bucket.segment, dtype=first.dtype, device=first.device)
+        for r, seg in enumerate(bucket.segments):
+            base = r * bucket.segment
+            for i in seg:
+                p = self._params[i]
+                g = self._dense_grad(i, p)
+                if g is not None:
+                    at = base + bucket.offsets[i]
+                    flat[at:at + p.numel()].copy_(g.reshape(-1))
+                # ZeRO-2: the full gradient is not kept; the owner gets the average back
+                p.grad = None
+        wire, ctx = self._compression.compress(flat)
+        handle = mpi_ops.reducescatter_async(
+            wire, name=f"sharded.reducescatter.{self._names[bucket.members[0]]}", op=self._op,
+            process_set=self._process_set, prescale_factor=self._prescale,
+            postscale_factor=self._postscale)
+        self._handles[b] = (handle, ctx)
+
+    def synchronize(self) -> None:
+        """Finish every bucket's reduce-scatter: ``p.grad`` is the averaged gradient for the
+        parameters this rank owns and None for the others."""
+        self._follow_engine()
+        if not self._active:
+            self._counter.reset()
+            self.__dict__["_synchronized"] = True
+            return
+        first_error = None
+        try:
+            for b in range(len(self._plan.buckets)):
+                if b not in self._handles:
+                    self._submit(b)
+        except Exception as err:    # still wait for what was submitted
+            first_error = err
+        for b in sorted(self._handles):
+            handle, ctx = self._handles[b]
+            try:
+                out = self._compression.decompress(mpi_ops.synchronize(handle), ctx)
+            except Exception as err:
+                first_error = first_error or err
+                continue
+            bucket = self._plan.buckets[b]
+            for i in bucket.segments[self._rank]:
+                p = self._params[i]
+                at = bucket.offsets[i]
+                p.grad = out[at:at + p.numel()].view(p.shape)
+        self._handles.clear()
+        self._counter.reset()
+        self.__dict__["_ready"] = [0] * len(self._plan.buckets)
+        if first_error is not None:
+            raise first_error
+        self.__dict__["_synchronized"] = True
+
+    @contextlib.contextmanager
+    def skip_synchronize(self):
+        """Inside this context ``step()`` does not synchronize; call :meth:`synchronize`
+        yourself first (gradient clipping, AMP ``GradScaler.unscale_``)."""
+        self.__dict__["_should_synchronize"] = False
+        try:
+            yield
+        finally:
+            self.__dict__["_should_synchronize"] = True
+
+    def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
+        """Scale the gradients so that the norm of the whole (unsharded) gradient is at most
+        ``max_norm``; returns that norm, the same on every rank (as FSDP's
+        ``clip_grad_norm_``).  Call it after :meth:`synchronize`, inside
+        :meth:`skip_synchronize`.  ``torch.nn.utils.clip_grad_norm_`` would see only this
+        rank's shard."""
+        if not self._synchronized and self._active:
+            raise RuntimeError("clip_grad_norm_ needs the reduced gradients: call "
+                               "optimizer.synchronize() first (and step() inside "
+                               "optimizer.skip_synchronize())")
+        norm_type = float(norm_type)
+        grads = [p.grad for p in self._params if p.grad is not None]
+        inf = math.isinf(norm_type)
+        if grads:
+            norms = torch.stack([g.detach().float().norm(norm_type) for g in grads])
+            local = norms.max() if inf else norms.pow(norm_type).sum()
+        else:
+            local = torch.zeros(())
+        local = local.reshape(1).cpu()
+        if self._active:
+            local = mpi_ops.allreduce(local, name="sharded.clip_grad_norm",
+                                      op=Max if inf else Sum, process_set=self._process_set)
+        total = local[0] if inf else local[0].pow(1.0 / norm_type)
+        coef = float(max_norm) / (float(total) + 1e-6)
+        if coef < 1.0:
+            for g in grads:
+                g.detach().mul_(coef)
+        return total
+
+    def step(self, closure=None):
+        if self._should_synchronize:
+            if self._synchronized:
+                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
+                              "context after optimizer.synchronize(). This can cause training "
+                              "slowdown. You may want to consider using "
+                              "optimizer.skip_synchronize() context if you use "
+                              "optimizer.synchronize() in your code.")
+            else:
+                self.synchronize()
+        self.__dict__["_synchronized"] = False
+        self.__dict__["_loaded"] = None
+        loss = self._opt.step(closure) if closure is not None else self._opt.step()
+        if self._active:
+            self._allgather_parameters()
+        return loss
+
+    def _allgather_parameters(self) -> None:
+        """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
+        segment), all in one grouped allgather."""
+        buckets = self._plan.buckets
+        if not buckets:
+            return
+        mine = []
+        for bucket in buckets:
+            first = self._params[bucket.members[0]]
+            seg = torch.zeros(bucket.segment, dtype=first.dtype, device=first.device)
+            for i in bucket.segments[self._rank]:
+                p = self._params[i]
+                at = bucket.offsets[i]
+                seg[at:at + p.numel()].copy_(p.detach().reshape(-1))
+            mine.append(seg)
+        gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
+            mine, name="sharded.allgather." + self._names[buckets[0].members[0]],
+            process_set=self._process_set))
+        with torch.no_grad():
+            for bucket, full in zip(buckets, gathered):
+                for r, seg in enumerate(bucket.segments):
+                    if r == self._rank:
+                        continue
+                    base = r * bucket.segment
+                    for i in seg:
+                        p = self._params[i]
+                        at = base + bucket.offsets[i]
+                        p.copy_(full[at:at + p.numel()].view(p.shape))
+
+    def zero_grad(self, set_to_none: bool = True):
+        self._follow_engine()
+        if self._handles or self._counter.any_pending():
+            raise AssertionError(ZERO_GRAD_ERROR)
+        return self._opt.zero_grad(set_to_none=set_to_none)
+
+    def set_backward_passes_per_step(self, passes: int) -> None:
+        self._counter.set_passes(passes)
+
+    @property
+    def backward_passes_per_step(self) -> int:
+        return self._counter.passes
+
+    def remove_hooks(self) -> None:
+        for h in self._hook_handles:
+            h.remove()
+        self._hook_handles.clear()
+
+    # ---- checkpoints: the full state, in the wrapped optimizer's format
+
+    @property
+    def owned_parameters(self) -> list:
+        """The parameters whose optimizer state this rank holds."""
+        return [p for i, p in enumerate(self._params) if i in self._owned]
+
+    def state_dict(self) -> dict:
+        """The full optimizer state, gathered from every rank (call it on every rank): what
+        the wrapped optimizer class would return unsharded, loadable by it."""
+        self._follow_engine()
+        local = self._opt.state_dict()
+        if not self._active:
+            return local
+        parts = collectives.allgather_object(local["state"], name="sharded.state_dict",
+                                             process_set=self._process_set)
+        full = {}
+        for part in parts:
+            full.update(part)
+        return {"state": dict(sorted(full.items())), "param_groups": local["param_groups"]}
+
+    def load_state_dict(self, state_dict: dict) -> None:
+        """Load a full optimizer state (from :meth:`state_dict` or from the unsharded
+        optimizer class), keeping the state of the parameters this rank owns."""
+        self._follow_engine()
+        # state_dict keys count the parameters over the param groups, in order
+        keys = [k for group in state_dict["param_groups"] for k in group["params"]]
+        mine = {k for k, p in zip(keys, [p for g in self._opt.param_groups for p in g["params"]])
+                if self._index[id(p)] in self._owned}
+        state = {k: v for k, v in state_dict["state"].items() if k in mine}
+        self._opt.load_state_dict({"state": state, "param_groups": state_dict["param_groups"]})
+        # kept until the next step, for broadcast_state (a reference, not a copy)
+        self.__dict__["_loaded"] = state_dict
+
+    def broadcast_state(self, root_rank: int) -> None:
+        """Every rank gets ``root_rank``'s optimizer state, its own shard of it.  A full state
+        the root loaded since its last step (``load_state_dict`` of a checkpoint on rank 0
+        only, the Horovod pattern) is what travels; otherwise the full state is gathered from
+        the shards' owners and the root's param groups (learning rate, ...) travel."""
+        self._follow_engine()
+        pset = self._process_set
+        me = lifecycle.rank()
+        full = collectives.broadcast_object(self._loaded if me == root_rank else None,
+                                            root_rank, name="sharded.broadcast_state",
+                                            process_set=pset)
+        if full is None:
+            full = self.state_dict()
+            full["param_groups"] = collectives.broadcast_object(
+                full["param_groups"] if me == root_rank else None, root_rank,
+                name="sharded.broadcast_state.param_groups", process_set=pset)
+        self.load_state_dict(full)

@@ -1,0 +1,61 @@
+"""The sharded optimizer's plan (fuse.collectives.shard_plan): ownership balanced by bytes,
+buckets in backward order, the same plan for the same model and size."""
+
+import pytest
+
+from fuse.collectives.shard_plan import plan
+
+
+def test_every_parameter_owned_once_and_balanced():
+    numels = [1000, 10, 1000, 10, 1000, 10, 1000, 10, 30, 3]
+    p = plan(numels, [4] * 10, ["f32"] * 10, 4, bucket_bytes=10**9)
+    assert sorted(p.owner) == list(range(10))
+    per_rank = [sum(numels[i] for i in p.owned_by(r)) for r in range(4)]
+    assert max(per_rank) - min(per_rank) <= 30, per_rank
+    (bucket,) = p.buckets
+    assert bucket.members == list(range(9, -1, -1))         # backward order
+    assert bucket.segment == max(per_rank)
+    for r, seg in enumerate(bucket.segments):
+        at = 0
+        for i in seg:                                       # segments packed, no overlap
+            assert bucket.offsets[i] == at and p.owner[i] == r
+            at += numels[i]
+
+
+def test_buckets_cut_by_bytes_and_dtype():
+    numels = [100, 100, 100, 100, 50]
+    kinds = ["f32", "f32", "f16", "f32", "f32"]
+    sizes = [4, 4, 2, 4, 4]
+    p = plan(numels, sizes, kinds, 2, bucket_bytes=400)
+    # backwards: 4 (200 B), 3 (600 B: cut), 2 in f16 (left open), 1 (400 B: cut),
+    # 0 (400 B: cut), then what was left open
+    assert [b.members for b in p.buckets] == [[4, 3], [1], [0], [2]]
+    assert all(p.bucket_of[i] == b for b, bk in enumerate(p.buckets) for i in bk.members)
+
+
+def test_plan_is_stable_and_depends_on_size():
+    numels = [64, 64, 8, 8, 128, 128, 16, 4]
+    args = (numels, [4] * 8, ["f32"] * 8)
+    assert plan(*args, 2, 256) == plan(*args, 2, 256)
+    two, three = plan(*args, 2, 256), plan(*args, 3, 256)
+    assert {r for r in two.owner.values()} == {0, 1}
+    assert {r for r in three.owner.values()} == {0, 1, 2}
+
+
+def test_empty_parameters_travel_nowhere():
+    p = plan([0, 5], [4, 4], ["f32", "f32"], 2, 100)
+    assert p.owner[0] == 0 and 0 not in p.bucket_of
+    with pytest.raises(ValueError, match="at least one rank"):
+        plan([1], [4], ["f32"], 0, 100)
+
+
+def test_a_dominant_parameter_balances_the_whole_model():
+    # an embedding of 46 % of the bytes, last in backward order, then 12 equal layers
+    numels = [4600] + [450] * 12
+    p = plan(numels, [4] * 13, ["f32"] * 13, 2, bucket_bytes=4 * 2000)
+    per_rank = [sum(numels[i] for i in p.owned_by(r)) for r in range(2)]
+    # balancing each bucket would put the embedding on top of half the layers (about 70 %)
+    assert max(per_rank) / sum(numels) <= 0.55, per_rank
+    # with 4 ranks no plan owning whole parameters does better than the embedding alone
+    p4 = plan(numels, [4] * 13, ["f32"] * 13, 4, bucket_bytes=4 * 2000)
+    assert p4.owned_by(p4.owner[0]) == [0]
