@@ -6,7 +6,7 @@ A step allreduces ResNet-50's 161 gradient shapes (numpy float32, 25.6 M values;
 ``resnet50_shapes`` in bench/suite/common.py) asynchronously and waits for all of them.
 
 1. Grid: one job walks fixed settings (fusion threshold x cycle time x response cache), set on
-   the coordinator with ``Engine.set_tuning``; per setting, 2 warm-up steps then the median of
+   the coordinator with ``Engine.tuning.set``; per setting, 2 warm-up steps then the median of
    ``--steps`` step times.
 2. Autotune: a fresh job with FUSE_AUTOTUNE=1 runs steps until the tuner is done (default
    sample counts), then times ``--steps`` steps with the values it fixed.
@@ -69,7 +69,7 @@ def grid_worker(steps):
     engine = job_state.engine()
     out = []
     for threshold, cycle, cache in GRID:
-        engine.set_tuning(threshold, cycle, cache)
+        engine.tuning.set(threshold, cycle, cache)
         step()
         step()
         out.append((threshold, cycle, cache, _timed(fuse, step, steps)))

@@ -63,7 +63,7 @@ def decode_plan(raw: bytes) -> tuple[dict[str, dict], bool]:
     return data["workers"], bool(data["added"])
 
 
-# How the engine names a rank that stopped answering (fuse/_core.pyx, _unanswered_text):
+# How the engine names a rank that stopped answering (fuse/engine/loop.pyx, _unanswered_text):
 # "rank R (host H) stopped answering"
 _UNANSWERED = re.compile(r"\brank (\d+)(?: \(host [^)]*\))? stopped answering")
 

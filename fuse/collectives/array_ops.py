@@ -15,7 +15,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from fuse import _core
+from fuse.engine.protocol import DTYPE_CODES
 
 
 class ArrayOps:
@@ -63,10 +63,10 @@ def dtype_code(dtype: np.dtype) -> int:
     """The engine's code for a NumPy dtype; ValueError for one it cannot reduce."""
     code = _codes.get(dtype)
     if code is None:
-        code = _core.DTYPE_CODES.get(np.dtype(dtype).name)
+        code = DTYPE_CODES.get(np.dtype(dtype).name)
         if code is None:
             raise ValueError(f"dtype {np.dtype(dtype)} is not supported; use one of "
-                             f"{', '.join(sorted(_core.DTYPE_CODES))}")
+                             f"{', '.join(sorted(DTYPE_CODES))}")
         _codes[dtype] = code
     return code
 

@@ -14,13 +14,14 @@ from typing import Any, Callable, Sequence
 import cloudpickle
 import numpy as np
 
-from fuse import _core
+from fuse.engine.protocol import (ALLGATHER, ALLREDUCE, ALLTOALL, BARRIER, BROADCAST, DTYPE_CODES,
+                                  DTYPE_NAMES, JOIN, PSET_ADD, PSET_REMOVE, REDUCESCATTER)
 from fuse.engine.request import RequestSpec
 from fuse.collectives import adasum
 from fuse.worker import state
 from fuse.collectives.array_ops import ArrayOps, NumpyOps, dtype_code  # noqa: F401 (re-exported)
 from fuse.exceptions import UnsupportedOpError
-from fuse.collectives.ops import Adasum, Average, Sum, resolve_op
+from fuse.collectives.ops import Adasum, Average, Max, Min, Product, Sum, resolve_op
 from fuse.worker.process_sets import global_process_set, process_set_id
 
 
@@ -78,7 +79,7 @@ def _pset(process_set) -> int:
 
 
 def check_scale(op: int, prescale: float, postscale: float) -> None:
-    if op in (_core.MIN, _core.MAX, _core.PRODUCT) and (prescale != 1.0 or postscale != 1.0):
+    if op in (Min, Max, Product) and (prescale != 1.0 or postscale != 1.0):
         raise ValueError("prescale_factor/postscale_factor only apply to Sum and Average")
 
 
@@ -153,7 +154,7 @@ def _allreduce_buffers(ops: ArrayOps, tensor, output):
 
 def _allreduce_spec(buffers, name, op, prescale, postscale, pset, group_key=None):
     buf, dtype, shape, out_buf = buffers
-    return RequestSpec(_core.ALLREDUCE, name, dtype, shape, pset, input=buf,
+    return RequestSpec(ALLREDUCE, name, dtype, shape, pset, input=buf,
                        output=out_buf, op=op, prescale=prescale, postscale=postscale,
                        group_key=group_key)
 
@@ -218,7 +219,7 @@ def grouped_allreduce_async(ops: ArrayOps, tensors: Sequence, *, inplace=False, 
 
 def _numpy_view(buf, code: int) -> np.ndarray:
     """A flat numpy view of a buffer the adapter described (writable if the buffer is)."""
-    name = _core.DTYPE_NAMES[code]
+    name = DTYPE_NAMES[code]
     if name == "bfloat16":
         import ml_dtypes
         dtype = np.dtype(ml_dtypes.bfloat16)
@@ -233,9 +234,9 @@ def _adasum_group(ops: ArrayOps, tensors, outs, name, kind: str, prescale: float
     run now, so the returned handle is already complete."""
     described = [ops.describe(t) for t in tensors]
     for t, (_, code, _) in zip(tensors, described):
-        if _core.DTYPE_NAMES[code] not in adasum.FLOAT_DTYPES:
+        if DTYPE_NAMES[code] not in adasum.FLOAT_DTYPES:
             raise ValueError(f"Adasum needs floating-point tensors, got "
-                             f"{_core.DTYPE_NAMES[code]}")
+                             f"{DTYPE_NAMES[code]}")
     adasum.check_set_size(len(process_set.ranks))
     out_bufs = [b if o is t else ops.describe(o)[0]
                 for (b, _, _), t, o in zip(described, tensors, outs)]
@@ -285,7 +286,7 @@ def allgather_async(ops: ArrayOps, tensor, *, name=None, process_set=global_proc
         raise ValueError("allgather needs a tensor with at least one dimension, got a scalar")
     pset = _pset(process_set)
     return _enqueue_named(name, "allgather", pset, lambda n: [RequestSpec(
-        _core.ALLGATHER, n, dtype, shape, pset, input=buf,
+        ALLGATHER, n, dtype, shape, pset, input=buf,
         allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
 
 
@@ -300,7 +301,7 @@ def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
         described.append((t, buf, dtype, shape))
 
     def specs(base):
-        return [RequestSpec(_core.ALLGATHER, f"{base}.{i}", dtype, shape, pset, input=buf,
+        return [RequestSpec(ALLGATHER, f"{base}.{i}", dtype, shape, pset, input=buf,
                             allocator=_new_output(ops, t), group_key=base)
                 for i, (t, buf, dtype, shape) in enumerate(described)]
     handles = _enqueue_named(name, "grouped_allgather", pset, specs, lambda v, a, r: r.result)
@@ -333,7 +334,7 @@ def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
     check_not_scalar([shape], "reducescatter")
     pset = _pset(process_set)
     return _enqueue_named(name, "reducescatter", pset, lambda n: [RequestSpec(
-        _core.REDUCESCATTER, n, dtype, shape, pset, input=buf, op=op,
+        REDUCESCATTER, n, dtype, shape, pset, input=buf, op=op,
         prescale=prescale_factor, postscale=postscale_factor,
         allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
 
@@ -347,7 +348,7 @@ def grouped_reducescatter_async(ops: ArrayOps, tensors: Sequence, *, name=None, 
     check_not_scalar([d[3] for d in described], "grouped_reducescatter")
 
     def specs(base):
-        return [RequestSpec(_core.REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,
+        return [RequestSpec(REDUCESCATTER, f"{base}.{i}", dtype, shape, pset,
                             input=buf, op=op, prescale=prescale_factor,
                             postscale=postscale_factor, allocator=_new_output(ops, t),
                             group_key=base)
@@ -370,7 +371,7 @@ def broadcast_async(ops: ArrayOps, tensor, root_rank: int, *, output=None, name=
     out = ops.empty_like(tensor) if output is None else output
     out_buf = buf if out is tensor else ops.describe(out)[0]
     return _enqueue_named(name, "broadcast", pset, lambda n: [RequestSpec(
-        _core.BROADCAST, n, dtype, shape, pset, input=buf, output=out_buf,
+        BROADCAST, n, dtype, shape, pset, input=buf, output=out_buf,
         root=int(root_rank))], lambda v, a, r: out)[0]
 
 
@@ -395,19 +396,19 @@ def alltoall_async(ops: ArrayOps, tensor, splits=None, *, name=None,
         raise ValueError(f"alltoall without splits needs the first dimension ({shape[0]}) to "
                          f"be divisible by the number of ranks ({nranks})")
     return _enqueue_named(name, "alltoall", pset, lambda n: [RequestSpec(
-        _core.ALLTOALL, n, dtype, shape, pset, input=buf, splits=split_list,
+        ALLTOALL, n, dtype, shape, pset, input=buf, splits=split_list,
         allocator=_new_output(ops, tensor))],
         lambda v, a, r: (r.result, ops.from_numpy(np.asarray(a, np.int32))))[0]
 
 
 # ---------------------------------------------------------------- control
 
-_NO_DATA = _core.DTYPE_CODES["uint8"]   # the dtype of collectives that carry no tensor
+_NO_DATA = DTYPE_CODES["uint8"]   # the dtype of collectives that carry no tensor
 
 def barrier(process_set=global_process_set) -> None:
     """Return once every member of the set has called barrier."""
     pset = _pset(process_set)
-    spec = RequestSpec(_core.BARRIER, "barrier", _NO_DATA, (0,), pset)
+    spec = RequestSpec(BARRIER, "barrier", _NO_DATA, (0,), pset)
     synchronize(_enqueue([spec], lambda v, a, r: None)[0])
 
 
@@ -415,7 +416,7 @@ def join(process_set=global_process_set) -> int:
     """This rank is out of data: keep serving the others' allreduces (with zeros) until every
     rank has joined.  Returns the last rank to join."""
     pset = _pset(process_set)
-    spec = RequestSpec(_core.JOIN, "join", _NO_DATA, (0,), pset)
+    spec = RequestSpec(JOIN, "join", _NO_DATA, (0,), pset)
     return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))
 
 
@@ -424,10 +425,10 @@ def submit_control(kind: str, ranks: Sequence[int]) -> int:
     ``remove_process_set`` with ``ranks=[id]``."""
     name = f"process_set.{kind}"
     if kind == "add_process_set":
-        spec = RequestSpec(_core.PSET_ADD, name, _NO_DATA, (0,), 0, ranks=list(ranks))
+        spec = RequestSpec(PSET_ADD, name, _NO_DATA, (0,), 0, ranks=list(ranks))
     elif kind == "remove_process_set":
         (removed,) = ranks
-        spec = RequestSpec(_core.PSET_REMOVE, name, _NO_DATA, (0,), 0, removed_set=removed)
+        spec = RequestSpec(PSET_REMOVE, name, _NO_DATA, (0,), 0, removed_set=removed)
     else:
         raise KeyError(kind)
     return int(synchronize(_enqueue([spec], lambda v, a, r: v)[0]))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from typing import Callable, Sequence
 
+from fuse.collectives.ops import Average
 from fuse.engine.device import FLOAT_DTYPES, DeviceRequest
-from fuse.engine.protocol import (ALLGATHER, ALLREDUCE, ALLTOALL, AVERAGE, BROADCAST,
-                                  DTYPE_CODES, REDUCESCATTER)
+from fuse.engine.protocol import (ALLGATHER, ALLREDUCE, ALLTOALL, BROADCAST, DTYPE_CODES,
+                                  REDUCESCATTER)
 from fuse.engine.request import RequestSpec
 from fuse.worker import device_path, state
 from fuse.worker.process_sets import process_set_id
@@ -73,7 +74,7 @@ def submit(kind: str, requests: Sequence[DeviceRequest], process_set, *, op: int
     device = executor.claim_device(requests[0].device, [r.device for r in requests])
     for r in requests:
         if r.dtype not in FLOAT_DTYPES and (prescale != 1.0 or postscale != 1.0
-                                            or op == AVERAGE):
+                                            or op == Average):
             raise ValueError(f"device {kind} of tensor {r.name!r}: Average and prescale/"
                              f"postscale need a floating dtype on the device path, got {r.dtype}")
     backend = executor.backend

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import warnings
 
-from fuse import _core
+from fuse.engine.protocol import ADASUM, AVERAGE, MAX, MIN, OP_NAMES, PRODUCT, SUM
 
-Average = _core.AVERAGE
-Sum = _core.SUM
-Adasum = _core.ADASUM
-Min = _core.MIN
-Max = _core.MAX
-Product = _core.PRODUCT
+# Horovod's names for the engine's op codes (hvd.Average, ...): the ones fuse's Python layers use
+Average = AVERAGE
+Sum = SUM
+Adasum = ADASUM
+Min = MIN
+Max = MAX
+Product = PRODUCT
 
 _VALID = {Average, Sum, Adasum, Min, Max, Product}
 
@@ -34,4 +35,4 @@ def resolve_op(op=None, average=None, default=Average) -> int:
 
 
 def op_name(op: int) -> str:
-    return _core.OP_NAMES[op]
+    return OP_NAMES[op]

@@ -3,7 +3,8 @@ response cache switch (``FUSE_AUTOTUNE=1``).
 
 Only the coordinator (rank 0) fuses, holds ready tensors for the cycle time and assigns cache
 slots, so only its values matter: the tuner runs as a thread on rank 0 and hands each setting
-to the engine with ``Engine.set_tuning``; the engine thread takes it at the start of its next
+to the coordinator through its one interface for them, ``Engine.tuning`` (a
+:class:`fuse.engine.coordinator.Tuning`); the engine thread takes it at the start of its next
 coordinator step.  Every rank executes the responses the coordinator built, so all ranks run
 with the same values by construction.
 
@@ -102,7 +103,7 @@ class Autotuner(threading.Thread):
     def _apply(self, values: dict):
         with self._mu:
             self._current = dict(values)
-        self._engine.set_tuning(int(values["fusion_threshold"]), float(values["cycle_time_ms"]),
+        self._engine.tuning.set(int(values["fusion_threshold"]), float(values["cycle_time_ms"]),
                                 bool(values["cache_enabled"]))
 
     def _measure(self):

@@ -5,7 +5,7 @@
 Rank 0 holds a socket per worker; a worker holds one, to rank 0.  Frames are length-prefixed
 (csrc/core_support.h): requests, goodbyes and failure notices go up, the coordinator's
 response stream and its notices come down.  This module moves frames and knows which peers are
-still there; what a frame means is the engine's business (fuse._core).
+still there; what a frame means is the loop's business (engine/loop.pyx).
 
 It also holds what the idle engine thread sleeps on: an epoll set of the sockets plus an
 eventfd that any thread signals when there is work (csrc/idle_wait.h).

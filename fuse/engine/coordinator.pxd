@@ -16,6 +16,28 @@ cdef class CoordinatorLink:
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil
 
 
+# what Tuning.take() did
+cdef enum:
+    TUNED_KEPT = 0
+    TUNED_CACHE_OFF = 1         # the cache was switched off: forget its slots
+
+
+cdef class Tuning:
+    cdef Lock* lock                    # guards every field below but channel and cache_capacity
+    cdef ControlChannel channel        # the engine's: set() wakes the loop
+    cdef uint32_t cache_capacity       # FUSE_CACHE_CAPACITY: 0 keeps the cache off
+    cdef cbool pending                 # set() left values the loop has not taken yet
+    cdef size_t next_fusion_threshold
+    cdef double next_cycle_time_s
+    cdef cbool next_cache_enabled
+    # in force (the loop changes them, under the lock, only in take(); it reads them without)
+    cdef size_t fusion_threshold
+    cdef double cycle_time_s
+    cdef cbool cache_enabled           # assign cache slots
+
+    cdef int take(self) noexcept nogil
+
+
 cdef class Coordinator:
     cdef CoordinatorLink link          # the engine (set to None when its thread ends)
     cdef ControlChannel channel        # the engine's: frames to the workers
@@ -23,22 +45,13 @@ cdef class Coordinator:
     cdef int size
     cdef ProcessSets psets             # the engine's; the joined state in them is ours
     cdef Timeline* tl                  # the engine's (recording on rank 0 only)
-    cdef Lock* lock                    # the engine's: guards the tune_* fields and, while the
-                                       # loop changes them, the three autotuned knobs below
-    # lock: values set_tuning() left for the loop
-    cdef cbool tune_pending
-    cdef size_t tune_fusion_threshold
-    cdef double tune_cycle_time_s
-    cdef cbool tune_cache_enabled
-    # knobs (fusion threshold, cycle time and cache switch change under autotune: retune())
-    cdef size_t fusion_threshold
+    cdef Tuning tuning                 # fusion threshold, cycle time, cache switch
+    # knobs
     cdef size_t zero_copy_bytes
-    cdef double cycle_time_s
     cdef double stall_warn_s
     cdef double stall_shutdown_s
     cdef cbool stall_check
     cdef uint32_t cache_capacity
-    cdef cbool cache_enabled           # assign cache slots (autotune may clear it)
     cdef cbool disable_group_fusion
     # negotiation state
     cdef unordered_map[string, Pending] table
@@ -61,8 +74,6 @@ cdef class Coordinator:
     cdef int idle_timeout_ms(self) noexcept nogil
     cdef void rank_left(self, int rank) noexcept nogil
     cdef void apply_tuning(self) noexcept nogil
-    cdef void retune(self, size_t fusion_threshold, double cycle_time_s,
-                     cbool cache_enabled) noexcept nogil
     # internal
     cdef void _add_request(self, Request& req) noexcept nogil
     cdef void _accumulate(self, Pending* entry, Request& req) noexcept nogil
@@ -71,7 +82,6 @@ cdef class Coordinator:
     cdef void _recheck_pset(self, int pset) noexcept nogil
     cdef void _check_ready(self, const string& key) noexcept nogil
     cdef void _error_ready(self, const string& key, const string& why, int kind) noexcept nogil
-    cdef string _validate(self, Pending* entry) noexcept nogil
     cdef size_t _entry_bytes(self, Pending* entry) noexcept nogil
     cdef Request* _first(self, Pending* entry) noexcept nogil
     cdef Response _make_response(self, Pending* entry) noexcept nogil

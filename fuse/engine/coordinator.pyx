@@ -4,18 +4,18 @@
 responses.
 
 It keeps the table of tensors some rank has submitted, counts per tensor which members of the
-process set are ready, checks that they agree (the mismatch messages users see come from
-here), computes small allreduces and broadcasts itself when every contribution carried its
-data, assigns response-cache slots so that later submissions travel as 8 bytes, fuses ready
-allreduces into one response up to the fusion threshold, handles join and process-set
-add/remove, and names the ranks that keep others waiting (the stall inspector).
+process set are ready, checks that they agree (engine/validate.pyx: the mismatch messages users
+see), computes small allreduces and broadcasts itself when every contribution carried its data,
+assigns response-cache slots so that later submissions travel as 8 bytes, fuses ready
+allreduces into one response up to the fusion threshold (:class:`Tuning`: the knobs autotune
+moves), handles join and process-set add/remove, and names the ranks that keep others waiting
+(the stall inspector).
 
-It does no I/O of its own: the engine (_core) reads the workers' sockets and hands it request
-messages; it sends frames to a rank and asks whether a rank is gone through the control
-channel (engine/channel.pyx), and fails the whole job through the one-method :class:`CoordinatorLink`
-the engine implements.  That is the whole seam, so the negotiation logic reads without the
-transport around it.  Every
-rank builds one (its knobs answer ``Engine.tuning()``); only rank 0's receives requests.
+It does no I/O of its own: the engine's loop (engine/loop.pyx) reads the workers' sockets and
+hands it request messages; it sends frames to a rank and asks whether a rank is gone through
+the control channel (engine/channel.pyx), and fails the whole job through the one-method
+:class:`CoordinatorLink` the loop implements.  That is the whole seam, so the negotiation logic
+reads without the transport around it.  Every rank builds one; only rank 0's receives requests.
 Everything runs on the engine thread without the GIL, except the stall warning's log call.
 """
 
@@ -29,14 +29,77 @@ from libcpp.vector cimport vector
 from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.straggler cimport StragglerMeter
+from fuse.engine.validate cimport validate
 
 
 cdef class CoordinatorLink:
-    """What the coordinator needs from the engine it runs in; :class:`fuse._core.Engine`
+    """What the coordinator needs from the engine it runs in; :class:`fuse.engine.loop.Loop`
     implements it.  (This body is never called.)"""
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         pass
+
+
+cdef class Tuning:
+    """The coordinator's autotuned knobs: the fusion threshold, the cycle time and the
+    response-cache switch; the one interface to them (``Engine.tuning``).  Only the
+    coordinator's values matter: it alone fuses, holds ready tensors and assigns cache slots.
+    A second Python thread (the autotuner) sets them; the loop takes them at the start of its
+    next coordinator step (Coordinator.apply_tuning).  Its lock is taken without the GIL, as
+    everywhere."""
+
+    def __cinit__(self):
+        self.lock = lock_new()
+
+    def __dealloc__(self):
+        lock_free(self.lock)
+
+    def __init__(self, ControlChannel channel, config):
+        self.channel = channel
+        self.cache_capacity = config.cache_capacity
+        self.fusion_threshold = config.fusion_threshold
+        self.cycle_time_s = config.cycle_time_ms / 1000.0
+        self.cache_enabled = self.cache_capacity > 0
+
+    def set(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
+        """New values, in force from the coordinator's next step (the cache only where
+        FUSE_CACHE_CAPACITY allows one)."""
+        with nogil:
+            lock_acquire(self.lock)
+            self.next_fusion_threshold = fusion_threshold
+            self.next_cycle_time_s = cycle_time_ms / 1000.0
+            self.next_cache_enabled = cache_enabled and self.cache_capacity > 0
+            self.pending = True
+            lock_release(self.lock)
+            self.channel.wake()
+
+    def values(self):
+        """The values in force now: (fusion threshold, cycle time ms, cache)."""
+        cdef size_t threshold
+        cdef double cycle_s
+        cdef cbool cache
+        with nogil:
+            lock_acquire(self.lock)
+            threshold = self.fusion_threshold
+            cycle_s = self.cycle_time_s
+            cache = self.cache_enabled
+            lock_release(self.lock)
+        return (threshold, cycle_s * 1000.0, bool(cache))
+
+    cdef int take(self) noexcept nogil:
+        """The loop: put the values set() left in force.  Returns TUNED_CACHE_OFF when that
+        turned the cache off (its slots are to be forgotten), else TUNED_KEPT."""
+        cdef int outcome = TUNED_KEPT
+        lock_acquire(self.lock)
+        if self.pending:
+            self.pending = False
+            if self.cache_enabled and not self.next_cache_enabled:
+                outcome = TUNED_CACHE_OFF
+            self.fusion_threshold = self.next_fusion_threshold
+            self.cycle_time_s = self.next_cycle_time_s
+            self.cache_enabled = self.next_cache_enabled
+        lock_release(self.lock)
+        return outcome
 
 
 cdef class Coordinator:
@@ -46,9 +109,8 @@ cdef class Coordinator:
         self.channel = channel
         self.log = log
         self.size = config.size
-        self.fusion_threshold = config.fusion_threshold
+        self.tuning = Tuning(channel, config)
         self.zero_copy_bytes = config.zero_copy_threshold
-        self.cycle_time_s = config.cycle_time_ms / 1000.0
         self.stall_check = not config.stall_check_disable
         self.stall_warn_s = config.stall_check_time_seconds
         self.stall_shutdown_s = config.stall_shutdown_seconds
@@ -56,7 +118,6 @@ cdef class Coordinator:
             log.warning("FUSE_STALL_SHUTDOWN_TIME_SECONDS (%g) is below the stall warning time "
                         "(%g); ignoring it", config.stall_shutdown_time_seconds, self.stall_warn_s)
         self.cache_capacity = config.cache_capacity
-        self.cache_enabled = self.cache_capacity > 0
         self.disable_group_fusion = config.disable_group_fusion
         self.next_pset_id = 1
         self.cache.resize(self.cache_capacity)
@@ -118,7 +179,7 @@ cdef class Coordinator:
             self._send_alive()
         if self.ready.size():
             if (self.table.size() > self.ready.size()
-                    and now - self.last_emit < self.cycle_time_s):
+                    and now - self.last_emit < self.tuning.cycle_time_s):
                 return False               # others are partly submitted: give them a moment
             self._emit()
             return True
@@ -140,62 +201,21 @@ cdef class Coordinator:
         """How long the engine thread may sleep: forever when nothing is pending anywhere."""
         cdef double remaining
         if self.ready.size():
-            remaining = self.cycle_time_s - (now_seconds() - self.last_emit)
+            remaining = self.tuning.cycle_time_s - (now_seconds() - self.last_emit)
             return <int>(remaining * 1000.0) + 1 if remaining > 0 else 0
         if self.table.size() and self.stall_check:
             return 1000
         return -1
 
-    def set_tuning(self, size_t fusion_threshold, double cycle_time_ms, bint cache_enabled):
-        """Autotune (rank 0): new fusion threshold, cycle time and response-cache switch.
-        The loop picks them up at the start of its next coordinator step (apply_tuning), so
-        one step always sees one consistent set.  Only the coordinator's values matter: it
-        alone fuses, holds ready tensors and assigns cache slots.  Called from a second Python
-        thread (the tuner); the lock is taken without the GIL, as everywhere (_core._acquire)."""
-        with nogil:
-            lock_acquire(self.lock)
-            self.tune_fusion_threshold = fusion_threshold
-            self.tune_cycle_time_s = cycle_time_ms / 1000.0
-            self.tune_cache_enabled = cache_enabled and self.cache_capacity > 0
-            self.tune_pending = True
-            lock_release(self.lock)
-            self.channel.wake()
-
-    def tuning(self):
-        """The values in use now: (fusion threshold, cycle time ms, cache)."""
-        cdef size_t threshold
-        cdef double cycle_s
-        cdef cbool cache
-        with nogil:
-            lock_acquire(self.lock)
-            threshold = self.fusion_threshold
-            cycle_s = self.cycle_time_s
-            cache = self.cache_enabled
-            lock_release(self.lock)
-        return (threshold, cycle_s * 1000.0, bool(cache))
-
     cdef void apply_tuning(self) noexcept nogil:
-        """The loop: take the values set_tuning() left (under the lock, which tuning() reads
-        them under)."""
-        lock_acquire(self.lock)
-        if self.tune_pending:
-            self.tune_pending = False
-            self.retune(self.tune_fusion_threshold, self.tune_cycle_time_s,
-                        self.tune_cache_enabled)
-        lock_release(self.lock)
-
-    cdef void retune(self, size_t fusion_threshold, double cycle_time_s,
-                     cbool cache_enabled) noexcept nogil:
-        """Autotune's new values (under the lock: apply_tuning).  Turning the cache off
-        forgets every slot; a worker's later hit on one is answered as stale and sent in full."""
+        """The loop: take the values Tuning.set() left, so that one step always sees one
+        consistent set.  Turning the cache off forgets every slot; a worker's later hit on one
+        is answered as stale and sent in full."""
         cdef size_t s
-        self.fusion_threshold = fusion_threshold
-        self.cycle_time_s = cycle_time_s
-        if self.cache_enabled and not cache_enabled:
+        if self.tuning.take() == TUNED_CACHE_OFF:
             for s in range(self.cache.size()):
                 self.cache[s].used = False
             self.cache_index.clear()
-        self.cache_enabled = cache_enabled
 
     # ---- negotiation
 
@@ -412,109 +432,6 @@ cdef class Coordinator:
         entry.error_kind = kind
         self.ready.push_back(key)
 
-    cdef string _validate(self, Pending* entry) noexcept nogil:
-        """Empty if the ranks agree; otherwise the message every rank raises."""
-        cdef Request* a = NULL
-        cdef Request* b
-        cdef PSet* ps
-        cdef size_t i, j
-        cdef int ra = -1
-        cdef int64_t total
-        cdef string what
-        cdef pair[int, PSet] p
-        for i in range(entry.have.size()):
-            if entry.have[i]:
-                a = &entry.reqs[i]
-                ra = a.rank
-                break
-        ps = &self.psets.map[a.pset]
-        what = _str(" for tensor '") + a.name + _str("'")
-        if (a.kind == K_ALLGATHER or a.kind == K_ALLTOALL) and a.shape.size() == 0:
-            return _str(_kind_name(a.kind)) + _str(" needs at least one dimension") + what + \
-                _str(": rank ") + _int_str(ra) + _str(" sent a scalar")
-        if a.kind == K_BROADCAST and _position(ps, a.root) < 0:
-            return _str("broadcast root rank ") + _int_str(a.root) + _str(" is not a member of process set ") + \
-                _int_str(a.pset) + what
-        for i in range(entry.have.size()):
-            if not entry.have[i] or &entry.reqs[i] == a:
-                continue
-            b = &entry.reqs[i]
-            if b.kind != a.kind:
-                return _str("Mismatched operations") + what + _str(": rank ") + _int_str(ra) + _str(" did ") + \
-                    _str(_kind_name(a.kind)) + _str(", rank ") + _int_str(b.rank) + _str(" did ") + _str(_kind_name(b.kind))
-            if b.on_device != a.on_device:
-                return _str("Mismatched tensor placement") + what + _str(": rank ") + _int_str(ra) + \
-                    _str(" sent a ") + _str(b"device (GPU)" if a.on_device else b"host (CPU)") + \
-                    _str(" tensor, rank ") + _int_str(b.rank) + _str(" a ") + \
-                    _str(b"device (GPU)" if b.on_device else b"host (CPU)") + _str(" one")
-            if b.dtype != a.dtype:
-                return _str("Mismatched data types") + what + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
-                    _str(dtype_name(a.dtype)) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + _str(dtype_name(b.dtype))
-            if (a.kind == K_ALLREDUCE or a.kind == K_REDUCESCATTER) and b.op != a.op:
-                return _str("Mismatched reduction ops") + what + _str(": rank ") + _int_str(ra) + _str(" used ") + \
-                    _str(_op_name(a.op)) + _str(", rank ") + _int_str(b.rank) + _str(" used ") + _str(_op_name(b.op))
-            if b.prescale != a.prescale or b.postscale != a.postscale:
-                return _str("Mismatched prescale/postscale factors") + what + _str(": rank ") + _int_str(ra) + \
-                    _str(" used ") + _float_str(a.prescale) + _str("/") + _float_str(a.postscale) + _str(", rank ") + \
-                    _int_str(b.rank) + _str(" used ") + _float_str(b.prescale) + _str("/") + _float_str(b.postscale)
-            if a.kind == K_BROADCAST and b.root != a.root:
-                return _str("Mismatched broadcast root ranks") + what + _str(": rank ") + _int_str(ra) + \
-                    _str(" gave root ") + _int_str(a.root) + _str(", rank ") + _int_str(b.rank) + _str(" gave root ") + _int_str(b.root)
-            if a.kind == K_ALLREDUCE or a.kind == K_BROADCAST or a.kind == K_REDUCESCATTER:
-                if not vec_eq(b.shape, a.shape):
-                    return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor shapes") + what + \
-                        _str(": rank ") + _int_str(ra) + _str(" sent ") + _shape_str(a.shape) + _str(", rank ") + \
-                        _int_str(b.rank) + _str(" sent ") + _shape_str(b.shape)
-            if a.kind == K_ALLGATHER or a.kind == K_ALLTOALL:
-                if b.shape.size() != a.shape.size():
-                    return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor ranks") + what + \
-                        _str(": rank ") + _int_str(ra) + _str(" sent ") + _shape_str(a.shape) + _str(", rank ") + \
-                        _int_str(b.rank) + _str(" sent ") + _shape_str(b.shape) + _str("; only the first dimension may differ")
-                for j in range(1, a.shape.size()):
-                    if a.shape[j] != b.shape[j]:
-                        return _str("Mismatched ") + _str(_kind_name(a.kind)) + _str(" tensor shapes") + what + \
-                            _str(" in dimension ") + _int_str(j) + _str(": rank ") + _int_str(ra) + _str(" sent ") + \
-                            _shape_str(a.shape) + _str(", rank ") + _int_str(b.rank) + _str(" sent ") + \
-                            _shape_str(b.shape) + _str("; only the first dimension may differ")
-            if a.kind == K_PSET_ADD and not vec_eq(b.args, a.args):
-                return _str("Mismatched add_process_set calls: rank ") + _int_str(ra) + _str(" asked for ranks ") + \
-                    _shape_str(a.args) + _str(", rank ") + _int_str(b.rank) + _str(" for ") + _shape_str(b.args)
-            if a.kind == K_PSET_REMOVE and not vec_eq(b.args, a.args):
-                return _str("Mismatched remove_process_set calls: rank ") + _int_str(ra) + _str(" removed set ") + \
-                    _shape_str(a.args) + _str(", rank ") + _int_str(b.rank) + _str(" removed ") + _shape_str(b.args)
-        if a.kind == K_ALLTOALL:
-            for i in range(entry.have.size()):
-                b = &entry.reqs[i]
-                if b.args.size() and b.args.size() != ps.ranks.size():
-                    return _str("alltoall splits") + what + _str(" on rank ") + _int_str(b.rank) + _str(" has ") + \
-                        _int_str(b.args.size()) + _str(" entries; the process set has ") + \
-                        _int_str(ps.ranks.size()) + _str(" ranks")
-                if b.args.size() == 0 and b.shape[0] % <int64_t>ps.ranks.size() != 0:
-                    return _str("alltoall without splits") + what + _str(" needs the first dimension to be "
-                        "divisible by the number of ranks: rank ") + _int_str(b.rank) + _str(" sent ") + \
-                        _shape_str(b.shape) + _str(" to ") + _int_str(ps.ranks.size()) + _str(" ranks")
-        if a.kind == K_PSET_ADD:
-            if a.args.size() == 0:
-                return _str("add_process_set needs at least one rank")
-            for i in range(a.args.size()):
-                if a.args[i] < 0 or a.args[i] >= self.size or (i and a.args[i] <= a.args[i - 1]):
-                    return _str("add_process_set: ranks ") + _shape_str(a.args) + \
-                        _str(" must be distinct, sorted and below ") + _int_str(self.size)
-            for p in self.psets.map:
-                if p.second.ranks.size() == a.args.size():
-                    total = 1
-                    for i in range(a.args.size()):
-                        if p.second.ranks[i] != a.args[i]:
-                            total = 0
-                    if total:
-                        return _str("add_process_set: a process set with ranks ") + _shape_str(a.args) + \
-                            _str(" already exists (id ") + _int_str(p.first) + _str(")")
-        if a.kind == K_PSET_REMOVE:
-            if a.args.size() != 1 or a.args[0] == 0 or self.psets.map.count(<int>a.args[0]) == 0:
-                return _str("remove_process_set: no such process set ") + _shape_str(a.args) + \
-                    _str(" (the global set cannot be removed)")
-        return string(b"")
-
     cdef size_t _entry_bytes(self, Pending* entry) noexcept nogil:
         cdef size_t i
         for i in range(entry.have.size()):
@@ -545,7 +462,7 @@ cdef class Coordinator:
         resp.error = entry.error
         resp.error_kind = entry.error_kind
         if resp.error.size() == 0:
-            resp.error = self._validate(entry)
+            resp.error = validate(entry, self.psets, self.size)
             resp.error_kind = ERR_MISMATCH
         if resp.error.size():
             return resp
@@ -588,7 +505,7 @@ cdef class Coordinator:
         if r.inline_data != (entry.all_data and entry.acc.size() ==
                              <size_t>_numel(b.shape) * dtype_size(b.dtype)):
             return False
-        if self._validate(entry).size():
+        if validate(entry, self.psets, self.size).size():
             return False
         return True
 
@@ -598,7 +515,7 @@ cdef class Coordinator:
         cdef uint32_t s
         cdef uint64_t oldest = 0xFFFFFFFFFFFFFFFF
         cdef unordered_map[string, uint32_t].iterator it
-        if self.cache_capacity == 0 or not self.cache_enabled:
+        if not self.tuning.cache_enabled:
             return
         self.cache_clock += 1
         it = self.cache_index.find(key)
@@ -667,7 +584,7 @@ cdef class Coordinator:
                 for j in range(i + 1, keys.size()):
                     # A tensor above the zero-copy size is reduced where it lies: copying it
                     # into and out of the fusion buffer costs more than the extra call.
-                    if (self.fusion_threshold == 0
+                    if (self.tuning.fusion_threshold == 0
                             or self._entry_bytes(entry) > self.zero_copy_bytes):
                         break           # no fusion, or the first tensor is reduced in place
                     if taken[j]:
@@ -680,7 +597,7 @@ cdef class Coordinator:
                     if (self.disable_group_fusion and
                             self._first(other).group_key != self._first(entry).group_key):
                         continue
-                    if total + self._entry_bytes(other) > self.fusion_threshold:
+                    if total + self._entry_bytes(other) > self.tuning.fusion_threshold:
                         continue
                     if resp.inline_data and not self._finish_inline(other, &resp):
                         continue
@@ -790,13 +707,14 @@ cdef class Coordinator:
         (MSG_STRAGGLERS, rank 0 included: Engine.straggler_frame), draw it on the timeline and
         name whoever is flagged."""
         cdef string frame
+        cdef StragglerView view
         cdef vector[string] series
         cdef vector[double] values
         cdef int who, r
         if not self.meter.close_sample(now):
             return
-        put[uint8_t](frame, MSG_STRAGGLERS)
-        self.meter.encode(frame)
+        self.meter.view(&view)
+        frame_stragglers(frame, view)
         self.channel.send_all(frame, -1)
         self.channel.send_to(0, frame)
         if tl_on(self.tl):

@@ -51,6 +51,7 @@ cdef class Executor:
     cdef uint64_t st_inline
     cdef uint64_t st_bytes
 
+    cdef void _allreduce_inline(self, Response& resp, vector[Request*]& reqs) noexcept nogil
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil
     cdef bint _via_shm(self, PSet* ps, size_t nbytes) noexcept nogil

@@ -5,7 +5,7 @@
 Responses arrive in the coordinator's order and each turns into at most one backend collective:
 pack the ready allreduces into the fusion buffer (or reduce a large tensor where it lies, or
 copy in the result the coordinator computed inline), one backend call, unpack, scale.  The
-engine (_core) looks up this rank's requests for the response and completes their handles from
+response runner (engine/results.pyx) looks up this rank's requests for the response and completes their handles from
 the code an Executor method returns; the executor only moves data, so it knows nothing of
 handles, sockets or the coordinator.  Everything here runs on the engine thread without the GIL,
 except calls into a backend written in Python and the caller's output allocator.
@@ -477,6 +477,19 @@ cdef class Executor:
             rc = rc_lane
         return EX_BACKEND if rc else EX_OK
 
+    cdef void _allreduce_inline(self, Response& resp, vector[Request*]& reqs) noexcept nogil:
+        """An allreduce the coordinator computed: its results came with the response."""
+        cdef size_t i
+        cdef bint tl = tl_on(self.tl)
+        self.st_inline += resp.names.size()
+        if tl:
+            tl_span_all(self.tl, resp.names, b'B', TLW_INLINE, resp.kind)
+        for i in range(resp.names.size()):
+            if reqs[i] != NULL and resp.payloads[i].size():
+                memcpy(reqs[i].out, resp.payloads[i].data(), resp.payloads[i].size())
+        if tl:
+            tl_span_all(self.tl, resp.names, b'E', TLW_INLINE, resp.kind)
+
     cdef int allreduce(self, Response& resp, PSet* ps, vector[Request*]& reqs,
                        string& err) noexcept nogil:
         """``reqs``: this rank's request per tensor of the response (NULL: this rank joined and
@@ -492,14 +505,7 @@ cdef class Executor:
         cdef int rc
         cdef uint8_t act = TLW_BACKEND
         if resp.inline_data:
-            self.st_inline += n
-            if tl:
-                tl_span_all(self.tl, resp.names, b'B', TLW_INLINE, resp.kind)
-            for i in range(n):
-                if reqs[i] != NULL and resp.payloads[i].size():
-                    memcpy(reqs[i].out, resp.payloads[i].data(), resp.payloads[i].size())
-            if tl:
-                tl_span_all(self.tl, resp.names, b'E', TLW_INLINE, resp.kind)
+            self._allreduce_inline(resp, reqs)
             return EX_OK
         for i in range(n):
             offsets.push_back(total)

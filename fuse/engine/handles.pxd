@@ -12,7 +12,7 @@ from fuse.engine.channel cimport ControlChannel
 
 cdef class HandleTable:
     # Every field is guarded by ``lock``: the loop takes it without the GIL, Python threads
-    # take it with the GIL released (_core._acquire), so neither waits for the other's GIL.
+    # take it with the GIL released, so neither waits for the other's GIL.
     cdef Lock* lock
     cdef unordered_map[int64_t, HandleState] handles
     cdef int64_t next_handle

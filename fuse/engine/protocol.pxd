@@ -165,6 +165,35 @@ cdef struct HandleState:
     bint drivable           # settled by negotiation alone: its waiter may drive (Engine._drive)
 
 
+# The coordinator's straggler view (engine/straggler.pyx), as every rank receives it in a
+# MSG_STRAGGLERS frame (frame_stragglers): per rank and per host, medians over the window.
+cdef struct Lag:             # one rank's, or one host's (its ranks together, none alone)
+    string host
+    double lateness           # a rank's requests arrive this long after the first rank's
+                              # (a host's: 0)
+    double share              # the share of the job's time spent waiting for it alone (a
+                              # host: the ranks of the other hosts waiting for its ranks)
+    double cost               # that wait per step, seconds
+    cbool flagged             # behind by more than FUSE_STRAGGLER_FACTOR
+
+
+cdef struct StragglerView:
+    int filled                # samples in the window so far (complete at ``history``)
+    int history               # samples a window holds
+    double sample_s
+    double factor             # FUSE_STRAGGLER_FACTOR
+    int64_t samples           # samples taken since the start
+    vector[Lag] ranks
+    vector[Lag] hosts
+
+
+cdef inline double behind(double share) noexcept nogil:
+    """How many times faster the job would run without the wait a share stands for."""
+    if share >= 0.99:
+        return 100.0
+    return 1.0 / (1.0 - share)
+
+
 cdef struct Hierarchy
 
 
@@ -240,6 +269,8 @@ cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why) noexcept 
 cdef void frame_signal(string& out, uint8_t msg_type) noexcept nogil
 cdef uint8_t read_type(Reader& rd) noexcept nogil
 cdef uint32_t read_count(Reader& rd) noexcept nogil
+cdef void frame_stragglers(string& out, const StragglerView& view) noexcept nogil
+cdef bint read_stragglers(Reader& rd, StragglerView* view) noexcept nogil
 
 
 # ---- inline helpers

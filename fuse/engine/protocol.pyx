@@ -5,7 +5,7 @@
 A worker sends its requests (a full description the first time a name is seen, a cache slot
 afterwards) to the coordinator; the coordinator sends back one ordered stream of responses.
 This module serializes both, and names kinds, ops and shapes for error messages.  It holds no
-state; the structs and constants are declared in protocol.pxd so the engine (fuse/_core.pyx),
+state; the structs and constants are declared in protocol.pxd so the loop (engine/loop.pyx),
 the coordinator and the executor share one definition of each.  Every control frame is built
 and read here (frame_* and read_*).
 """
@@ -41,7 +41,8 @@ cdef const char* _op_name(int op) noexcept nogil:
     return "unknown op"
 
 
-# The Python-level names of the constants in protocol.pxd (fuse._core re-exports them).
+# The Python-level names of the constants in protocol.pxd: the one place Python code imports
+# them from.
 ALLREDUCE, ALLGATHER, BROADCAST, ALLTOALL, REDUCESCATTER, BARRIER, JOIN, PSET_ADD, PSET_REMOVE = range(9)
 AVERAGE, SUM, ADASUM, MIN, MAX, PRODUCT = range(6)
 KIND_NAMES = tuple(_kind_name(k).decode() for k in range(K_PSET_REMOVE + 1))
@@ -258,7 +259,65 @@ cdef uint32_t read_count(Reader& rd) noexcept nogil:
     return get[uint32_t](rd)
 
 
-# ---- the decoder as Python sees it: for the property-based tests of the wire format
+
+# the straggler view's layout version (read_stragglers refuses another)
+cdef enum: STRAGGLER_VIEW_VERSION = 2
+
+
+cdef inline void _put_lags(string& out, const vector[Lag]& lags) noexcept nogil:
+    cdef size_t i
+    put[int](out, <int>lags.size())
+    for i in range(lags.size()):
+        put_str(out, lags[i].host)
+        put[double](out, lags[i].lateness)
+        put[double](out, lags[i].share)
+        put[double](out, lags[i].cost)
+        put[char](out, lags[i].flagged)
+
+
+cdef inline void _get_lags(Reader& rd, vector[Lag]& lags) noexcept nogil:
+    """What _put_lags wrote; stops at the first short read (``rd.bad`` then says so)."""
+    cdef Lag lag
+    cdef int i, n = get[int](rd)
+    for i in range(n):
+        if rd.bad:
+            return
+        lag.host = get_str(rd)
+        lag.lateness = get[double](rd)
+        lag.share = get[double](rd)
+        lag.cost = get[double](rd)
+        lag.flagged = get[char](rd) != 0
+        lags.push_back(lag)
+
+
+cdef void frame_stragglers(string& out, const StragglerView& view) noexcept nogil:
+    """MSG_STRAGGLERS (rank 0 to every rank, itself included): the straggler meter's view."""
+    put[uint8_t](out, MSG_STRAGGLERS)
+    put[int](out, STRAGGLER_VIEW_VERSION)
+    put[int](out, view.filled)
+    put[int](out, view.history)
+    put[double](out, view.sample_s)
+    put[double](out, view.factor)
+    put[int64_t](out, view.samples)
+    _put_lags(out, view.ranks)
+    _put_lags(out, view.hosts)
+
+
+cdef bint read_stragglers(Reader& rd, StragglerView* view) noexcept nogil:
+    """What frame_stragglers wrote (after the type byte); False for another layout version or
+    a short frame."""
+    if get[int](rd) != STRAGGLER_VIEW_VERSION:
+        return False
+    view.filled = get[int](rd)
+    view.history = get[int](rd)
+    view.sample_s = get[double](rd)
+    view.factor = get[double](rd)
+    view.samples = get[int64_t](rd)
+    _get_lags(rd, view.ranks)
+    _get_lags(rd, view.hosts)
+    return not rd.bad
+
+# ---- the wire format as Python sees it: for the property-based tests, and straggler_report()
 
 def encode_request(*, int kind, int dtype, int op, int pset, int root, double prescale,
                    double postscale, shape, args, bytes name, bytes group_key, int group_size,
@@ -304,3 +363,35 @@ def decode_response(bytes body):
         raise ValueError("corrupt response")
     return ([bytes(n) for n in r.names], [list(x) for x in r.shapes],
             [bytes(p) for p in r.payloads], bytes(r.error))
+
+
+def decode_stragglers(bytes body):
+    """A MSG_STRAGGLERS body as fuse.straggler_report() gives it: ``factor``, ``window_s``,
+    ``samples``, ``complete``, ``ranks`` (per rank: ``rank``, ``host``, ``lateness_s``,
+    ``wait_share``, ``cost_per_step_s``, ``behind``, ``straggler``), ``hosts`` (per host:
+    ``host``, ``wait_share``, ``cost_per_step_s``, ``behind``, ``straggler``) and
+    ``stragglers`` (the flagged ranks).  ValueError for a corrupt body or another version."""
+    cdef string s = body
+    cdef Reader rd = reader_new(s)
+    cdef StragglerView view
+    cdef Lag* lag
+    cdef size_t i
+    if not read_stragglers(rd, &view):
+        raise ValueError("corrupt straggler report, or one of another layout version (this "
+                         f"fuse reads version {STRAGGLER_VIEW_VERSION})")
+    ranks = []
+    for i in range(view.ranks.size()):
+        lag = &view.ranks[i]
+        ranks.append({"rank": i, "host": lag.host.decode(errors="replace"),
+                      "lateness_s": lag.lateness, "wait_share": lag.share,
+                      "cost_per_step_s": lag.cost, "behind": behind(lag.share),
+                      "straggler": lag.flagged})
+    hosts = []
+    for i in range(view.hosts.size()):
+        lag = &view.hosts[i]
+        hosts.append({"host": lag.host.decode(errors="replace"), "wait_share": lag.share,
+                      "cost_per_step_s": lag.cost, "behind": behind(lag.share),
+                      "straggler": lag.flagged})
+    return {"factor": view.factor, "window_s": view.history * view.sample_s,
+            "samples": view.samples, "complete": view.filled >= view.history, "ranks": ranks,
+            "hosts": hosts, "stragglers": [r["rank"] for r in ranks if r["straggler"]]}

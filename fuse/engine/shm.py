@@ -186,6 +186,6 @@ def share_regions(engine, sizes: list[int], allgather: Callable[[object], list])
                 m.close()
         return None
     for r in range(len(sizes)):
-        engine._add_shared_region([row[r] for row in maps], [p["sizes"][r] for p in peers])
+        engine.add_shared_region([row[r] for row in maps], [p["sizes"][r] for p in peers])
     me = engine.rank
     return [maps[me][r] for r in range(len(sizes))]

@@ -5,6 +5,8 @@ from libcpp cimport bool as cbool
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
+from fuse.engine.protocol cimport StragglerView
+
 
 cdef class StragglerMeter:
     cdef cbool enabled
@@ -39,7 +41,7 @@ cdef class StragglerMeter:
     cdef void ready(self, int last_rank, double waited_alone, double host_waited, double now,
                     const string& key) noexcept nogil
     cdef bint close_sample(self, double now) noexcept nogil
-    cdef void encode(self, string& out) noexcept nogil
+    cdef void view(self, StragglerView* out) noexcept nogil
     cdef int due_warning(self, double now) noexcept nogil
     cdef int _ranks_on(self, int h) noexcept nogil
     cdef bint _rank_flagged_on(self, int h) noexcept nogil

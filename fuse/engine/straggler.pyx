@@ -33,13 +33,9 @@ from libcpp.algorithm cimport sort
 from libcpp.string cimport string
 from libcpp.vector cimport vector
 
-from fuse.engine.csupport cimport put, put_str
+from fuse.engine.protocol cimport Lag, StragglerView, behind
 
 cdef double REWARN_S = 60.0       # a rank still flagged is named again after this long
-
-# the report frame's layout version (fuse/worker/straggler.py decodes it)
-cdef enum: REPORT_VERSION = 1
-VERSION = REPORT_VERSION
 
 
 cdef double _median(const vector[double]& ring, size_t start, int n) noexcept nogil:
@@ -63,13 +59,6 @@ cdef inline double _uncounted(double start, double end, double* until) noexcept 
     if end > until[0]:
         until[0] = end
     return counted if counted > 0.0 else 0.0
-
-
-cdef inline double behind(double share) noexcept nogil:
-    """How many times faster the job would run without the wait a share stands for."""
-    if share >= 0.99:
-        return 100.0
-    return 1.0 / (1.0 - share)
 
 
 cdef class StragglerMeter:
@@ -215,29 +204,30 @@ cdef class StragglerMeter:
                 return <int>i
         return -1
 
-    cdef void encode(self, string& out) noexcept nogil:
-        """The smoothed view, as every rank gets it (fuse/worker/straggler.py decodes it)."""
+    cdef void view(self, StragglerView* out) noexcept nogil:
+        """The smoothed view, as every rank gets it (protocol.frame_stragglers)."""
+        cdef Lag rank, host
         cdef int r
         cdef size_t h
-        put[int](out, REPORT_VERSION)
-        put[int](out, self.size)
-        put[int](out, self.filled)
-        put[int](out, self.history)
-        put[double](out, self.sample_s)
-        put[double](out, self.factor)
-        put[int64_t](out, self.samples)
+        out.filled = self.filled
+        out.history = self.history
+        out.sample_s = self.sample_s
+        out.factor = self.factor
+        out.samples = self.samples
         for r in range(self.size):
-            put_str(out, self.rank_hosts[r])
-            put[double](out, self.late_med[r])
-            put[double](out, self.share_med[r])
-            put[double](out, self.cost_med[r])
-            put[char](out, self.flagged[r])
-        put[int](out, <int>self.host_names.size())
+            rank.host = self.rank_hosts[r]
+            rank.lateness = self.late_med[r]
+            rank.share = self.share_med[r]
+            rank.cost = self.cost_med[r]
+            rank.flagged = self.flagged[r] != 0
+            out.ranks.push_back(rank)
         for h in range(self.host_names.size()):
-            put_str(out, self.host_names[h])
-            put[double](out, self.host_share_med[h])
-            put[double](out, self.host_cost_med[h])
-            put[char](out, self.flagged[self.size + h])
+            host.host = self.host_names[h]
+            host.lateness = 0.0
+            host.share = self.host_share_med[h]
+            host.cost = self.host_cost_med[h]
+            host.flagged = self.flagged[self.size + h] != 0
+            out.hosts.push_back(host)
 
     # ---- for tests and the coordinator's Python side
 

@@ -2,20 +2,21 @@
 and, under ``FUSE_STRAGGLER_POLICY=remove`` in an elastic job, the notice to the driver.
 
 The coordinator (rank 0) measures (fuse/engine/straggler.pyx) and, once a second, sends every
-rank its smoothed view; ``straggler_report()`` decodes the latest one this rank received, so it
-is a local call, not a collective.  When the meter flags a rank (or host), rank 0 logs a
-warning naming it, its host and what it costs per step, and with the remove policy leaves the
-evidence in the launcher's store (``elastic/straggler/<generation>/<n>``, see
-fuse.cluster.elastic_protocol), where the elastic driver decides whether to take it out.
+rank its smoothed view; ``straggler_report()`` decodes the latest one this rank received
+(fuse.engine.protocol.decode_stragglers), so it is a local call, not a collective.  When the
+meter flags a rank (or host), rank 0 logs a warning naming it, its host and what it costs per
+step, and with the remove policy leaves the evidence in the launcher's store
+(``elastic/straggler/<generation>/<n>``, see fuse.cluster.elastic_protocol), where the
+elastic driver decides whether to take it out.
 """
 
 from __future__ import annotations
 
 import json
-import struct
 import threading
 import time
 
+from fuse.engine.protocol import decode_stragglers
 from fuse.worker import state
 
 NOTICE_TIMEOUT_S = 5.0
@@ -42,53 +43,8 @@ def straggler_report() -> dict:
            "ranks": [], "hosts": [], "stragglers": []}
     body = engine.straggler_frame()
     if body:
-        out.update(decode(body))
+        out.update(decode_stragglers(body))
     return out
-
-
-def behind(share: float) -> float:
-    return 100.0 if share >= 0.99 else 1.0 / (1.0 - share)
-
-
-def decode(body: bytes) -> dict:
-    """The coordinator's MSG_STRAGGLERS body (StragglerMeter.encode)."""
-    pos = 0
-
-    def take(fmt):
-        nonlocal pos
-        values = struct.unpack_from("=" + fmt, body, pos)
-        pos += struct.calcsize("=" + fmt)
-        return values
-
-    def text():
-        (n,) = take("I")
-        nonlocal pos
-        s = body[pos:pos + n].decode(errors="replace")
-        pos += n
-        return s
-
-    version, size, filled, history = take("iiii")
-    if version != 1:
-        raise ValueError(f"straggler report version {version}: this fuse reads version 1")
-    sample_s, factor = take("dd")
-    (samples,) = take("q")
-    ranks = []
-    for r in range(size):
-        host = text()
-        late, share, cost, flagged = take("dddb")
-        ranks.append({"rank": r, "host": host, "lateness_s": late, "wait_share": share,
-                      "cost_per_step_s": cost, "behind": behind(share),
-                      "straggler": bool(flagged)})
-    (nhosts,) = take("i")
-    hosts = []
-    for _ in range(nhosts):
-        host = text()
-        share, cost, flagged = take("ddb")
-        hosts.append({"host": host, "wait_share": share, "cost_per_step_s": cost,
-                      "behind": behind(share), "straggler": bool(flagged)})
-    return {"factor": factor, "window_s": history * sample_s, "samples": samples,
-            "complete": filled >= history, "ranks": ranks, "hosts": hosts,
-            "stragglers": [r["rank"] for r in ranks if r["straggler"]]}
 
 
 def describe(what: str, rank: int, host: str, behind_by: float, lateness: float, cost: float,

@@ -33,7 +33,7 @@ def _workload(compare_rounds=0):
     fuse.init()
     rank, size = fuse.rank(), fuse.size()
     engine = job_state.engine()
-    initial = engine.tuning() if rank == 0 else None
+    initial = engine.tuning.values() if rank == 0 else None
     check = Checker(rank)
     inputs = [np.full(n, float(rank + 1 + i), np.float32) for i, n in enumerate(SIZES)]
     expected = [np.full(n, float(sum(r + 1 + i for r in range(size))), np.float32)
@@ -56,7 +56,7 @@ def _workload(compare_rounds=0):
             break
     state = fuse.autotune_state()
     if rank == 0:
-        applied = engine.tuning()
+        applied = engine.tuning.values()
         check.equal((applied[0], round(applied[1], 6), applied[2]),
                     (state["fusion_threshold"], round(state["cycle_time_ms"], 6),
                      state["cache_enabled"]), "values the engine uses")
@@ -66,7 +66,7 @@ def _workload(compare_rounds=0):
     for _ in range(compare_rounds):
         for label in ("default", "tuned"):
             if rank == 0:
-                engine.set_tuning(*(initial if label == "default" else applied))
+                engine.tuning.set(*(initial if label == "default" else applied))
             for _ in range(COMPARE_STEPS):
                 step()
     fuse.shutdown()

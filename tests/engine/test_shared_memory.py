@@ -110,7 +110,7 @@ def test_shared_regions_fall_back_everywhere_when_one_rank_has_no_room(small_shm
     allgather and get None: nothing is registered with the engine, no file is left."""
     registered = []
     engine = SimpleNamespace(shared_memory=object(), rank=0,
-                             _add_shared_region=lambda *a: registered.append(a))
+                             add_shared_region=lambda *a: registered.append(a))
     calls = []
 
     def allgather(obj):

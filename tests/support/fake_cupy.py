@@ -22,6 +22,7 @@ import sys
 import time
 import types
 
+import ml_dtypes
 import numpy as np
 
 CALLS: list[tuple] = []
@@ -192,7 +193,9 @@ NCCL_FLOAT16, NCCL_FLOAT32, NCCL_FLOAT64, NCCL_BFLOAT16 = 6, 7, 8, 9
 NCCL_SUM, NCCL_PROD, NCCL_MAX, NCCL_MIN = range(4)
 _NP = {NCCL_INT8: np.int8, NCCL_UINT8: np.uint8, NCCL_INT32: np.int32, NCCL_UINT32: np.uint32,
        NCCL_INT64: np.int64, NCCL_UINT64: np.uint64, NCCL_FLOAT16: np.float16,
-       NCCL_FLOAT32: np.float32, NCCL_FLOAT64: np.float64, NCCL_BFLOAT16: np.uint16}
+       NCCL_FLOAT32: np.float32, NCCL_FLOAT64: np.float64,
+       # NCCL reduces bfloat16 as numbers, not as the uint16 bit patterns CuPy holds them in
+       NCCL_BFLOAT16: ml_dtypes.bfloat16}
 _REDUCE = {NCCL_SUM: np.add, NCCL_PROD: np.multiply, NCCL_MAX: np.maximum,
            NCCL_MIN: np.minimum}
 _group_depth = 0

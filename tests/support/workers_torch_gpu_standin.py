@@ -67,7 +67,7 @@ def one_engine(timeline_path):
     hvd.grouped_allreduce_(g, op=hvd.Sum, name="wide")
     wide = len(_calls({"allReduce"}))
     if hvd.rank() == 0:
-        engine.set_tuning(32, engine.tuning()[1], engine.tuning()[2])
+        engine.tuning.set(32, *engine.tuning.values()[1:])
     hvd.barrier()                                   # the new threshold is in force on rank 0
     mark = len(_calls({"allReduce"}))
     hvd.grouped_allreduce_(g, op=hvd.Sum, name="narrow")

@@ -1,5 +1,5 @@
 // How an idle engine thread sleeps, and how a thread that drives the engine loop in its place
-// (Engine._drive in fuse/_core.pyx) keeps it asleep.
+// (Loop.drive in fuse/engine/loop.pyx) keeps it asleep.
 //
 // The engine thread sleeps in epoll_wait on two things: its wake-up eventfd (work queued,
 // shutdown, failure) and a second epoll set holding the control channel's sockets.  While

@@ -1,5 +1,5 @@
 // The timeline's event buffer (rank 0 only), for the engine modules (fuse/_core.pyx,
-// _coordinator.pyx, _executor.pyx; declared in fuse/engine/csupport.pxd).
+// loop.pyx, coordinator.pyx, executor.pyx, results.pyx; declared in fuse/engine/csupport.pxd).
 //
 // The engine thread records small structs behind a mutex; a Python writer thread calls
 // tl_drain() every ~100 ms, which swaps the buffer out under the lock and formats the events as

@@ -19,7 +19,7 @@ import mxnet as mx
 import numpy as np
 from mxnet.base import _LIB, check_call
 
-from fuse import _core
+from fuse.engine.protocol import DTYPE_CODES
 from fuse.collectives import compression as _compression
 from fuse.collectives.array_ops import ArrayOps
 
@@ -113,7 +113,7 @@ class MxnetOps(ArrayOps):
 
     def describe(self, tensor):
         check_ndarray(tensor)
-        code = _core.DTYPE_CODES[dtype_name(tensor.dtype)]
+        code = DTYPE_CODES[dtype_name(tensor.dtype)]
         return host_view(tensor), code, tuple(tensor.shape)
 
     def empty_like(self, tensor):

@@ -485,7 +485,7 @@ class DistributedOptimizer:
         self._densified.clear()
         if self._layout is not None and not self._layout.built:
             engine, pset = lifecycle.engine(), self._process_set.process_set_id
-            threshold = engine.tuning()[0]      # the coordinator's, autotuned or not
+            threshold = engine.tuning.values()[0]      # the coordinator's, autotuned or not
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
                                _shared_allocator(engine) if pset == 0 else None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from fuse import _core
+from fuse.engine.protocol import DTYPE_CODES
 from fuse.collectives import compression as _compression
 from fuse.collectives.array_ops import ArrayOps
 
@@ -64,7 +64,7 @@ class TorchOps(ArrayOps):
                              "sparse_allreduce_async or sparse_as_dense=True")
         if not tensor.is_contiguous():
             raise ValueError("Tensor is required to be contiguous.")
-        code = _core.DTYPE_CODES[dtype_name(tensor.dtype)]
+        code = DTYPE_CODES[dtype_name(tensor.dtype)]
         return host_view(tensor), code, tuple(tensor.shape)
 
     def empty_like(self, tensor):

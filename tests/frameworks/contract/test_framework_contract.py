@@ -20,7 +20,7 @@ import numpy as np
 import pytest
 
 import fuse
-from fuse import _core
+from fuse.engine.protocol import DTYPE_CODES
 from fuse.collectives.array_ops import ArrayOps
 from fuse.frameworks import describe_frameworks, framework_names, load_framework
 
@@ -80,7 +80,7 @@ def test_each_adapters_verbs_work_on_its_frameworks_tensors(name):
     tensor = MAKERS[name]()
     framework = type(tensor).__module__.split(".")[0]
     _buffer, code, shape = ops.describe(tensor)
-    assert (code, shape) == (_core.DTYPE_CODES["float32"], (3,))
+    assert (code, shape) == (DTYPE_CODES["float32"], (3,))
     assert _values(ops, tensor, np.float32) == [1.5, -2.0, 3.0]
     assert ops.dtype_name(tensor) == "float32" and ops.is_floating(tensor)
     # compression's cast: a tensor of the same framework, with the same values

@@ -166,3 +166,25 @@ def test_standin_wiring_distributed_optimizer(tmp_path):
         # the gradients got a device-side layout, and once it is built NCCL reduces them
         # where they lie in it (not through the device fusion buffer)
         assert out["flats"] == 1 and out["in_place"] and all(out["in_place"]), out
+
+
+def test_standin_wiring_collectives_match_the_cpu_call(tmp_path):
+    """Stand-in (no GPU): the worker of tests/gpu's every-collective check (every op on every
+    dtype, grouped, uneven allgather, broadcast, alltoall with splits, reducescatter, a process
+    set) on two ranks, "device" calls on the stand-in NCCL against the same calls on the host
+    backend.  On a GPU the same worker runs at size 1 on real NCCL."""
+    import gpu_util
+    import workers_gpu as w
+    gpu_util.check_collectives_vs_cpu(_run(w.collectives_vs_cpu, tmp_path,
+                                           GPU_TEST_DEVICE="standin"), w.case_labels())
+
+
+def test_cpu_run_of_the_shared_gpu_training_check():
+    """CPU tensors, no GPU: the worker of tests/gpu's two-ranks-on-one-GPU check (staged through
+    the host backend there) gives identical weights on both ranks, matching one process trained
+    on the combined batch; what staging CUDA tensors adds is checked only on a GPU."""
+    import gpu_util
+    import workers_gpu as w
+    res = run_job(w.staged_training, args=(5, 4),
+                  env={"PYTHONPATH": SUPPORT, "GPU_TEST_DEVICE": "cpu"})
+    gpu_util.check_staged_training(res, w.combined_batch_training(5, 8, "cpu"))
