@@ -5,7 +5,7 @@ This module is the NumPy API; ``fuse.torch``, ``fuse.tensorflow``, ``fuse.keras`
 :func:`init`.
 """
 
-__version__ = "0.1.0"
+from fuse._build_info import VERSION as __version__  # noqa: E402  (set in meson.build)
 
 from fuse.common.surface import *  # noqa: F401,F403
 from fuse.worker.lifecycle import autotune_state  # noqa: F401

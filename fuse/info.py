@@ -35,13 +35,19 @@ def _version(dist: str) -> str | None:
         return None
 
 
-def _fuse_version() -> str:
-    v = _version("fuse")
-    if v is None:
-        import fuse
+def build() -> dict[str, Any]:
+    """What this build of fuse carries: its distribution and version, the Gloo it was compiled
+    against (and where that came from), its build options, and the shared libraries a binary
+    wheel bundles (auditwheel puts them in ``fuse_dl.libs`` beside the package)."""
+    import fuse
+    from fuse import _build_info as b
 
-        v = getattr(fuse, "__version__", "unknown")
-    return v
+    libs_dir = os.path.join(os.path.dirname(os.path.dirname(fuse.__file__)),
+                            b.DISTRIBUTION.replace("-", "_") + ".libs")
+    bundled = sorted(os.listdir(libs_dir)) if os.path.isdir(libs_dir) else []
+    return {"distribution": b.DISTRIBUTION, "version": b.VERSION,
+            "gloo": {"version": b.GLOO_VERSION, "origin": b.GLOO_ORIGIN},
+            "options": dict(b.BUILD_OPTIONS), "bundled_libraries": bundled}
 
 
 def _engine() -> dict[str, Any]:
@@ -111,7 +117,7 @@ def integrations() -> dict[str, dict[str, Any]]:
         row: dict[str, Any] = {"available": version is not None, "package": dist,
                                "version": version,
                                "reason": "" if version else
-                               f"{module} is not installed (pip install fuse[{extra}])"}
+                               f"{module} is not installed (pip install fuse-dl[{extra}])"}
         if name == "fuse.spark" and version is not None:
             java, detail = _java()
             row["java"] = detail if java else None
@@ -161,7 +167,8 @@ def collect() -> dict[str, Any]:
     from fuse.frameworks import describe_frameworks
 
     return {
-        "fuse": _fuse_version(),
+        "fuse": build()["version"],
+        "build": build(),
         "python": {"version": platform.python_version(), "executable": sys.executable,
                    "implementation": platform.python_implementation()},
         "platform": platform.platform(),
@@ -177,6 +184,8 @@ def collect() -> dict[str, Any]:
 
 
 def _plugin_lines(rows: list[dict[str, Any]], selected=()) -> list[str]:
+    from fuse._build_info import DISTRIBUTION as own_distribution
+
     if not rows:
         return ["  (none registered)"]
     width = max(len(r["name"]) for r in rows)
@@ -186,7 +195,7 @@ def _plugin_lines(rows: list[dict[str, Any]], selected=()) -> list[str]:
         extra = []
         if r["version"]:
             extra.append(f"version {r['version']}")
-        if r["distribution"] and r["distribution"] != "fuse":
+        if r["distribution"] and r["distribution"] != own_distribution:
             extra.append(f"from {r['distribution']} {r['dist_version'] or ''}".rstrip())
         # only a plugin that can run here is what the job will use
         mark = " (selected)" if r["name"] in selected and r["loads"] else ""
@@ -212,7 +221,13 @@ def render(data: dict[str, Any]) -> str:
     py = data["python"]
     eng = data["engine"]
     lines = [
-        f"fuse {data['fuse']}",
+        f"fuse {data['fuse']} ({data['build']['distribution']})",
+        "  Gloo     " + (f"{data['build']['gloo']['version']}"
+                         f"{' from ' + data['build']['gloo']['origin'] if data['build']['gloo']['origin'] else ''}"
+                         if data['build']['gloo']['version'] else "not built in"),
+        "  build    " + ", ".join(f"{k} {v}" for k, v in data["build"]["options"].items()),
+        "  bundled  " + (", ".join(data["build"]["bundled_libraries"]) or
+                         "nothing (linked against this system's libraries)"),
         f"  python   {py['version']} ({py['implementation']}, {py['executable']})",
         f"  platform {data['platform']}",
         f"  numpy    {data['numpy'] or 'not installed'}",

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Build fuse's image (docker/Dockerfile) with podman, with no registry and no network inside the
 # build:
-#   1. the base image: Debian bookworm made by debootstrap (with python3, libgloo0, openssh and
-#      tini), imported into podman; cached in $FUSE_K8S_CACHE by its inputs (the suite and the
-#      package list), so it is made once per machine (about 1.5 min);
-#   2. the wheels, in the build context: fuse's own wheel built here from this checkout (cached
-#      by the hash of its sources) and its dependencies downloaded by pip (torch's CPU build);
+#   1. the base image: Debian bookworm made by debootstrap (with python3, openssh and tini),
+#      imported into podman; cached in $FUSE_K8S_CACHE by its inputs (the suite and the package
+#      list), so it is made once per machine (about 1.5 min);
+#   2. the wheels, in the build context: fuse's binary wheel (scripts/build_wheels.sh, cached by
+#      the hash of its sources; it carries Gloo) and its dependencies downloaded by pip (torch's
+#      CPU build);
 #   3. podman build --build-arg BASE=<the base>, timed; prints the image's size and layers.
 # Usage: scripts/build_image.sh [IMAGE]   (default localhost/fuse:test).  Needs podman, runc,
 # debootstrap and the containers.conf of scripts/test_kubernetes.sh; root.
@@ -15,10 +16,9 @@ ROOT=$(pwd)
 IMAGE=${1:-localhost/fuse:test}
 CACHE=${FUSE_K8S_CACHE:-/var/cache/fuse-k8s}
 PY=${PYTHON:-$ROOT/.venv/bin/python}
-export PATH="$(dirname "$PY"):$PATH"     # meson and ninja for the wheel
 SUITE=bookworm
 MIRROR=${FUSE_DEBIAN_MIRROR:-http://deb.debian.org/debian}
-PACKAGES=python3,python3-venv,libgloo0,openssh-client,openssh-server,tini,ca-certificates,procps
+PACKAGES=python3,python3-venv,openssh-client,openssh-server,tini,ca-certificates,procps
 mkdir -p "$CACHE"
 
 # -- 1. the base image --------------------------------------------------------------------------
@@ -46,29 +46,10 @@ rm -rf "$ctx"
 mkdir -p "$ctx/wheels"
 cp docker/Dockerfile "$ctx/"
 cp -r docker/examples "$ctx/examples"
-# the sources' key: tracked files, uncommitted changes and new (untracked) files
-src_key=$( { git ls-files -s fuse meson.build pyproject.toml 2>/dev/null
-             git diff HEAD -- fuse meson.build pyproject.toml 2>/dev/null
-             git ls-files -o --exclude-standard -z fuse 2>/dev/null | xargs -0 -r sha256sum
-           } | sha256sum | cut -c1-16)
-wheel_dir=$CACHE/fuse-wheel-$src_key
-if ! ls "$wheel_dir"/fuse-*.whl >/dev/null 2>&1; then
-  echo "build_image: building fuse's wheel (once per source tree)"
-  rm -rf "$wheel_dir"
-  # In the build directory of the editable install (scripts/setup.sh's build/dev), when there
-  # is one: its objects are already compiled, so the wheel takes seconds instead of minutes
-  # (compiling the engine again took ~7 min on 2 loaded cores).
-  if [ -f "$ROOT/build/dev/build.ninja" ]; then
-    build_dir=$ROOT/build/dev
-  else
-    build_dir=$CACHE/wheel-build
-    rm -rf "$build_dir"
-  fi
-  "$PY" -m pip wheel -q --no-deps --no-build-isolation -Cbuild-dir="$build_dir" \
-    -w "$wheel_dir" "$ROOT"
-  rm -rf "$CACHE/wheel-build"
-fi
-cp "$wheel_dir"/fuse-*.whl "$ctx/wheels/"
+# fuse's binary wheel for the base's Python (bookworm: 3.11), which carries Gloo: built by
+# scripts/build_wheels.sh and cached there by the hash of its sources
+FUSE_WHEELHOUSE=$CACHE/wheelhouse bash scripts/build_wheels.sh 3.11
+cp "$CACHE"/wheelhouse/fuse_dl-*-cp311-*.whl "$ctx/wheels/"
 torch_version=$("$PY" -c "import torch; print(torch.__version__)")
 "$PY" -m pip download -q --only-binary=:all: -d "$CACHE/deps" \
   "torch==$torch_version" "numpy>=1.23" "stevedore>=5" "cloudpickle>=2"

@@ -10,7 +10,8 @@ START=$SECONDS
 # code on import with the venv's meson, ninja and cython (without them the import fails, and an
 # existing full .venv would be taken for a missing one).
 export PATH="$(pwd)/.venv/bin:$PATH"
-if [ -x .venv/bin/python ] && .venv/bin/python -c "import fuse" 2>/dev/null; then
+# (-I: the installed fuse, which may be a wheel, not this checkout's uncompiled sources)
+if [ -x .venv/bin/python ] && .venv/bin/python -I -c "import fuse" 2>/dev/null; then
   echo "demo: using the existing .venv"
 else
   echo "demo: setting up .venv with fuse alone (no torch, MPI, Ray or Spark; scripts/setup.sh" \

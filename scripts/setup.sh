@@ -52,6 +52,20 @@ if [ ! -x .venv/bin/python ]; then
 fi
 # meson-python finds meson, ninja and cython on PATH, at install time and at every rebuild.
 export PATH="$(pwd)/.venv/bin:$PATH"
+# The minimal setup installs fuse's binary wheel when scripts/build_wheels.sh has one of these very
+# sources for this Python in its cache: a few seconds instead of compiling the engine.
+if [ "$MINIMAL" = 1 ] &&
+   wheel=$(bash scripts/build_wheels.sh --cached "$(.venv/bin/python -c \
+             'import sys; print("%d.%d" % sys.version_info[:2])')"); then
+  say "installing fuse's wheel of these sources ($wheel), built by scripts/build_wheels.sh"
+  .venv/bin/python -m pip install -q "$wheel"
+  # -I: the installed fuse, not this checkout's sources (the current folder is not on the path)
+  .venv/bin/python -I -c "import fuse" ||
+    { echo "setup: FAILED: fuse does not import" >&2; exit 1; }
+  say "fuse installed in $(pwd)/.venv (minimal, from the wheel: run scripts/setup.sh without" \
+      "FUSE_SETUP_MINIMAL for torch, MPI, Ray, Spark and an editable install)"
+  exit 0
+fi
 say "installing the build tools (meson-python, meson, ninja, Cython, NumPy) with pip"
 # (the venv's own pip is new enough for what the minimal setup installs: it skips the upgrade)
 if [ "$MINIMAL" != 1 ]; then .venv/bin/python -m pip install -q --upgrade pip; fi
@@ -97,6 +111,9 @@ if [ "$MINIMAL" = 1 ]; then
   exit 0
 fi
 say "building and installing fuse (editable) with its test and MPI extras (mpi4py, mpich)"
+# fuse-dl was distributed as "fuse" before 0.2.0: an old install of it would stand beside
+# the new one with the same package and entry points
+.venv/bin/python -m pip uninstall -y -q fuse 2>/dev/null || true
 .venv/bin/python -m pip install -q --no-build-isolation -Cbuild-dir=build/dev -e ".[test,mpi]"
 if [ "${FUSE_SKIP_TORCH:-0}" != 1 ]; then
   # Say which build is there, and check that it imports (a wheel can install and not import).

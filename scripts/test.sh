@@ -22,12 +22,16 @@ if [ "$(id -u)" = 0 ] && { [ "${CI:-}" = true ] || [ "${FUSE_INSTALL_SSHD:-0}" =
 fi
 # The editable install rebuilds compiled code on import and the tests start worker
 # processes: both need the virtualenv's tools first on PATH.
-# tests/kubernetes runs last, from scripts/test_kubernetes.sh, which installs what it needs
-# (podman, Helm's SDK, the image) first.
-FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" python -m pytest --ignore=tests/kubernetes "$@"
+# tests/wheels and tests/kubernetes run last, from scripts/test_wheels.sh and
+# scripts/test_kubernetes.sh, which make what they need (the wheels and Debian roots; podman,
+# Helm's SDK, the image) first.
+FUSE_TEST_REQUIRE=$REQUIRE PATH="$(pwd)/.venv/bin:$PATH" \
+  python -m pytest --ignore=tests/kubernetes --ignore=tests/wheels "$@"
 bash scripts/test_tensorflow.sh "$@"
 bash scripts/test_mxnet.sh "$@"
 # The fuse-pygloo plugin on Python 3.10 (pygloo has no other wheel): .venv-pygloo.
 bash scripts/test_pygloo.sh "$@"
+# fuse's binary wheels installed offline into minimal bookworm and trixie roots (root).
+bash scripts/test_wheels.sh "$@"
 # The image, the Helm chart and its pods as podman containers (root; installs podman itself).
 bash scripts/test_kubernetes.sh "$@"

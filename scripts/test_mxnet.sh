@@ -50,6 +50,9 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
   "$VENV/bin/python" -m pip install -q "meson-python>=0.16" "meson>=1.3" ninja "Cython>=3.0.10" \
     "mxnet==1.9.1" "numpy<1.24"
   # The `mxnet` extra pins numpy<1.24 again, so the test extra cannot pull a newer one.
+  # fuse-dl was distributed as "fuse" before 0.2.0: an old install of it would stand beside
+  # the new one with the same package and entry points
+  "$VENV/bin/python" -m pip uninstall -y -q fuse 2>/dev/null || true
   "$VENV/bin/python" -m pip install -q --no-build-isolation -Cbuild-dir=build/mxnet \
     -e ".[mxnet,test]" "mxnet==1.9.1"
   echo "$WANT" > "$STAMP"

@@ -73,6 +73,9 @@ if [ "$(cat "$STAMP" 2>/dev/null || true)" != "$WANT" ]; then
       { echo "test_pygloo: FAILED to install torch==$TORCH_VERSION (FUSE_SKIP_TORCH=1 goes on" \
              "without it)" >&2; exit 1; }
   fi
+  # fuse-dl was distributed as "fuse" before 0.2.0: an old install of it would stand beside
+  # the new one with the same package and entry points
+  "$VENV/bin/python" -m pip uninstall -y -q fuse 2>/dev/null || true
   "$VENV/bin/python" -m pip install -q --no-build-isolation -Cbuild-dir=build/py310 -e ".[test]"
   # The plugin as a user installs it: a package of its own, found through its entry point.
   "$VENV/bin/python" -m pip install -q ./plugins/fuse-pygloo

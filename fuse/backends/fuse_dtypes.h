@@ -15,6 +15,7 @@
 #include <type_traits>
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <cpuid.h>
 #include <immintrin.h>
 #define FUSE_HAVE_F16C_PATH 1
 #endif
@@ -160,7 +161,14 @@ void reduce_16(void* out_, const void* a_, const void* b_, size_t n) {
  * call per element, which made a float16 allreduce 3x slower than a float32 one of twice the
  * bytes.  The hardware rounds to nearest even like float_to_half; NaN payloads may differ. */
 inline bool cpu_has_f16c() {
-  static const bool has = __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  // F16C read from CPUID (leaf 1, ECX bit 29) rather than __builtin_cpu_supports("f16c"), which
+  // GCC 10 (the wheels' build root, Debian bullseye) does not know; "avx" also checks that the
+  // OS saves the AVX registers.
+  static const bool has = [] {
+    unsigned int eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") && __get_cpuid(1, &eax, &ebx, &ecx, &edx) &&
+           (ecx & bit_F16C) != 0;
+  }();
   return has;
 }
 

@@ -43,7 +43,7 @@ def require_library():
     except ImportError as err:
         raise ImportError(
             "FUSE_AUTOTUNE=1 needs optuna (>= 3.6, with scipy and torch) for its Bayesian "
-            f"optimisation: pip install 'fuse[autotune]' ({err})") from err
+            f"optimisation: pip install 'fuse-dl[autotune]' ({err})") from err
 
 
 def fusion_from_log2(x: float) -> int:

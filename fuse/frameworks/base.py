@@ -53,7 +53,7 @@ class FrameworkAdapter(abc.ABC):
         """(usable here, reason if not).  Must be cheap: finds the framework with
         ``importlib.util.find_spec`` and ``importlib.metadata``, never by importing it."""
         if cls.module and importlib.util.find_spec(cls.module) is None:
-            hint = f" (pip install fuse[{cls.extra}])" if cls.extra else ""
+            hint = f" (pip install fuse-dl[{cls.extra}])" if cls.extra else ""
             return False, f"{cls.module} is not installed{hint}"
         version = cls.version()
         if version is not None and cls.min_version:

@@ -1,6 +1,6 @@
 """fuse for Lightning 2.x: ``Trainer(strategy=FuseStrategy())`` or, after ``import
 fuse.lightning``, ``Trainer(strategy="fuse")`` where a script had ``HorovodStrategy`` /
-``strategy="horovod"`` (``pip install fuse[lightning]``).
+``strategy="horovod"`` (``pip install fuse-dl[lightning]``).
 
 ``FuseStrategy`` here is for ``lightning`` (``import lightning.pytorch as pl``); a script on
 the ``pytorch_lightning`` package takes :mod:`fuse.lightning.pytorch_lightning`'s.  Importing
@@ -11,7 +11,7 @@ import importlib.util as _util
 
 _HAVE = {name: _util.find_spec(name) is not None for name in ("lightning", "pytorch_lightning")}
 if not any(_HAVE.values()):
-    raise ImportError("fuse.lightning needs Lightning 2.x: pip install 'fuse[lightning]'")
+    raise ImportError("fuse.lightning needs Lightning 2.x: pip install 'fuse-dl[lightning]'")
 
 if _HAVE["pytorch_lightning"]:
     from . import pytorch_lightning  # noqa: F401  (registers strategy="fuse" there)

@@ -457,11 +457,8 @@ def _check_build() -> int:
 
 
 def _version() -> str:
-    try:
-        from importlib.metadata import version
-        return version("fuse")
-    except Exception:
-        return "unknown"
+    from fuse._build_info import VERSION
+    return VERSION
 
 
 def run_commandline(argv: Sequence[str] | None = None) -> int:

@@ -58,7 +58,7 @@ def test_nccl_unavailable_here_says_why(monkeypatch):
     from fuse.backends.nccl import NCCLBackend
     monkeypatch.setitem(sys.modules, "cupy", None)     # as if CuPy were not installed
     ok, why = NCCLBackend.is_available()
-    assert not ok and "CuPy is not installed" in why and "fuse[nccl]" in why
+    assert not ok and "CuPy is not installed" in why and "fuse-dl[nccl]" in why
     assert fuse.nccl_built() == 0 and fuse.cuda_built() is False
     (row,) = [r for r in describe_device_backends() if r.name == "nccl"]
     assert not row.loads and "CuPy" in row.reason

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from fuse._build_info import DISTRIBUTION
 from fuse.backends import backend_names, describe_backends, load_backend
 from fuse.backends._registry import check_plugin
 from fuse.backends.base import Backend
@@ -77,7 +78,7 @@ def test_numpy_framework_adapter():
     assert cls.is_available() == (True, "")
     assert cls.version() == metadata.version("numpy")
     (row,) = [r for r in describe_frameworks() if r.name == "numpy"]
-    assert row.loads and row.version == metadata.version("numpy") and row.distribution == "fuse"
+    assert row.loads and row.version == metadata.version("numpy") and row.distribution == DISTRIBUTION == "fuse-dl"
     with pytest.raises(FrameworkUnavailable, match="installed: .*numpy"):
         load_framework("no-such-framework")
 
@@ -86,7 +87,7 @@ def test_describe_backends_covers_gloo():
     (row,) = [r for r in describe_backends() if r.name == "gloo"]
     assert row.target == "fuse.backends.gloo:GlooBackend"
     assert row.loads or row.reason
-    assert row.distribution == "fuse"
+    assert row.distribution == DISTRIBUTION == "fuse-dl"
 
 
 def test_check_plugin_contract():
@@ -439,12 +440,12 @@ def test_info_says_why_an_integration_is_unavailable(monkeypatch):
     monkeypatch.setenv("JAVA_HOME", "/nonexistent-jre")
     rows = fuse.info.integrations()
     assert not rows["fuse.ray"]["available"]
-    assert rows["fuse.ray"]["reason"] == "ray is not installed (pip install fuse[ray])"
+    assert rows["fuse.ray"]["reason"] == "ray is not installed (pip install fuse-dl[ray])"
     if rows["fuse.spark"]["version"] is not None:      # pyspark is here: Java is what lacks
         assert not rows["fuse.spark"]["available"]
         assert "JAVA_HOME=/nonexistent-jre has no bin/java" in rows["fuse.spark"]["reason"]
     text = fuse.info.render({**fuse.info.collect(), "integrations": rows})
-    assert "fuse.ray    unavailable: ray is not installed (pip install fuse[ray])" in text
+    assert "fuse.ray    unavailable: ray is not installed (pip install fuse-dl[ray])" in text
 
 
 def test_info_lists_the_integrations_that_run_here():

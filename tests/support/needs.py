@@ -21,22 +21,22 @@ import pytest
 
 # what each feature is, and where it comes from
 WHY = {
-    "torch": "PyTorch is not installed (pip install 'fuse[torch]'; scripts/setup.sh installs it "
+    "torch": "PyTorch is not installed (pip install 'fuse-dl[torch]'; scripts/setup.sh installs it "
              "unless FUSE_SKIP_TORCH=1)",
-    "autotune": "the autotuner's optimiser is not installed (pip install 'fuse[autotune]': "
+    "autotune": "the autotuner's optimiser is not installed (pip install 'fuse-dl[autotune]': "
                 "optuna and scipy; scripts/setup.sh installs them next to torch)",
-    "mpi": "MPI is not usable (pip install 'fuse[mpi]': mpi4py and the mpich wheel, which "
+    "mpi": "MPI is not usable (pip install 'fuse-dl[mpi]': mpi4py and the mpich wheel, which "
            "brings mpiexec)",
     "tensorflow": "TensorFlow is not installed: tests/frameworks/tensorflow runs in .venv-tf "
                   "(bash scripts/test_tensorflow.sh makes it)",
     "ssh": "the ssh test needs root, iproute2 and openssh-server (scripts/setup.sh installs it "
            "as root with CI=true or FUSE_INSTALL_SSHD=1)",
-    "ray": "Ray is not installed (pip install 'fuse[ray]'; scripts/setup.sh installs it)",
-    "spark": "PySpark or its Java runtime is missing (pip install 'fuse[spark]' and a Java 17+ "
+    "ray": "Ray is not installed (pip install 'fuse-dl[ray]'; scripts/setup.sh installs it)",
+    "spark": "PySpark or its Java runtime is missing (pip install 'fuse-dl[spark]' and a Java 17+ "
              "runtime; scripts/setup.sh installs both)",
-    "lightning": "Lightning is not installed (pip install 'fuse[lightning]'; scripts/setup.sh "
+    "lightning": "Lightning is not installed (pip install 'fuse-dl[lightning]'; scripts/setup.sh "
                  "installs it next to torch unless FUSE_SKIP_INTEGRATIONS=1)",
-    "gpu": "no usable CUDA GPU with CuPy and NCCL (pip install 'fuse[nccl]' on a machine "
+    "gpu": "no usable CUDA GPU with CuPy and NCCL (pip install 'fuse-dl[nccl]' on a machine "
            "with NVIDIA GPUs; bash scripts/test_gpu.sh runs tests/gpu there)",
     "mxnet": "MXNet 1.9.1 needs NumPy < 1.24: tests/frameworks/mxnet runs in .venv-mxnet "
              "(bash scripts/test_mxnet.sh makes it)",

@@ -25,7 +25,7 @@ Types.  bfloat16 (and float16 when the MPI library lacks ``MPI_FLOAT16_T``) are 
 user-defined MPI operation that calls the engine's own reduction kernels; bool sums and maxima
 are logical ORs, minima and products logical ANDs.
 
-Running as root.  MPICH (the ``mpich`` wheel that ``pip install fuse[mpi]`` brings) needs
+Running as root.  MPICH (the ``mpich`` wheel that ``pip install fuse-dl[mpi]`` brings) needs
 nothing.  Open MPI refuses to start as root unless ``OMPI_ALLOW_RUN_AS_ROOT=1`` and
 ``OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1`` are set; ``fuserun --mpi`` sets both (and passes
 ``--allow-run-as-root``) when it runs as root, a hand-written ``mpirun`` command must set them.
@@ -260,7 +260,7 @@ class MPIBackend(Backend):
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
         if importlib.util.find_spec("mpi4py") is None:
-            return False, "mpi4py is not installed (pip install 'fuse[mpi]')"
+            return False, "mpi4py is not installed (pip install 'fuse-dl[mpi]')"
         return True, ""
 
     @classmethod

@@ -13,7 +13,7 @@ def cupy_modules():
     try:
         import cupy
     except ImportError as err:
-        raise ImportError("CuPy is not installed (pip install fuse[nccl], which pulls "
+        raise ImportError("CuPy is not installed (pip install fuse-dl[nccl], which pulls "
                           "cupy-cuda12x and nvidia-nccl-cu12)") from err
     try:
         from cupy.cuda import nccl

@@ -15,10 +15,14 @@
 namespace fuse {
 namespace lowrank {
 
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 12
 // chosen by the CPU's features (x86-64-v3: AVX2 and FMA; v4: AVX-512), not its model name
 #define FUSE_LOWRANK_CLONES \
     __attribute__((target_clones("default", "arch=x86-64-v3", "arch=x86-64-v4")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__)
+// GCC before 12 (the wheels are built with GCC 10) knows no x86-64-v3/v4 clones: one feature a
+// clone, still chosen by the CPU's features (the AVX2 clone then does without FMA)
+#define FUSE_LOWRANK_CLONES __attribute__((target_clones("default", "avx2", "avx512f")))
 #else
 #define FUSE_LOWRANK_CLONES
 #endif

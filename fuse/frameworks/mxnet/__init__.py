@@ -4,7 +4,7 @@ Importing this package does not import mxnet; the public module :mod:`fuse.mxnet
 adapter through the registry and re-exports :mod:`fuse.frameworks.mxnet.api`.
 
 MXNet 1.9.1 is the last release and needs NumPy < 1.24, so it lives in an environment of its
-own (``pip install fuse[mxnet]`` pins NumPy; ``scripts/test_mxnet.sh`` makes ``.venv-mxnet``).
+own (``pip install fuse-dl[mxnet]`` pins NumPy; ``scripts/test_mxnet.sh`` makes ``.venv-mxnet``).
 """
 
 from __future__ import annotations

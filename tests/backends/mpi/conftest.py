@@ -7,7 +7,7 @@ job under ``mpirun`` (``fuse.run(..., use_mpi=True)``, ``FUSE_BACKEND=mpi``) for
 the imported tests run.  The worker functions, parameters (2 and 3 ranks, every engine
 configuration) and checks are the originals.
 
-Skipped, with the reason, when mpi4py or an mpiexec is missing (``pip install 'fuse[mpi]'``);
+Skipped, with the reason, when mpi4py or an mpiexec is missing (``pip install 'fuse-dl[mpi]'``);
 failed instead where FUSE_TEST_REQUIRE names ``mpi``.
 """
 
