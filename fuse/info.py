@@ -40,14 +40,15 @@ def build() -> dict[str, Any]:
     against (and where that came from), its build options, and the shared libraries a binary
     wheel bundles (auditwheel puts them in ``fuse_dl.libs`` beside the package)."""
     import fuse
-    from fuse import _build_info as b
+    from fuse._build_info import (BUILD_OPTIONS, DISTRIBUTION, GLOO_ORIGIN, GLOO_VERSION,
+                                  VERSION)
 
     libs_dir = os.path.join(os.path.dirname(os.path.dirname(fuse.__file__)),
-                            b.DISTRIBUTION.replace("-", "_") + ".libs")
+                            DISTRIBUTION.replace("-", "_") + ".libs")
     bundled = sorted(os.listdir(libs_dir)) if os.path.isdir(libs_dir) else []
-    return {"distribution": b.DISTRIBUTION, "version": b.VERSION,
-            "gloo": {"version": b.GLOO_VERSION, "origin": b.GLOO_ORIGIN},
-            "options": dict(b.BUILD_OPTIONS), "bundled_libraries": bundled}
+    return {"distribution": DISTRIBUTION, "version": VERSION,
+            "gloo": {"version": GLOO_VERSION, "origin": GLOO_ORIGIN},
+            "options": dict(BUILD_OPTIONS), "bundled_libraries": bundled}
 
 
 def _engine() -> dict[str, Any]:

@@ -44,7 +44,7 @@ LAYERS = (
     ("fuse.engine",),                           # the engine's parts
     ("fuse.backends",),                         # the backend contract and registry
     ("fuse.cluster",),                          # hosts, the store, thread budgets
-    ("fuse.config", "fuse.ignored_knobs", "fuse.exceptions", "fuse._log"),
+    ("fuse.config", "fuse.ignored_knobs", "fuse.exceptions", "fuse._log", "fuse._build_info"),
 )
 
 

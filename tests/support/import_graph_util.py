@@ -24,6 +24,8 @@ import re
 from typing import Iterable, Sequence
 
 SOURCE_SUFFIXES = (".py", ".pyx", ".pxd")
+# fuse/_build_info.py.in: meson writes fuse/_build_info.py from it at build time
+GENERATED_SUFFIX = ".py.in"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,9 +40,15 @@ def module_files(root: pathlib.Path) -> dict[str, list[pathlib.Path]]:
     """Every module of the package at ``root`` (a folder named as the package), by name."""
     out: dict[str, list[pathlib.Path]] = {}
     for path in sorted(root.rglob("*")):
-        if path.suffix not in SOURCE_SUFFIXES or "__pycache__" in path.parts:
+        if "__pycache__" in path.parts:
             continue
-        parts = list(path.relative_to(root.parent).with_suffix("").parts)
+        if path.name.endswith(GENERATED_SUFFIX):     # a module meson writes from a template
+            named = path.with_name(path.name[:-len(GENERATED_SUFFIX)])
+        elif path.suffix in SOURCE_SUFFIXES:
+            named = path.with_suffix("")
+        else:
+            continue
+        parts = list(named.relative_to(root.parent).parts)
         if parts[-1] == "__init__":
             parts.pop()
         out.setdefault(".".join(parts), []).append(path)

@@ -83,9 +83,9 @@ class GlooBackend(ConnectingBackend):
 
     @classmethod
     def is_available(cls) -> tuple[bool, str]:
-        from fuse import _build_info
+        from fuse._build_info import GLOO_VERSION
 
-        if not _build_info.GLOO_VERSION:
+        if not GLOO_VERSION:
             return False, ("this build of fuse has no gloo backend: Gloo was not found when it was "
                            "built (install libgloo-dev and rebuild, or install the fuse-dl wheel, "
                            "which carries Gloo)")
