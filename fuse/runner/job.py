@@ -492,11 +492,10 @@ class Job:
                            detail="raised an error, and was stopped with the others")
         return Failure(w.slot.rank, w.slot.hostname, "signal" if rc < 0 else "exit", rc)
 
-
     def _lost_rank(self) -> Failure | None:
         """The rank the workers' failure causes (fuse.cluster.failure_cause) say was lost:
         found unanswering, or cut from a peer by the network; None when none says so."""
-        hosts = {w.slot.rank: w.slot.hostname for w in self._workers}
+        hosts = {w.slot.rank: w.slot.hostname for w in self.workers}
         found = failure_cause.lost_rank(failure_cause.read_all(self.server), hosts)
         if found is None:
             return None

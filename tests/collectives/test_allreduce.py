@@ -476,8 +476,8 @@ def test_waiting_thread_drives_a_lone_collective(np_, spin):
 
 
 def test_bfloat16_available():
-    # ml_dtypes is a test dependency (fuse[test]): without it the bfloat16 cases would be left
+    # ml_dtypes is a test dependency (fuse-dl[test]): without it the bfloat16 cases would be left
     # out of every matrix test in silence
     assert BFLOAT16 is not None, ("ml_dtypes is not installed: the bfloat16 cases are left out "
-                                  "of every matrix test (pip install 'fuse[test]')")
+                                  "of every matrix test (pip install 'fuse-dl[test]')")
     assert "bfloat16" in DTYPES

@@ -36,7 +36,7 @@ def test_fusion_search_maps_to_0_through_64_mib():
 
 def test_missing_library_says_how_to_install(monkeypatch):
     monkeypatch.setitem(sys.modules, "optuna", None)
-    with pytest.raises(ImportError, match=r"fuse\[autotune\]"):
+    with pytest.raises(ImportError, match=r"fuse-dl\[autotune\]"):
         autotune.require_library()
 
 

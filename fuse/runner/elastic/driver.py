@@ -298,7 +298,7 @@ class ElasticJob(Job):
             if said == "1" or said == str(self._incarnations.get(wid)):
                 ready.add(wid)
             else:
-                self._debug(f"generation {g}: ignored a ready from {wid} of incarnation "
+                self.debug(f"generation {g}: ignored a ready from {wid} of incarnation "
                             f"{said}, not {self._incarnations.get(wid)}")
         return ready
 
