@@ -11,7 +11,7 @@ import numpy as np
 import tensorflow as tf
 
 import fuse.tensorflow as hvd
-from workers_collectives import Checks
+from workers_tf_collectives import Checks
 
 MODES = ("eager", "function", "graph")
 

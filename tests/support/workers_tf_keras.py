@@ -9,7 +9,7 @@ import tempfile
 import numpy as np
 import tensorflow as tf
 
-from workers_collectives import Checks
+from workers_tf_collectives import Checks
 
 STEPS = 20
 B = 8

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 import fuse.tensorflow as hvd
 import fuse.tensorflow.keras as hvd_keras
-from workers_collectives import Checks
+from workers_tf_collectives import Checks
 
 
 def _local_layer(r):
