@@ -32,6 +32,8 @@ MODULES = {
     "mxnet": ["fuse.mxnet"],
     "mpi": ["mpi4py.MPI", "fuse.backends.mpi"],
     "nccl": ["cupy", "cupy.cuda.nccl", "fuse.backends.nccl"],
+    "nccl-cu12": ["cupy", "cupy.cuda.nccl", "fuse.backends.nccl"],
+    "nccl-cu13": ["cupy", "cupy.cuda.nccl", "fuse.backends.nccl"],
     "autotune": ["optuna", "scipy", "torch", "fuse.engine.autotune"],
     "ray": ["fuse.ray", "fuse.ray.train", "fuse.ray.tune"],
     "spark": ["fuse.spark", "fuse.spark.common.store", "fuse.spark.common.reader",

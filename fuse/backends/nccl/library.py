@@ -14,14 +14,16 @@ def cupy_modules():
         import cupy
     except ImportError as err:
         raise ImportError("CuPy is not installed (pip install fuse-dl[nccl], which pulls "
-                          "cupy-cuda12x and nvidia-nccl-cu12)") from err
+                          "cupy-cuda12x and nvidia-nccl-cu12; fuse-dl[nccl-cu13] for CUDA "
+                          "13: cupy-cuda13x and nvidia-nccl-cu13)") from err
     try:
         from cupy.cuda import nccl
     except ImportError as err:
         raise ImportError(f"CuPy {getattr(cupy, '__version__', '?')} has no NCCL binding "
-                          "(pip install nvidia-nccl-cu12)") from err
+                          "(pip install nvidia-nccl-cu12, or -cu13 beside cupy-cuda13x)") from err
     if not getattr(nccl, "available", True):
-        raise ImportError("CuPy cannot load libnccl (pip install nvidia-nccl-cu12)")
+        raise ImportError("CuPy cannot load libnccl (pip install nvidia-nccl-cu12, or -cu13 "
+                          "beside cupy-cuda13x)")
     return cupy, nccl
 
 
