@@ -50,7 +50,7 @@ class FuseEstimator(PersistenceMixin, Estimator, EstimatorParams):
     def _create_model(self, result, run_id: str, data, df):
         raise NotImplementedError
 
-    def _model_fields(self, result, run_id: str, data) -> dict:
+    def model_fields(self, result, run_id: str, data) -> dict:
         """The trained model's fields every framework sets alike: the history, the columns,
         the run and the data's column metadata."""
         return {"history": result["history"], "feature_columns": list(self.getFeatureCols()),

@@ -93,7 +93,7 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
         model.set_weights(result["weights"])
         return KerasModel(model=model, custom_objects=self.getCustomObjects(),
                           input_shapes=self._shapes_list(),
-                          **self._model_fields(result, run_id, data))
+                          **self.model_fields(result, run_id, data))
 
 
 class KerasModel(_SavesModelAsBytes, FuseModel):

@@ -85,8 +85,8 @@ class TorchEstimator(_TorchEstimator):
         return remote.train
 
     def _create_model(self, result, run_id, data, df):
-        return TorchModel(model=self._trained_module(result), input_shapes=self.getInputShapes(),
-                          **self._model_fields(result, run_id, data))
+        return TorchModel(model=self.trained_module(result), input_shapes=self.getInputShapes(),
+                          **self.model_fields(result, run_id, data))
 
 
 class TorchModel(_TorchModel):

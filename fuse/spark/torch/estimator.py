@@ -59,7 +59,7 @@ class TorchEstimator(FuseEstimator):
     def _remote_trainer(self):
         return remote.train
 
-    def _trained_module(self, result):
+    def trained_module(self, result):
         """A copy of the model with the trained weights, in eval mode."""
         model = copy.deepcopy(self.getModel())
         model.load_state_dict(result["model"])
@@ -67,11 +67,11 @@ class TorchEstimator(FuseEstimator):
         return model
 
     def _create_model(self, result, run_id, data, df):
-        model = self._trained_module(result)
+        model = self.trained_module(result)
         optimizer = remote.optimizer_for(model, self.getOptimizer())
         optimizer.load_state_dict(result["optimizer"])
         return TorchModel(model=model, optimizer=optimizer, input_shapes=self.getInputShapes(),
-                          **self._model_fields(result, run_id, data))
+                          **self.model_fields(result, run_id, data))
 
 
 class TorchModel(FuseModel):
