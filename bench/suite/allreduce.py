@@ -67,11 +67,11 @@ def call_times(fn, calls: int) -> list[float]:
 
 
 def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 200,
-          itemsize: int = 4) -> list[dict]:
+          itemsize: int = 4, what: str = "allreduce") -> list[dict]:
     """Every size on every side, ``rounds`` times over; one row per size.
 
-    ``make_sides(n_elements)`` returns {label: fn} where fn() does one allreduce of
-    ``n_elements`` values.  What makes the small sizes' figures hold still (without it, 4 B
+    ``make_sides(n_elements)`` returns {label: fn} where fn() does one collective (``what``,
+    the rows' name) of ``n_elements`` values.  What makes the small sizes' figures hold still (without it, 4 B
     came out slower than 32 B in one run, by tens of us):
 
     * a warm-up pass over every size and side before anything is timed, so no size pays for
@@ -108,7 +108,7 @@ def sweep(sizes: list[int], rounds: int, make_sides, barrier, max_calls: int = 2
                 means[nbytes][label].append(sum(t) / len(t))
     rows = []
     for nbytes in sizes:
-        row = common.comparison(f"allreduce {common.format_bytes(nbytes)}", medians[nbytes],
+        row = common.comparison(f"{what} {common.format_bytes(nbytes)}", medians[nbytes],
                                 unit="s", size_bytes=nbytes, calls=calls[nbytes],
                                 statistic="median call per round, median over rounds",
                                 mean_s=means[nbytes])

@@ -110,6 +110,44 @@ def allreduce_section(w: dict) -> str:
     return "\n".join(out)
 
 
+COLLECTIVE_JOBS = (("collectives_2_world", "2 ranks"), ("collectives_4_world", "4 ranks"),
+                   ("collectives_4_pset", "2 of 4 ranks"))
+
+
+def collectives_section(w: dict) -> str:
+    """One table per collective: sizes down, the three settings across."""
+    by_job = {job["job"]: {r["case"]: r for r in job["rows"]} for job in w.get("jobs", [])}
+    cases = []
+    for job, _label in COLLECTIVE_JOBS:
+        cases += [c for c in by_job.get(job, {}) if c not in cases]
+    ops = list(dict.fromkeys(c.split(" ", 1)[0] for c in cases))
+    out = []
+    for op in ops:
+        rows = []
+        for case in (c for c in cases if c.startswith(op + " ")):
+            cells = [case.split(" ", 1)[1]]
+            for job, _label in COLLECTIVE_JOBS:
+                r = by_job.get(job, {}).get(case)
+                cells += (["–"] * 3 if r is None else
+                          [fmt_time(r["median"]["fuse"]),
+                           fmt_time(r["median"]["torch.distributed"]), _ratio_cell(r["ratio"])])
+            rows.append(cells)
+        header = ["size"]
+        for _job, label in COLLECTIVE_JOBS:
+            header += [f"fuse, {label}", f"torch, {label}", "fuse/torch"]
+        out += [f"### {op}", "", _table(header, rows), ""]
+    notes = {job["job"]: job["config"].get("torch_reduce_scatter") for job in w.get("jobs", [])}
+    if any(v is False for v in notes.values()):
+        out += ["torch.distributed's gloo has no reduce-scatter here: its reducescatter column is "
+                "an all_reduce of the whole tensor and a copy of the rank's slice.", ""]
+    out += ["fuse.torch against torch.distributed (gloo) in the same job, float32, one torch "
+            "thread per worker. A size is the bytes each member ends up holding (what it sends "
+            "for alltoall and reducescatter); grouped calls carry 4 tensors of a quarter each. "
+            "The process set is ranks 0 and 2 of 4; the other two ranks wait in the barriers. "
+            "Ratio < 1: fuse is faster; bold: fuse slower by more than 5 %."]
+    return "\n".join(out)
+
+
 def many_small_section(w: dict) -> str:
     rows = []
     for r in job_rows(w, "torch_step"):
@@ -243,6 +281,8 @@ def multihost_section(w: dict) -> str:
 
 
 SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
+            ("collectives", "Every other collective against torch.distributed",
+             collectives_section),
             ("many_small", "Many small tensors (ResNet-50 gradient set)", many_small_section),
             ("training", "End-to-end training of a small CNN", training_section),
             ("overhead", "Engine overhead", overhead_section),

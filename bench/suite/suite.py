@@ -8,6 +8,9 @@ writing one JSON record):
 
   allreduce   bench/suite/allreduce.py: 4 B .. 256 MiB, fuse (gloo) vs torch.distributed and
               fuse (mpi) vs mpi4py
+  collectives bench/suite/collectives.py: allgather, broadcast, alltoall, reducescatter and the
+              grouped allreduce/allgather, 4 B .. 256 MiB, fuse.torch vs torch.distributed
+              (gloo): 2 ranks, 4 ranks, and a process set of 2 of 4 ranks
   many_small  bench/suite/torch_step.py: ResNet-50 gradient set vs DDP, fusion on/off, fp16/bf16
   training    bench/suite/train_cnn.py: small CNN, 1 and 2 workers (fuse vs DDP), bpps 1 and 4
   overhead    bench/suite/overhead.py: backward with and without fuse, idle engine CPU
@@ -50,7 +53,7 @@ BENCH = os.path.dirname(HERE)   # results, plots and RESULTS.md sit beside the s
 RESULTS_DIR = os.path.join(BENCH, "results")
 PLOTS_DIR = os.path.join(BENCH, "plots")
 RESULTS_MD = os.path.join(BENCH, "RESULTS.md")
-WORKLOADS = ("allreduce", "many_small", "training", "overhead", "loaded", "multihost")
+WORKLOADS = ("allreduce", "collectives", "many_small", "training", "overhead", "loaded", "multihost")
 
 
 @dataclasses.dataclass
@@ -62,6 +65,7 @@ class Job:
     env: dict = dataclasses.field(default_factory=dict)
     needs: tuple[str, ...] = ("torch",)
     timeout: float | None = None  # seconds before it is killed, when it needs more than the rest
+    np: int = 2                  # workers under fuserun or mpiexec
 
 
 def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
@@ -74,6 +78,12 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
         return [Job("allreduce_gloo", ["allreduce.py", *sizes]),
                 Job("allreduce_mpi", ["allreduce.py", "--mpi", *sizes], launcher="self",
                     needs=("mpi4py", "mpiexec"))]
+    if workload == "collectives":
+        args = (["--rounds", "1", "--sizes", "4,4K,1M,64M"] if quick else ["--rounds", "3"])
+        return [Job("collectives_2_world", ["collectives.py", *args], timeout=900),
+                Job("collectives_4_world", ["collectives.py", *args], np=4, timeout=1200),
+                Job("collectives_4_pset", ["collectives.py", "--process-set", "0,2", *args],
+                    np=4, timeout=900)]
     if workload == "many_small":
         rounds = ["--rounds", "2", "--steps", "2"] if quick else ["--rounds", "5", "--steps", "4"]
         return [Job("torch_step_fusion_none", ["torch_step.py", *rounds]),
@@ -120,9 +130,10 @@ def command(job: Job, json_path: str) -> list[str]:
     if job.launcher == "fuserun":
         fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
         fuserun = fuserun if os.path.exists(fuserun) else (shutil.which("fuserun") or "fuserun")
-        return [fuserun, "-np", "2", *script]
+        return [fuserun, "-np", str(job.np), *script]
     if job.launcher == "mpiexec":
-        return [shutil.which("mpiexec") or shutil.which("mpirun") or "mpiexec", "-n", "2", *script]
+        return [shutil.which("mpiexec") or shutil.which("mpirun") or "mpiexec", "-n", str(job.np),
+                *script]
     return script
 
 

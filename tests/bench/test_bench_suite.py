@@ -150,9 +150,27 @@ def test_pages_and_index_are_built_from_records():
     assert "[Allreduce latency and bandwidth](results/allreduce.md)" in index
 
 
+def test_collectives_page_has_a_table_per_collective_and_a_column_per_setting():
+    def job(name, rows, native_rs):
+        return {"job": name, "rows": rows, "config": {"torch_reduce_scatter": native_rs}}
+
+    ag = _row("allgather 4 KiB", 1e-4, 2e-4, "torch.distributed", size_bytes=4096)
+    rs = _row("reducescatter 4 KiB", 3e-4, 1e-4, "torch.distributed", size_bytes=4096)
+    w = {"seconds": 60, "finished": "t", "notes": [],
+         "jobs": [job("collectives_2_world", [ag, rs], False),
+                  job("collectives_4_pset", [ag], False)]}
+    text = report.page("collectives", w, "2 cores")
+    assert "### allgather" in text and "### reducescatter" in text
+    assert "| 4 KiB | 100.0 µs | 200.0 µs | 0.50x | – | – | – | 100.0 µs | 200.0 µs | 0.50x |" \
+        in text                                   # 4 ranks, world: not run
+    assert "| 4 KiB | 300.0 µs | 100.0 µs | **3.00x** |" in text
+    assert "no reduce-scatter here" in text
+
+
 def test_suite_jobs_and_unknown_workload():
     names = [job.name for w in suite.WORKLOADS for job in suite.jobs_for(w, quick=True)]
-    assert names == ["allreduce_gloo", "allreduce_mpi", "torch_step_fusion_none",
+    assert names == ["allreduce_gloo", "allreduce_mpi", "collectives_2_world",
+                     "collectives_4_world", "collectives_4_pset", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
                      "overhead", "loaded", "multihost"]
@@ -163,6 +181,9 @@ def test_suite_jobs_and_unknown_workload():
     on_mpi = suite.jobs_for("many_small", quick=False)[4]
     assert on_mpi.env == {"FUSE_BACKEND": "mpi"}
     assert suite.command(on_mpi, "x.json")[1:3] == ["-n", "2"]
+    pset = suite.jobs_for("collectives", quick=False)[2]
+    assert suite.command(pset, "x.json")[1:3] == ["-np", "4"]
+    assert pset.argv[1:3] == ["--process-set", "0,2"]
     with pytest.raises(ValueError):
         suite.jobs_for("nope", quick=True)
     assert suite.missing(("surely_not_a_module_xyz",)) == ["surely_not_a_module_xyz"]

@@ -211,13 +211,18 @@ def _reducescatter(c: Checker, r: int, n: int) -> None:
 
 def gather_scatter_suite() -> int:
     import fuse
+    from fuse.worker import lifecycle
     fuse.init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
     _allgather(c, r, n)
     _broadcast(c, r, n)
     _alltoall(c, r, n)
+    before = lifecycle.engine().stats()["shm"]
     _reducescatter(c, r, n)
+    # every member on this host: the reduce-scatters go through shared memory, not the backend
+    c.true(lifecycle.engine().stats()["shm"] > before, "reducescatter through shared memory",
+           "the engine's shared-memory counter did not move")
     fuse.shutdown()
     return c.finish()
 
