@@ -44,13 +44,17 @@ def launcher_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
 
 
+def fuserun() -> str:
+    """The fuserun beside this interpreter, else the one on PATH."""
+    beside = os.path.join(os.path.dirname(sys.executable), "fuserun")
+    return beside if os.path.exists(beside) else (shutil.which("fuserun") or "fuserun")
+
+
 def side_argv(side: str, model: str, steps: int, json_path: str) -> list[str]:
     worker = [WORKER, "--side", side, "--model", model, "--steps", str(steps),
               "--json", json_path]
     if side == "fuse":
-        fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
-        fuserun = fuserun if os.path.exists(fuserun) else (shutil.which("fuserun") or "fuserun")
-        return [fuserun, "-np", "2", sys.executable, *worker]
+        return [fuserun(), "-np", "2", sys.executable, *worker]
     return [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
             "--master_addr", "127.0.0.1", "--master_port", str(common.free_port()), *worker]
 

@@ -1,24 +1,29 @@
-"""The PyTorch models the benchmarks train: a ResNet-50-shaped parameter set and a small CNN."""
+"""The PyTorch models the benchmarks train: ResNet-50-shaped and transformer-shaped parameter
+sets, and a small CNN."""
 
 from __future__ import annotations
 
 import torch
 
-from common import resnet50_shapes
+from common import resnet50_shapes, transformer_shapes
 
 
 class ShapedModel(torch.nn.Module):
-    """ResNet-50's 161 parameter tensors (25.6 M float32 values) and almost no compute.
+    """A model's parameter tensors and almost no compute: by default ResNet-50's 161 (25.6 M
+    float32 values); ``ShapedModel("transformer")``: a 6-layer GPT-style decoder's 76 (35.6 M,
+    common.transformer_shapes).
 
     Its forward is ``s * sum_p p.sum() * w_p`` with ``s`` from the batch, so the backward pass
     writes a full gradient into every parameter (in reverse order) at little cost: a step is
-    dominated by gradient synchronisation.
+    dominated by gradient synchronisation (and the optimizer's update).
     """
 
-    def __init__(self):
+    SHAPES = {"resnet50": resnet50_shapes, "transformer": transformer_shapes}
+
+    def __init__(self, shapes: str = "resnet50"):
         super().__init__()
         self.params = torch.nn.ParameterList(
-            torch.nn.Parameter(torch.randn(s) * 0.01) for s in resnet50_shapes())
+            torch.nn.Parameter(torch.randn(s) * 0.01) for s in self.SHAPES[shapes]())
         self.register_buffer("w", torch.linspace(0.5, 1.5, len(self.params)))
 
     def forward(self, x):

@@ -243,6 +243,31 @@ def loaded_section(w: dict) -> str:
         "![beside busy processes](plots/loaded.png)"])
 
 
+def sharded_section(w: dict) -> str:
+    rows = []
+    for r in job_rows(w, "sharded"):
+        for label, mem in r["memory"].items():
+            ratios = r["ratios_to_ddp_zero"][label]
+            rows.append([r["case"], label, fmt_time(r["median"][label]),
+                         _ratio_cell(ratios["step"]),
+                         format_bytes(max(mem["state_bytes_per_rank"])),
+                         fmt_ratio(ratios["state"]),
+                         format_bytes(max(mem["peak_rss_bytes_per_rank"])),
+                         fmt_ratio(ratios["peak_rss"])])
+    return "\n".join([
+        _table(["case", "side", "step", "step / DDP+ZeRO", "optimizer state per rank (max)",
+                "/ DDP+ZeRO", "peak RSS per rank (max)", "/ DDP+ZeRO"], rows), "",
+        "AdamW on a parameter set with almost no compute (bench/suite/models.py: ResNet-50's "
+        "161 tensors, 25.6 M values; a 6-layer GPT-style decoder's 76, 35.6 M, 46 % in the "
+        "token embedding), so a step is the gradients' reduction, the optimizer's update and, "
+        "sharded, the parameters' allgather. fuse runs under `fuserun -np N` (sharded: "
+        "`DistributedOptimizer(..., sharded=True)`), DDP under `torchrun --nproc_per_node N` "
+        "on Gloo (ZeRO: `torch.distributed.optim.ZeroRedundancyOptimizer`). Step: the median "
+        "over rounds of rank 0's median step (5 after 2 warm-up steps); optimizer state: the "
+        "bytes of every tensor in the state of the optimizer stepping on the rank; peak RSS: "
+        "the rank's `ru_maxrss`. \"load N\": N `while True: pass` processes beside the job."])
+
+
 def multihost_section(w: dict) -> str:
     jobs = w.get("jobs", [])
     skipped = [job.get("skipped") for job in jobs if job.get("skipped")]
@@ -288,6 +313,8 @@ SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
             ("overhead", "Engine overhead", overhead_section),
             ("loaded", "Each side launched its usual way, quiet and beside busy processes",
              loaded_section),
+            ("sharded", "Sharded optimizer state (ZeRO) against DDP + ZeroRedundancyOptimizer",
+             sharded_section),
             ("multihost", "Across hosts (network namespaces, capped links)",
              multihost_section))
 

@@ -17,6 +17,9 @@ writing one JSON record):
   loaded      bench/suite/loaded.py: ResNet-50 gradient set and small CNN, fuse under fuserun vs DDP
               under torchrun (each launcher's own thread defaults), quiet and beside --load
               busy processes (default 1)
+  sharded     bench/suite/sharded.py: AdamW on the ResNet-50-shaped and transformer-shaped
+              parameter sets, 2 and 4 ranks: fuse, fuse sharded=True, DDP, DDP +
+              ZeroRedundancyOptimizer (step time, optimizer state per rank, peak RSS)
   multihost   bench/suite/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
               layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
               set and 64 MiB allreduce bandwidth
@@ -53,7 +56,8 @@ BENCH = os.path.dirname(HERE)   # results, plots and RESULTS.md sit beside the s
 RESULTS_DIR = os.path.join(BENCH, "results")
 PLOTS_DIR = os.path.join(BENCH, "plots")
 RESULTS_MD = os.path.join(BENCH, "RESULTS.md")
-WORKLOADS = ("allreduce", "collectives", "many_small", "training", "overhead", "loaded", "multihost")
+WORKLOADS = ("allreduce", "collectives", "many_small", "training", "overhead", "loaded",
+             "sharded", "multihost")
 
 
 @dataclasses.dataclass
@@ -106,6 +110,12 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
         # 2 load levels x 2 models x rounds x 2 launches of a 2-worker job
         return [Job("loaded", ["loaded.py", "--load", str(load), *args], launcher="self",
                     timeout=600 if quick else 1800)]
+    if workload == "sharded":
+        args = (["--sizes", "2", "--rounds", "1", "--steps", "2"] if quick
+                else ["--rounds", "1", "--steps", "5"])
+        # 2 models x 2 sizes x 4 sides x rounds jobs, each ~10-30 s (start-up included)
+        return [Job("sharded", ["sharded.py", *args], launcher="self",
+                    timeout=600 if quick else 1200)]
     if workload == "multihost":
         args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
                 else ["--rounds", "3", "--steps", "5"])

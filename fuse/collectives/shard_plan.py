@@ -13,7 +13,11 @@ when no parameter is a large part of the model.  When one is (a transformer's em
 share can grow well past ``1/size`` (a 46 % embedding: 67 % on one of 2 ranks), so if some
 rank would own more than ``(1 + STATE_SLACK) / size`` of the bytes, ownership is decided over
 the whole model instead (largest first, each to the least loaded rank), which bounds the share
-by ``1/size`` or the largest parameter, at the cost of more padding.  Ownership is per
+by ``1/size`` or the largest parameter; the buckets are then cut again so that each rank's
+segment of a bucket holds about ``bucket_bytes / size`` (cut by bytes alone, the dominant
+parameter's bucket and every bucket of the others' parameters would be padded to one rank's
+share: 1.67 times the model's bytes on the wire for that transformer on 2 ranks, 1.0 now),
+which delays the buckets until the dominant parameter's gradient is ready.  Ownership is per
 parameter: no plan gives a rank less than its largest parameter.  The plan depends only on
 the parameters' sizes and dtypes, their order and ``size``: every rank computes the same.
 """
@@ -82,6 +86,29 @@ def _largest_share(owner: dict[int, int], nbytes: Sequence[int], size: int) -> f
     return max(load) / max(sum(load), 1)
 
 
+def _cut(numels: Sequence[int], nbytes: Sequence[int], kinds: Sequence[Hashable],
+         bucket_bytes: int, owner_of, size: int) -> list[list[int]]:
+    """Buckets in backward order, one dtype at a time: a bucket is cut once each of the
+    ``size`` ranks' segments (``owner_of(i)``: the rank whose segment holds ``i``) holds
+    ``bucket_bytes / size``; what is left ends in one last bucket per kind."""
+    quota = bucket_bytes / size
+    open_: dict[Hashable, list[int]] = {}
+    open_bytes: dict[Hashable, list[int]] = {}
+    cut: list[list[int]] = []
+    for i in reversed(range(len(numels))):
+        if numels[i] == 0:
+            continue
+        k = kinds[i]
+        open_.setdefault(k, []).append(i)
+        per_rank = open_bytes.setdefault(k, [0] * size)
+        per_rank[owner_of(i)] += nbytes[i]
+        if min(per_rank) >= quota:
+            cut.append(open_.pop(k))
+            del open_bytes[k]
+    cut.extend(open_.values())      # what is left, in the order the kinds appeared
+    return cut
+
+
 def plan(numels: Sequence[int], itemsizes: Sequence[int], kinds: Sequence[Hashable],
          size: int, bucket_bytes: int) -> ShardPlan:
     """The plan for parameters of ``numels`` elements of ``itemsizes`` bytes each, of dtype
@@ -91,23 +118,15 @@ def plan(numels: Sequence[int], itemsizes: Sequence[int], kinds: Sequence[Hashab
         raise ValueError(f"a shard plan needs at least one rank, got size {size}")
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    open_: dict[Hashable, list[int]] = {}
-    open_bytes: dict[Hashable, int] = {}
-    cut: list[list[int]] = []
-    for i in reversed(range(len(numels))):
-        if numels[i] == 0:
-            continue
-        k = kinds[i]
-        open_.setdefault(k, []).append(i)
-        open_bytes[k] = open_bytes.get(k, 0) + numels[i] * itemsizes[i]
-        if open_bytes[k] >= bucket_bytes:
-            cut.append(open_.pop(k))
-            del open_bytes[k]
-    cut.extend(open_.values())      # what is left, in the order the kinds appeared
     nbytes = [n * s for n, s in zip(numels, itemsizes)]
+    cut = _cut(numels, nbytes, kinds, bucket_bytes, lambda i: 0, 1)
     owner = _by_bucket(cut, nbytes, size)
     if _largest_share(owner, nbytes, size) > (1 + STATE_SLACK) / size:
         owner = _over_model(cut, nbytes, size)
+        # cut again, now that the owners are known, so that every rank's segment of a bucket
+        # holds about as much (the cut by bytes alone would pad most segments to the size of
+        # one rank's: the dominant parameter's bucket, and the rest owned by the others)
+        cut = _cut(numels, nbytes, kinds, bucket_bytes, owner.__getitem__, size)
     buckets, bucket_of = [], {}
     for b, members in enumerate(cut):
         segments = [[i for i in members if owner[i] == r] for r in range(size)]

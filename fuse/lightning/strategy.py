@@ -13,6 +13,11 @@ What it does, as Lightning 1.x's ``HorovodStrategy`` did:
   ``accumulate_grad_batches`` becomes the optimizer's ``backward_passes_per_step``;
 * checkpoints written by rank 0 only (Lightning's default for a strategy) and logging on rank 0
   only (``rank_zero_only``);
+* ``sharded=True``: the optimizers wrapped with ``DistributedOptimizer(..., sharded=True)``
+  (ZeRO stage 2: each worker holds the optimizer state of its share of the parameters);
+  a checkpoint holds the full, consolidated optimizer state (every worker takes part in
+  gathering it; rank 0 writes it), and norm clipping (``gradient_clip_val``) clips by the
+  norm of the whole gradient, of which each worker holds a shard;
 * ``reduce``, ``all_gather``, ``barrier`` and ``broadcast`` on fuse's collectives.
 
 :class:`FuseStrategyBase` holds all of it without importing Lightning, because ``lightning``
@@ -31,7 +36,7 @@ from typing import Any, Callable
 import torch
 
 import fuse.torch as hvd
-from fuse.frameworks.torch.optimizer import DistributedOptimizer
+from fuse.frameworks.torch.optimizer_wrapper import HookedOptimizer
 
 from .environment import ensure_initialized
 
@@ -67,7 +72,8 @@ class FuseStrategyBase:
     Args beyond Lightning's: ``scale_lr`` (default True, as Horovod did) multiplies every
     optimizer's learning rate by the number of workers when ``fit`` starts; ``compression``
     (``hvd.Compression.none``/``fp16``/``bf16``) and ``gradient_predivide_factor`` are handed
-    to fuse's ``DistributedOptimizer``.
+    to fuse's ``DistributedOptimizer``; ``sharded=True`` shards the optimizer state over the
+    workers (``DistributedOptimizer(..., sharded=True)``).
     """
 
     strategy_name = "fuse"
@@ -77,13 +83,15 @@ class FuseStrategyBase:
 
     def __init__(self, accelerator=None, parallel_devices=None, checkpoint_io=None,
                  precision_plugin=None, scale_lr: bool = True,
-                 compression=hvd.Compression.none, gradient_predivide_factor: float = 1.0):
+                 compression=hvd.Compression.none, gradient_predivide_factor: float = 1.0,
+                 sharded: bool = False):
         super().__init__(accelerator=accelerator, parallel_devices=parallel_devices,
                          cluster_environment=self.environment_cls(), checkpoint_io=checkpoint_io,
                          precision_plugin=precision_plugin)
         self.scale_lr = scale_lr
         self.compression = compression
         self.gradient_predivide_factor = gradient_predivide_factor
+        self.sharded = sharded
         self._exit_stack: contextlib.ExitStack | None = None
 
     # -- who and where ----------------------------------------------------------------------
@@ -142,11 +150,25 @@ class FuseStrategyBase:
         # own step() must not do it again
         self._exit_stack = contextlib.ExitStack()
         for optimizer in self.optimizers:
-            if isinstance(optimizer, DistributedOptimizer):
+            if isinstance(optimizer, HookedOptimizer):
                 self._exit_stack.enter_context(optimizer.skip_synchronize())
+        if self.sharded:
+            self._clip_sharded_gradients_by_norm()
+
+    def _clip_sharded_gradients_by_norm(self) -> None:
+        """Lightning clips by norm with ``torch.nn.utils.clip_grad_norm_`` over the optimizer's
+        parameters (the precision plugin's ``clip_grad_by_norm``), which would see only this
+        worker's shard of the gradient: the sharded optimizer's ``clip_grad_norm_`` takes the
+        norm of the whole gradient instead.  (Clipping by value is element by element: each
+        worker clips its shard, as Lightning does.)"""
+        plugin = self.precision_plugin
+
+        def clip_grad_by_norm(optimizer, clip_val, norm_type: float = 2.0):
+            _unwrapped(optimizer).clip_grad_norm_(clip_val, norm_type)
+        plugin.clip_grad_by_norm = clip_grad_by_norm
 
     def _wrap(self, optimizer, accumulate_grad_batches: int):
-        if isinstance(optimizer, DistributedOptimizer):
+        if isinstance(optimizer, HookedOptimizer):
             return optimizer
         mine = {id(p) for group in optimizer.param_groups for p in group["params"]}
         assert self.lightning_module is not None
@@ -154,7 +176,8 @@ class FuseStrategyBase:
         return hvd.DistributedOptimizer(optimizer, named_parameters=named,
                                         compression=self.compression,
                                         backward_passes_per_step=accumulate_grad_batches,
-                                        gradient_predivide_factor=self.gradient_predivide_factor)
+                                        gradient_predivide_factor=self.gradient_predivide_factor,
+                                        sharded=self.sharded)
 
     def optimizer_step(self, optimizer, closure: Callable[[], Any], model=None, **kwargs: Any):
         """Run the closure (forward and backward; the gradients' allreduces start during
@@ -165,7 +188,7 @@ class FuseStrategyBase:
 
         def synchronized_closure():
             result = closure()
-            if isinstance(inner, DistributedOptimizer):
+            if isinstance(inner, HookedOptimizer):
                 inner.synchronize()
             return result
         return super().optimizer_step(optimizer, synchronized_closure, model, **kwargs)
@@ -202,7 +225,7 @@ class FuseStrategyBase:
             self._exit_stack = None
         for optimizer in self.optimizers:
             inner = _unwrapped(optimizer)
-            if isinstance(inner, DistributedOptimizer):
+            if isinstance(inner, HookedOptimizer):
                 inner.remove_hooks()
         # every worker has finished before fit() returns to the script (Horovod joined here)
         hvd.barrier()

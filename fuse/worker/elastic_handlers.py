@@ -41,10 +41,26 @@ class ObjectState(_elastic.ObjectState):
 
 
 class StateHandler(_elastic.Snapshot):
-    """Keeps one object of a state: ``save`` a copy, ``restore`` it, ``sync`` rank 0's."""
+    """Keeps one object of a state: ``save`` a copy, ``restore`` it, ``sync`` rank 0's.
+
+    A state's commit saves its handlers in two passes (:meth:`HandlerState.save`): every
+    handler's :meth:`take` first, then every :meth:`keep`.  Making a copy may be collective (a
+    sharded optimizer gathers its state from every rank) and fail half-way through a commit
+    when a worker leaves; nothing is kept before every copy is made, so a commit is kept whole
+    or not at all (never the model of the new commit beside the optimizer of the old one).  A
+    handler that defines only ``save`` saves in the second pass."""
 
     def __init__(self, value):
         self.value = value
+
+    def take(self):
+        """The copy ``save`` keeps, made but not kept yet (None: this handler saves in one
+        go, in :meth:`keep`)."""
+        return None
+
+    def keep(self, taken) -> None:
+        """Keep ``taken``, what :meth:`take` made, as the saved copy."""
+        self.save()
 
     def set_value(self, value):
         self.value = value
@@ -102,7 +118,10 @@ class HandlerState(_elastic.ObjectState):
             getattr(handler, step)()
 
     def save(self):
-        self._each_handler("save")
+        # every copy made before any is kept: see StateHandler
+        taken = {name: handler.take() for name, handler in self._handlers.items()}
+        for name, handler in self._handlers.items():
+            handler.keep(taken[name])
         super().save()
 
     def restore(self):
@@ -226,8 +245,14 @@ class StateDictHandler(_elastic.KeptCopy, StateHandler):
         super().__init__(value)
         self._saved = copy.deepcopy(value.state_dict())
 
+    def take(self):
+        return copy.deepcopy(self.value.state_dict())
+
+    def keep(self, taken) -> None:
+        self._saved = taken
+
     def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
+        self.keep(self.take())
 
     def restore(self):
         # A copy: torch's Optimizer.load_state_dict keeps the tensors it is given as its state,

@@ -1,6 +1,7 @@
 """The benchmark suite's pure parts: rounds, medians, ratios, records, sizes, the results pages
 and the RESULTS.md index.  No test here depends on a measured time."""
 
+import math
 import pathlib
 import sys
 
@@ -59,6 +60,35 @@ def test_resnet50_shape_list():
             k *= d
         n += k
     assert n == 25_557_032
+
+
+def test_transformer_shape_list():
+    shapes = common.transformer_shapes()
+    sizes = [math.prod(s) for s in shapes]
+    assert len(shapes) == 2 + 6 * 12 + 2
+    assert sum(sizes) == 35_561_472
+    assert sizes[0] == 32000 * 512 and sizes[0] > 0.46 * sum(sizes)    # the token embedding
+
+
+def test_sharded_page_has_every_side_and_its_ratios_to_ddp_zero():
+    row = common.comparison("ResNet-50-shaped, 2 ranks, load 0",
+                            {"fuse": [0.2], "fuse sharded": [0.3], "DDP": [0.25],
+                             "DDP + ZeRO": [0.4]}, unit="s", fuse="fuse sharded",
+                            competitor="DDP + ZeRO")
+    mem = {label: {"state_bytes_per_rank": [n << 20, n << 20],
+                   "peak_rss_bytes_per_rank": [1 << 30, 2 << 30]}
+           for label, n in (("fuse", 200), ("fuse sharded", 100), ("DDP", 200),
+                            ("DDP + ZeRO", 100))}
+    row["memory"] = mem
+    row["ratios_to_ddp_zero"] = {label: {"step": row["median"][label] / 0.4, "state": 1.0,
+                                         "peak_rss": 1.0} for label in mem}
+    machine = {"load_average": [1.0, 2.0, 3.0]}
+    record = {"seconds": 60, "finished": "t", "machine_start": machine, "machine_end": machine,
+              "jobs": [{"job": "sharded", "rows": [row]}], "notes": []}
+    text = report.page("sharded", record, "2 cores")
+    assert "| ResNet-50-shaped, 2 ranks, load 0 | fuse sharded | 300.0 ms | 0.75x | " \
+           "100 MiB | 1.00x | 2 GiB | 1.00x |" in text
+    assert text.count("ResNet-50-shaped, 2 ranks, load 0") == 4
 
 
 def test_sweep_sizes_and_calls():
@@ -173,7 +203,7 @@ def test_suite_jobs_and_unknown_workload():
                      "collectives_4_world", "collectives_4_pset", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
-                     "overhead", "loaded", "multihost"]
+                     "overhead", "loaded", "sharded", "multihost"]
     loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
     assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]

@@ -59,3 +59,17 @@ def test_a_dominant_parameter_balances_the_whole_model():
     # with 4 ranks no plan owning whole parameters does better than the embedding alone
     p4 = plan(numels, [4] * 13, ["f32"] * 13, 4, bucket_bytes=4 * 2000)
     assert p4.owned_by(p4.owner[0]) == [0]
+
+
+def test_a_dominant_parameter_does_not_pad_the_buckets():
+    """Cut by bytes alone, the embedding's bucket (rank 0's) and the layers' buckets (rank
+    1's) would each travel as 2 segments of one rank's share: about 1.7 times the model's
+    elements.  Cut by what each rank owns, the segments are about equal."""
+    numels = [4600] + [450] * 12
+    p = plan(numels, [4] * 13, ["f32"] * 13, 2, bucket_bytes=4 * 2000)
+    on_the_wire = sum(2 * b.segment for b in p.buckets)
+    assert on_the_wire <= 1.1 * sum(numels), [b.segments for b in p.buckets]
+    assert sorted(i for b in p.buckets for i in b.members) == list(range(13))
+    for b in p.buckets:
+        assert [i for seg in b.segments for i in seg] == sorted(b.members, key=lambda i: (
+            p.owner[i], b.members.index(i)))

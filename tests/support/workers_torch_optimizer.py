@@ -268,7 +268,7 @@ def options():
     opt.param_groups[0]["lr"] = 0.0
     _one_step(opt, m, r)
     sched.step()
-    assert opt._opt.param_groups[0]["lr"] == 0.0
+    assert opt.wrapped_optimizer.param_groups[0]["lr"] == 0.0
     assert opt.state_dict()["param_groups"][0]["lr"] == 0.0
 
     # skip_synchronize with gradient clipping

@@ -14,35 +14,25 @@ import torch
 from fuse.collectives.ops import Adasum
 from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import mpi_ops
-from fuse.frameworks.torch.optimizer_checks import check_optimizer, unique_params
+from fuse.frameworks.torch.optimizer_checks import unique_params
+from fuse.frameworks.torch.optimizer_wrapper import OptimizerWrapper
 
 
-class DistributedAdasumOptimizer:
+class DistributedAdasumOptimizer(OptimizerWrapper):
     """Wrap ``optimizer`` so that ``step()`` applies the Adasum of every worker's update."""
 
     def __init__(self, optimizer, named_parameters=None, backward_passes_per_step=1,
                  process_set=global_process_set):
-        check_optimizer(optimizer)
+        super().__init__(optimizer)
         d = self.__dict__
-        d["_opt"] = optimizer
         d["_process_set"] = process_set
         d["_passes"] = int(backward_passes_per_step)
         d["_calls"] = 0
         d["_params"] = unique_params(optimizer)
 
-    @property
-    def __class__(self):
-        return type(self._opt)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["_opt"], name)
-
     def __setattr__(self, name, value):
-        setattr(self._opt, name, value)
-
-    @property
-    def param_groups(self):
-        return self._opt.param_groups
+        # Horovod's Adasum optimizer is a subclass of the user's: attributes land on it
+        setattr(self.wrapped_optimizer, name, value)
 
     def synchronize(self):
         """Nothing to wait for: the updates are combined inside :meth:`step`."""
@@ -60,7 +50,7 @@ class DistributedAdasumOptimizer:
             return None
         trained = [p for p in self._params if p.grad is not None]
         starts = [p.detach().clone() for p in trained]
-        loss = self._opt.step(closure)
+        loss = self.wrapped_optimizer.step(closure)
         with torch.no_grad():
             deltas = [p.detach() - s for p, s in zip(trained, starts)]
             if deltas:
@@ -71,10 +61,10 @@ class DistributedAdasumOptimizer:
         return loss
 
     def zero_grad(self, set_to_none: bool = True):
-        return self._opt.zero_grad(set_to_none=set_to_none)
+        return self.wrapped_optimizer.zero_grad(set_to_none=set_to_none)
 
     def state_dict(self):
-        return self._opt.state_dict()
+        return self.wrapped_optimizer.state_dict()
 
     def load_state_dict(self, state):
-        return self._opt.load_state_dict(state)
+        return self.wrapped_optimizer.load_state_dict(state)

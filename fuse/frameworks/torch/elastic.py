@@ -57,9 +57,12 @@ class OptimizerStateHandler(StateDictHandler):
         powersgd = self._powersgd()
         return powersgd.state_dict() if powersgd is not None else None
 
-    def save(self):
-        super().save()
-        self._saved_compression = self._compression_state()
+    def take(self):
+        return super().take(), self._compression_state()
+
+    def keep(self, taken) -> None:
+        state, self._saved_compression = taken
+        super().keep(state)
 
     def restore(self):
         super().restore()
@@ -71,9 +74,10 @@ class OptimizerStateHandler(StateDictHandler):
         broadcast_optimizer_state(self.value, root_rank=0)
 
 
-class ShardedOptimizerStateHandler(StateHandler):
+class ShardedOptimizerStateHandler(StateDictHandler):
     """A sharded optimizer (``DistributedOptimizer(..., sharded=True)``): ``save`` keeps the
-    full state, gathered from every shard (commit is collective), so that any surviving worker
+    full state, gathered from every shard (commit is collective: the gathering is the
+    handler's ``take``, done before the state keeps anything), so that any surviving worker
     holds what a killed worker owned; ``restore`` loads it back (each rank keeps its shard);
     ``reset`` (after every re-form, also when workers were only removed and ``sync`` is
     skipped) loads the committed state again, sharded over the new set of workers: the
@@ -84,18 +88,12 @@ class ShardedOptimizerStateHandler(StateHandler):
     others are already in ``sync``."""
 
     def __init__(self, value):
-        super().__init__(value)
+        StateHandler.__init__(self, value)      # no state_dict() yet: it is collective
         self._saved = None
-
-    def save(self):
-        self._saved = copy.deepcopy(self.value.state_dict())
-
-    # torch's load_state_dict keeps the tensors it is given: the optimizer gets copies, so
-    # that its steps leave the committed state as it was
 
     def restore(self):
         if self._saved is not None:
-            self.value.load_state_dict(copy.deepcopy(self._saved))
+            super().restore()
 
     def reset(self):
         self.restore()

@@ -27,17 +27,14 @@ How it works:
 * Without compression, after the first step the gradients the engine would fuse live back to
   back in one buffer, in backward order (:mod:`.grad_layout`), so it reduces them in place.
 
-The wrapper is a composition: it holds the user's optimizer and forwards everything it does
-not define to it; no class is built at run time.  ``isinstance(opt, torch.optim.SGD)`` still
-holds because ``__class__`` reports the wrapped optimizer's class (as ``unittest.mock`` does);
-``type(opt)`` is :class:`DistributedOptimizer`.
+The wrapper is a composition (:mod:`.optimizer_wrapper`, shared with the sharded and Adasum
+optimizers): it holds the user's optimizer and forwards everything it does not define to it.
+``isinstance(opt, torch.optim.SGD)`` still holds; ``type(opt)`` is :class:`DistributedOptimizer`.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import warnings
 from typing import Any
 
 import torch
@@ -45,16 +42,16 @@ import torch
 from fuse.worker import lifecycle
 from fuse.job import state as job_state
 from fuse.collectives import calls as collectives
-from fuse.collectives.grad_sync import PassCounter, assign_groups, check_names, scaling, wire_names
+from fuse.collectives.grad_sync import assign_groups, check_names, scaling, wire_names
 from fuse.collectives.ops import Adasum, Average, Sum
 from fuse.collectives.powersgd import PowerSGD
 from fuse.job.process_sets import global_process_set
 from fuse.frameworks.torch import device as _device
 from fuse.frameworks.torch import mpi_ops
 from fuse.frameworks.torch.grad_layout import GradientLayout
-from fuse.frameworks.torch.optimizer_checks import (ZERO_GRAD_ERROR, check_optimizer,  # noqa: F401
-                                                    parameter_names, unique_params,
-                                                    wrapped_attribute)
+from fuse.frameworks.torch.optimizer_checks import (ZERO_GRAD_ERROR, parameter_names,  # noqa: F401
+                                                    unique_params)
+from fuse.frameworks.torch.optimizer_wrapper import HookedOptimizer
 from fuse.frameworks.torch.tensors import Compression
 
 
@@ -75,11 +72,6 @@ def _shared_allocator(engine):
 SPARSE = "sparse"       # _InFlight.ctx of a sparse gradient: its handle is a wait function
 
 
-def _wrapped(wrapper):
-    """The optimizer a wrapper of this module wraps."""
-    return wrapper._opt
-
-
 @dataclasses.dataclass
 class _InFlight:
     """One gradient whose allreduce is in flight: the parameter's index, the handle to wait for
@@ -92,7 +84,7 @@ class _InFlight:
     ctx: Any
 
 
-class DistributedOptimizer:
+class DistributedOptimizer(HookedOptimizer):
     """Wrap ``optimizer`` so that ``step()`` applies gradients averaged over the process set.
 
     Args:
@@ -134,9 +126,9 @@ class DistributedOptimizer:
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False,
                  process_set=global_process_set, sharded=False):
-        check_optimizer(optimizer)
+        super().__init__(optimizer, backward_passes_per_step)
         d = self.__dict__
-        d["_opt"] = optimizer
+        d["_process_set"] = process_set
         if compression is PowerSGD:
             raise TypeError("Compression.powersgd makes a compressor with settings: pass "
                             "Compression.powersgd(rank=4, start_iter=10), not the class")
@@ -148,10 +140,6 @@ class DistributedOptimizer:
         d["_compression"] = Compression.none if self._powersgd is not None else compression
         d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
         d["_sparse_as_dense"] = sparse_as_dense
-        d["_process_set"] = process_set
-        d["_should_synchronize"] = True
-        d["_synchronized"] = False
-
         params = unique_params(optimizer)
         names = parameter_names(params, named_parameters)
         if named_parameters is None:
@@ -172,10 +160,8 @@ class DistributedOptimizer:
         d["_groups"] = assign_groups(params, groups, num_groups)
         d["_group_of"] = {i: g for g, members in enumerate(self._groups) for i in members}
         d["_group_ready"] = [0] * len(self._groups)
-        d["_counter"] = PassCounter(len(params), backward_passes_per_step)
         d["_densified"] = set()     # sparse gradients reduced as dense this step
-        d["_handles"] = {}          # group index -> [(param index, handle, wire, ctx)]
-        d["_hook_handles"] = []
+        d["_handles"] = {}          # group index -> [_InFlight]
         d["_batch"] = []            # _InFlight entries waiting to be queued together
         d["_batch_nbytes"] = 0
         d["_flush_queued"] = False  # the end-of-backward callback is queued
@@ -196,30 +182,11 @@ class DistributedOptimizer:
                                                              str(p.dtype).replace("torch.", ""))
                                 for i, p in enumerate(params)
                                 if p.requires_grad and p.device.type == "cpu"}
-        if self._active:
-            for p in params:
-                if p.requires_grad:
-                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
-
-    # ---- identity: a wrapper that still answers isinstance(opt, torch.optim.SGD)
-
-    @property
-    def __class__(self):
-        return type(self._opt)
-
-    def __getattr__(self, name):
-        # only reached for names this wrapper does not define
-        return getattr(self.__dict__["_opt"], name)
-
-    # what schedulers and checkpoints read and assign on the optimizer they are given
-    param_groups = wrapped_attribute("param_groups", _wrapped)
-    state = wrapped_attribute("state", _wrapped)
-    defaults = wrapped_attribute("defaults", _wrapped)
+        d["_hook_handles"] = [p.register_post_accumulate_grad_hook(self._hook)
+                              for p in params if p.requires_grad] if self._active else []
 
     def __repr__(self):
-        return f"DistributedOptimizer({self._opt!r})"
-
-    # ---- names
+        return f"DistributedOptimizer({self.wrapped_optimizer!r})"
 
     # ---- hooks and submission
 
@@ -241,14 +208,14 @@ class DistributedOptimizer:
         if self._psgd_plain is not None:
             d["_psgd_plain"] = []
         d["_batch"], d["_batch_nbytes"], d["_flush_queued"] = [], 0, False
-        self._counter.reset()
+        self.pass_counter.reset()
         if self._layout is not None:
             d["_layout"] = GradientLayout()
 
     def _hook(self, p):
         self._follow_engine()
         i = self._index[id(p)]
-        if self._counter.record(i):
+        if self.pass_counter.record(i):
             g = self._group_of[i]
             self._group_ready[g] += 1
             if self._group_ready[g] == len(self._groups[g]):
@@ -402,7 +369,7 @@ class DistributedOptimizer:
         """Finish every gradient's allreduce and write the results into ``p.grad``."""
         self._follow_engine()
         if not self._active:
-            self._counter.reset()
+            self.pass_counter.reset()
             self.__dict__["_synchronized"] = True
             return
         # what the hooks did not submit goes in batches too, flushed here (no callback)
@@ -454,7 +421,7 @@ class DistributedOptimizer:
                                _shared_allocator(engine) if pset == 0 else None,
                                on_device=lambda p: _device.routes([p]),
                                device_fuses=lambda nbytes: nbytes <= threshold)
-        self._counter.reset()
+        self.pass_counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True
         if self._powersgd is not None:
@@ -462,55 +429,5 @@ class DistributedOptimizer:
         if first_error is not None:
             raise first_error
 
-    @contextlib.contextmanager
-    def skip_synchronize(self):
-        """Inside this context ``step()`` does not synchronize; call :meth:`synchronize`
-        yourself first (gradient clipping, AMP ``GradScaler.unscale_``)."""
-        self.__dict__["_should_synchronize"] = False
-        try:
-            yield
-        finally:
-            self.__dict__["_should_synchronize"] = True
-
-    def step(self, closure=None):
-        if self._should_synchronize:
-            if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(). This can cause training "
-                              "slowdown. You may want to consider using "
-                              "optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
-            else:
-                self.synchronize()
-        self.__dict__["_synchronized"] = False
-        return self._opt.step(closure) if closure is not None else self._opt.step()
-
-    def zero_grad(self, set_to_none: bool = True):
-        # After an elastic re-form, what the old engine left in flight is gone with it: a
-        # failure noticed inside backward() leaves hooks' records and handles behind, and the
-        # restored loop's first call is this one.
-        self._follow_engine()
-        if self._handles or self._counter.any_pending():
-            raise AssertionError(ZERO_GRAD_ERROR)
-        return self._opt.zero_grad(set_to_none=set_to_none)
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        self._counter.set_passes(passes)
-
-    @property
-    def backward_passes_per_step(self) -> int:
-        return self._counter.passes
-
-    def remove_hooks(self) -> None:
-        """Stop reducing gradients (the hooks are removed; the optimizer keeps working)."""
-        for h in self._hook_handles:
-            h.remove()
-        self._hook_handles.clear()
-        self.__dict__["_active"] = False
-
-    def __setattr__(self, name, value):
-        prop = getattr(DistributedOptimizer, name, None)
-        if isinstance(prop, property):
-            prop.__set__(self, value)
-        else:
-            self.__dict__[name] = value
+    def _in_flight(self) -> bool:
+        return bool(self._handles)

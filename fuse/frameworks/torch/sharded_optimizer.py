@@ -26,21 +26,18 @@ rank's part.  :meth:`clip_grad_norm_` clips by the global norm of the sharded gr
 
 from __future__ import annotations
 
-import contextlib
 import math
-import warnings
 
 import torch
 
 from fuse.collectives import calls as collectives
 from fuse.collectives import shard_plan
-from fuse.collectives.grad_sync import PassCounter, scaling
+from fuse.collectives.grad_sync import scaling
 from fuse.collectives.ops import Adasum, Average, Max, Sum
 from fuse.collectives.powersgd import PowerSGD
 from fuse.frameworks.torch import mpi_ops
-from fuse.frameworks.torch.optimizer_checks import (ZERO_GRAD_ERROR, check_optimizer,
-                                                    parameter_names, unique_params,
-                                                    wrapped_attribute)
+from fuse.frameworks.torch.optimizer_checks import parameter_names, unique_params
+from fuse.frameworks.torch.optimizer_wrapper import HookedOptimizer
 from fuse.frameworks.torch.tensors import Compression
 from fuse.worker import lifecycle
 from fuse.job import state as job_state
@@ -50,12 +47,7 @@ from fuse.job.process_sets import global_process_set
 DEFAULT_BUCKET_BYTES = 25 * 1024 * 1024
 
 
-def _wrapped(wrapper):
-    """The optimizer a wrapper of this module wraps."""
-    return wrapper._opt
-
-
-class ShardedOptimizer:
+class ShardedOptimizer(HookedOptimizer):
     """``optimizer`` with its state and gradients sharded over ``process_set``; made by
     ``DistributedOptimizer(optimizer, ..., sharded=True)``, which documents the arguments.
     ``bucket_bytes``: about how many gradient bytes travel in one reduce-scatter."""
@@ -64,7 +56,6 @@ class ShardedOptimizer:
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False,
                  process_set=global_process_set, bucket_bytes=DEFAULT_BUCKET_BYTES):
-        check_optimizer(optimizer)
         if op == Adasum:
             raise ValueError("DistributedOptimizer(sharded=True) does not support op=Adasum "
                              "(Adasum combines whole optimizer steps; a sharded step has "
@@ -76,53 +67,27 @@ class ShardedOptimizer:
         if groups is not None or num_groups:
             raise ValueError("DistributedOptimizer(sharded=True) does not take groups or "
                              "num_groups: gradients travel in buckets of about bucket_bytes")
+        super().__init__(optimizer, backward_passes_per_step)
         d = self.__dict__
-        d["_opt"] = optimizer
-        d["_compression"] = compression
-        d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
-        d["_sparse_as_dense"] = sparse_as_dense
         d["_process_set"] = process_set
-        d["_bucket_bytes"] = int(bucket_bytes)
-        d["_should_synchronize"] = True
-        d["_synchronized"] = False
         params = unique_params(optimizer)
         d["_params"] = params
         d["_index"] = {id(p): i for i, p in enumerate(params)}
+        d["_compression"] = compression
+        d["_op"], d["_prescale"], d["_postscale"] = scaling(op, gradient_predivide_factor)
+        d["_sparse_as_dense"] = sparse_as_dense
+        d["_bucket_bytes"] = int(bucket_bytes)
         d["_names"] = [name if name is not None else f"noname.{i}" for i, name in
                        enumerate(parameter_names(params, named_parameters))]
-        d["_counter"] = PassCounter(len(params), backward_passes_per_step)
-        d["_hook_handles"] = []
-        d["_engine_generation"] = None
         d["_loaded"] = None         # the full state last loaded, until the next step
+        d["_hooks_removed"] = False
         self._replan()
         self._drop_foreign_state()
-        if self._active:
-            for p in params:
-                if p.requires_grad:
-                    self._hook_handles.append(p.register_post_accumulate_grad_hook(self._hook))
-
-    # ---- identity, as DistributedOptimizer
-
-    @property
-    def __class__(self):
-        return type(self._opt)
-
-    def __getattr__(self, name):
-        return getattr(self.__dict__["_opt"], name)
-
-    def __setattr__(self, name, value):
-        prop = getattr(ShardedOptimizer, name, None)
-        if isinstance(prop, property):
-            prop.__set__(self, value)
-        else:
-            self.__dict__[name] = value
-
-    param_groups = wrapped_attribute("param_groups", _wrapped)
-    state = wrapped_attribute("state", _wrapped)
-    defaults = wrapped_attribute("defaults", _wrapped)
+        d["_hook_handles"] = [p.register_post_accumulate_grad_hook(self._hook)
+                              for p in params if p.requires_grad] if self._active else []
 
     def __repr__(self):
-        return f"DistributedOptimizer({self._opt!r}, sharded=True)"
+        return f"DistributedOptimizer({self.wrapped_optimizer!r}, sharded=True)"
 
     # ---- the plan, made again when an elastic job re-forms with another size
 
@@ -135,7 +100,8 @@ class ShardedOptimizer:
         d["_size"] = size
         d["_rank"] = pset.rank() if self._included and size > 1 else 0
         # with one rank there is nothing to shard; an elastic job may grow from one
-        d["_active"] = self._included and (size > 1 or job_state.config().elastic)
+        d["_active"] = (not self._hooks_removed and self._included
+                        and (size > 1 or job_state.config().elastic))
         trainable = [p if p.requires_grad else None for p in self._params]
         d["_plan"] = shard_plan.plan(
             [p.numel() if p is not None else 0 for p in trainable],
@@ -146,12 +112,12 @@ class ShardedOptimizer:
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
         d["_synchronized"] = False
-        self._counter.reset()
+        self.pass_counter.reset()
 
     def _drop_foreign_state(self) -> None:
         """Forget the state of parameters another rank owns (a re-plan keeps it: the next
         ``state_dict`` gathers it from whoever holds it, and loading re-shards)."""
-        state = self._opt.state
+        state = self.wrapped_optimizer.state
         for i, p in enumerate(self._params):
             if i not in self._owned and p in state:
                 del state[p]
@@ -169,7 +135,7 @@ class ShardedOptimizer:
         if not self._active:
             return
         i = self._index[id(p)]
-        if self._counter.record(i):
+        if self.pass_counter.record(i):
             b = self._plan.bucket_of.get(i)
             if b is None:
                 return
@@ -213,7 +179,7 @@ class ShardedOptimizer:
         parameters this rank owns and None for the others."""
         self._follow_engine()
         if not self._active:
-            self._counter.reset()
+            self.pass_counter.reset()
             self.__dict__["_synchronized"] = True
             return
         first_error = None
@@ -236,21 +202,11 @@ class ShardedOptimizer:
                 at = bucket.offsets[i]
                 p.grad = out[at:at + p.numel()].view(p.shape)
         self._handles.clear()
-        self._counter.reset()
+        self.pass_counter.reset()
         self.__dict__["_ready"] = [0] * len(self._plan.buckets)
         if first_error is not None:
             raise first_error
         self.__dict__["_synchronized"] = True
-
-    @contextlib.contextmanager
-    def skip_synchronize(self):
-        """Inside this context ``step()`` does not synchronize; call :meth:`synchronize`
-        yourself first (gradient clipping, AMP ``GradScaler.unscale_``)."""
-        self.__dict__["_should_synchronize"] = False
-        try:
-            yield
-        finally:
-            self.__dict__["_should_synchronize"] = True
 
     def clip_grad_norm_(self, max_norm: float, norm_type: float = 2.0) -> torch.Tensor:
         """Scale the gradients so that the norm of the whole (unsharded) gradient is at most
@@ -281,22 +237,10 @@ class ShardedOptimizer:
                 g.detach().mul_(coef)
         return total
 
-    def step(self, closure=None):
-        if self._should_synchronize:
-            if self._synchronized:
-                warnings.warn("optimizer.step() called without optimizer.skip_synchronize() "
-                              "context after optimizer.synchronize(). This can cause training "
-                              "slowdown. You may want to consider using "
-                              "optimizer.skip_synchronize() context if you use "
-                              "optimizer.synchronize() in your code.")
-            else:
-                self.synchronize()
-        self.__dict__["_synchronized"] = False
+    def _after_step(self) -> None:
         self.__dict__["_loaded"] = None
-        loss = self._opt.step(closure) if closure is not None else self._opt.step()
         if self._active:
             self._allgather_parameters()
-        return loss
 
     def _allgather_parameters(self) -> None:
         """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
@@ -327,23 +271,12 @@ class ShardedOptimizer:
                         at = base + bucket.offsets[i]
                         p.copy_(full[at:at + p.numel()].view(p.shape))
 
-    def zero_grad(self, set_to_none: bool = True):
-        self._follow_engine()
-        if self._handles or self._counter.any_pending():
-            raise AssertionError(ZERO_GRAD_ERROR)
-        return self._opt.zero_grad(set_to_none=set_to_none)
-
-    def set_backward_passes_per_step(self, passes: int) -> None:
-        self._counter.set_passes(passes)
-
-    @property
-    def backward_passes_per_step(self) -> int:
-        return self._counter.passes
+    def _in_flight(self) -> bool:
+        return bool(self._handles)
 
     def remove_hooks(self) -> None:
-        for h in self._hook_handles:
-            h.remove()
-        self._hook_handles.clear()
+        super().remove_hooks()
+        self.__dict__["_hooks_removed"] = True     # and off they stay when an elastic job re-forms
 
     # ---- checkpoints: the full state, in the wrapped optimizer's format
 
@@ -356,7 +289,7 @@ class ShardedOptimizer:
         """The full optimizer state, gathered from every rank (call it on every rank): what
         the wrapped optimizer class would return unsharded, loadable by it."""
         self._follow_engine()
-        local = self._opt.state_dict()
+        local = self.wrapped_optimizer.state_dict()
         if not self._active:
             return local
         parts = collectives.allgather_object(local["state"], name="sharded.state_dict",
@@ -372,10 +305,10 @@ class ShardedOptimizer:
         self._follow_engine()
         # state_dict keys count the parameters over the param groups, in order
         keys = [k for group in state_dict["param_groups"] for k in group["params"]]
-        mine = {k for k, p in zip(keys, [p for g in self._opt.param_groups for p in g["params"]])
+        mine = {k for k, p in zip(keys, [p for g in self.wrapped_optimizer.param_groups for p in g["params"]])
                 if self._index[id(p)] in self._owned}
         state = {k: v for k, v in state_dict["state"].items() if k in mine}
-        self._opt.load_state_dict({"state": state, "param_groups": state_dict["param_groups"]})
+        self.wrapped_optimizer.load_state_dict({"state": state, "param_groups": state_dict["param_groups"]})
         # kept until the next step, for broadcast_state (a reference, not a copy)
         self.__dict__["_loaded"] = state_dict
 

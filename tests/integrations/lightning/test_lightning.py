@@ -76,3 +76,28 @@ def test_reduce_op_spellings_map_to_fuse_ops():
         assert fuse_op(torch.distributed.ReduceOp.MIN) is hvd.Min
     with pytest.raises(ValueError, match="reduce_op='median' is not supported"):
         fuse_op("median")
+
+
+def test_sharded_strategy_trains_like_the_unsharded_one_and_checkpoints_the_full_state(tmp_path):
+    """FuseStrategy(sharded=True) on 2 workers (AdamW, accumulation, norm clipping) ends within
+    1e-5 of FuseStrategy(); its checkpoint holds the optimizer state of every parameter, as the
+    unsharded one's does, while each worker held the state of its own parameters only."""
+    out = str(tmp_path / "result")
+    _run([sys.executable, "-m", "fuse.runner.launch", "-np", "2", sys.executable,
+          support("workers_lightning_sharded.py"), out, str(tmp_path)], tmp_path)
+    ranks = [json.load(open(f"{out}.{r}")) for r in range(2)]
+    for res in ranks:
+        sharded, plain = res["sharded"], res["plain"]
+        for mine, theirs in zip(sharded["weights"], plain["weights"]):
+            assert mine == pytest.approx(theirs, rel=1e-5, abs=1e-6), \
+                "the sharded run trained to other weights than the unsharded one"
+        params = plain["checkpoint_param_keys"]
+        assert len(params) == 6
+        assert plain["checkpoint_state_keys"] == params
+        assert sharded["checkpoint_state_keys"] == params, "the checkpoint lacks some state"
+        assert sharded["checkpoint_state_kinds"] == plain["checkpoint_state_kinds"] == [
+            "exp_avg", "exp_avg_sq", "step"]
+        assert plain["held_states"] == 6
+    # the 6 parameters' state was split between the workers, none held twice
+    held = [r["sharded"]["held_states"] for r in ranks]
+    assert sum(held) == 6 and min(held) > 0, held
