@@ -31,6 +31,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -71,11 +72,14 @@ class Fault:
 
 class SoakJob:
     """The job on ``cluster`` (a cluster_util.Cluster of 4 or more hosts) writing to
-    ``out_dir``; ``cooldown``: the blacklist cool-down range a host that failed sits out."""
+    ``out_dir``; ``cooldown``: the blacklist cool-down range a host that failed sits out.
+    The launcher's stderr goes to ``out_dir``/launcher.err, each line after the wall-clock
+    time it came (``verbose``: with fuserun's --verbose lines)."""
 
     def __init__(self, cluster, out_dir: Path, cooldown: tuple[int, int],
-                 env: dict | None = None):
+                 env: dict | None = None, verbose: bool = False):
         self.c = cluster
+        self.verbose = verbose
         self.out = Path(out_dir)
         self.cooldown = cooldown
         self.env = env or {}
@@ -85,7 +89,8 @@ class SoakJob:
         self.faults: list[Fault] = []
 
     # -- the job ---------------------------------------------------------------------------
-    def start(self) -> None:
+    def start(self, np: int | None = None) -> None:
+        """Start the job on ``np`` workers (default: as many as there are hosts)."""
         self.out.mkdir(parents=True, exist_ok=True)
         self._write_hosts()
         script = self.out / "discover.sh"
@@ -93,15 +98,20 @@ class SoakJob:
         script.chmod(0o755)
         n = len(self.c.addresses)
         argv = self.c.fuserun(
-            1, "-np", str(n), "--min-np", "2", "--max-np", str(n),
+            1, "-np", str(np or n), "--min-np", "2", "--max-np", str(n),
             "--host-discovery-script", str(script), "--start-timeout", "30",
             "--blacklist-cooldown-range", str(self.cooldown[0]), str(self.cooldown[1]),
             sys.executable, WORKER, str(self.out))
         env = dict(job_env(self.env), **self.c.env)
+        if self.verbose:
+            argv.insert(argv.index("-np"), "--verbose")
         self._stdout = open(self.out / "launcher.out", "w")
-        self._stderr = open(self.out / "launcher.err", "w")
-        self.proc = subprocess.Popen(argv, stdout=self._stdout, stderr=self._stderr, env=env,
-                                     cwd=str(self.out))
+        self.proc = subprocess.Popen(argv, stdout=self._stdout, stderr=subprocess.PIPE,
+                                     env=env, cwd=str(self.out))
+        self._stamper = threading.Thread(target=_stamp_lines,
+                                         args=(self.proc.stderr, self.out / "launcher.err"),
+                                         daemon=True)
+        self._stamper.start()
 
     def stop(self, timeout: float) -> int:
         """Ask the workers to finish after their next step; returns the launcher's exit code."""
@@ -113,7 +123,7 @@ class SoakJob:
                 self.proc.kill()
                 self.proc.wait()
             self._stdout.close()
-            self._stderr.close()
+            self._stamper.join(timeout=30)
 
     def kill(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
@@ -352,6 +362,24 @@ def _alive(pid: int) -> bool:
 def _parent(pid: int) -> int:
     with open(f"/proc/{pid}/stat") as f:
         return int(f.read().rsplit(")", 1)[1].split()[1])
+
+
+def _stamp_lines(stream, path: Path) -> None:
+    with open(path, "w") as out:
+        for line in iter(stream.readline, b""):
+            out.write(f"{time.time():.3f} {line.decode(errors='replace')}")
+            out.flush()
+
+
+def worker_records(out_dir: Path) -> dict[int, dict]:
+    """What each worker process wrote when it had joined (workers_elastic_soak.py), by pid."""
+    out = {}
+    for p in (Path(out_dir) / "workers").glob("*"):
+        try:
+            out[int(p.name)] = json.loads(p.read_text())
+        except ValueError:
+            pass        # being written
+    return out
 
 
 def _run(argv: list[str]) -> None:

@@ -13,7 +13,8 @@ gradient is zero: they make each step's allreduce large enough to travel between
 
 The job runs until OUT_DIR/stop exists: rank 0 looks for it before each step and the ranks
 agree on it through an allreduce, so they all leave the loop after the same committed batch.
-Each worker writes its pid to OUT_DIR/workers/<pid> (its host in it) when it starts, rank 0
+Each worker writes OUT_DIR/workers/<pid> once it has joined the job (JSON: its host, when its
+process started, when it had joined, the generation it joined), rank 0
 appends ``time generation size batches`` to OUT_DIR/commits.txt after each commit, and every
 worker of the last generation writes OUT_DIR/result.<rank>.json.
 """
@@ -23,11 +24,13 @@ import os
 import sys
 import time
 
-import torch
+started = time.time()       # before the imports: a join's time includes them
 
-import fuse.torch as hvd
+import torch  # noqa: E402
+
+import fuse.torch as hvd  # noqa: E402
 from elastic_util import DIM, batch_rows
-from fuse.job.state import config, rendezvous_generation
+from fuse.job.state import config, rendezvous_generation  # noqa: E402
 
 out_dir = sys.argv[1]
 step_sleep = float(os.environ.get("STEP_SLEEP", "0.05"))
@@ -50,7 +53,8 @@ class Model(torch.nn.Module):
 hvd.init()
 os.makedirs(os.path.join(out_dir, "workers"), exist_ok=True)
 with open(os.path.join(out_dir, "workers", str(os.getpid())), "w") as f:
-    f.write(config().hostname)
+    json.dump({"host": config().hostname, "started": started, "initialized": time.time(),
+               "generation": rendezvous_generation()}, f)
 
 model = Model()
 optimizer = hvd.DistributedOptimizer(
