@@ -3,8 +3,9 @@ elastic fuse.torch job on 4 network-namespace hosts, one fault of each kind that
 each at a fixed point of the training (after so many commits), never at a time:
 
 * SIGKILL of the worker on host 3;
-* SIGKILL of the guard of the worker on host 1 (the launcher's own child) and of the one on
-  host 2 (the ssh session's shell): the worker dies with it instead of training on as a ghost;
+* SIGKILL of the guard of the worker on host 2 (its parent: the ssh session's shell): the
+  worker dies with it instead of training on as a ghost (test_elastic_guard.py kills the
+  launcher's own guard of a local worker);
 * host 4 taken out of the discovery script's answer, then put back;
 * 5 % packet loss on host 2 for 10 commits.
 
@@ -36,12 +37,12 @@ def test_an_elastic_job_survives_one_fault_of_each_fast_kind(tmp_path):
             job.wait_commits(10, 120, size=4)
 
             def back_to_four():
-                job.wait_commits(5, 60, size=4)
+                job.wait_commits(3, 60, size=4)
 
-            for kind, host in (("kill_worker", 3), ("kill_guard", 1), ("kill_guard", 2)):
+            for kind, host in (("kill_worker", 3), ("kill_guard", 2)):
                 job.inject(kind, [host], hold=None)
                 back_to_four()
-            job.inject("discovery", [4], hold=lambda: job.wait_commits(5, 60, size=3))
+            job.inject("discovery", [4], hold=lambda: job.wait_commits(3, 60, size=3))
             back_to_four()
             job.inject("packet_loss", [2], hold=lambda: job.wait_commits(10, 60))
             back_to_four()
@@ -59,4 +60,6 @@ def test_an_elastic_job_survives_one_fault_of_each_fast_kind(tmp_path):
         if f.kind in ("kill_worker", "kill_guard", "discovery"):
             assert f.reformed, f"{f.describe()}: the job did not re-form"
     assert summary["final_size"] == 4
-    assert err.count("was killed by signal SIGKILL") >= 1, err[-3000:]
+    # the killed worker and the one whose guard was killed: each its host's failure
+    for host in (3, 2):
+        assert f"worker {c.addresses[host - 1]}:0 exited with code" in err, err[-3000:]
