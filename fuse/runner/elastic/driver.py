@@ -474,6 +474,8 @@ class ElasticJob(Job):
             what = (f"exited with code {rc}" if rc > 0
                     else f"was killed by signal {_signame(-rc)}")
             if wid in self.warming and self.warming[wid][0] is w:
+                # even with code 0: it ended before its generation, and starting it again at
+                # once would only repeat that
                 del self.warming[wid]
                 w.signal_group(signal.SIGKILL)
                 self._record(w, what + " while starting up", running=False)
