@@ -254,15 +254,16 @@ class SoakJob:
         return lift
 
     def _discovery(self, hosts):
-        self.listed = [h for h in self.listed if h not in hosts]
+        self.list_hosts([h for h in self.listed if h not in hosts])
+        return lambda: self.list_hosts(sorted(set(self.listed) | set(hosts)))
+
+    def list_hosts(self, hosts: list[int]) -> None:
+        """Make the discovery script answer ``hosts`` (1-based numbers)."""
+        self.listed = list(hosts)
         self._write_hosts()
 
-        def lift():
-            self.listed = sorted(set(self.listed) | set(hosts))
-            self._write_hosts()
-        return lift
-
     def _write_hosts(self) -> None:
+        self.out.mkdir(parents=True, exist_ok=True)
         tmp = self.hosts_file.with_suffix(".tmp")
         tmp.write_text("".join(f"{self.c.addresses[h - 1]}:1\n" for h in self.listed))
         os.replace(tmp, self.hosts_file)
