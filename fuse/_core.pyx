@@ -29,11 +29,7 @@ fuse/engine/meson.build):
 """
 
 from cpython.exc cimport PyErr_CheckSignals
-from libc.stdint cimport int64_t
-from libcpp.string cimport string
-from libcpp.vector cimport vector
 
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.executor cimport Executor, SharedSegments
 from fuse.engine.request cimport RequestSpec

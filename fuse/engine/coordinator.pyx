@@ -19,14 +19,8 @@ reads without the transport around it.  Every rank builds one; only rank 0's rec
 Everything runs on the engine thread without the GIL, except the stall warning's log call.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
-from libcpp cimport bool as cbool
-from libcpp.string cimport string
-from libcpp.unordered_map cimport unordered_map
 from libcpp.utility cimport pair
-from libcpp.vector cimport vector
 
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.straggler cimport StragglerMeter
 from fuse.engine.validate cimport validate
@@ -245,10 +239,8 @@ cdef class Coordinator:
             entry.reqs.resize(ps.ranks.size())
             entry.have.assign(ps.ranks.size(), 0)
             entry.count = 0
-            entry.first_time = now
-            entry.last_time = now
+            entry.first_time = entry.last_time = entry.other_time = now   # the first arrival
             entry.last_host = -1
-            entry.other_time = now
             entry.warned = False
             entry.is_ready = False
             entry.all_data = True

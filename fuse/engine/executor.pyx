@@ -14,13 +14,9 @@ except calls into a backend written in Python and the caller's output allocator.
 from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIGUOUS, PyBUF_WRITABLE
 from cpython.buffer cimport PyBUF_WRITE
 from cpython.memoryview cimport PyMemoryView_FromMemory
-from libc.stdint cimport int64_t, uint8_t
 from libc.stdlib cimport free
-from libc.string cimport memcpy, memset
-from libcpp.string cimport string
-from libcpp.vector cimport vector
+from libc.string cimport memset
 
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.request cimport RequestSpec
 

@@ -7,7 +7,6 @@ the engine fails (a rank raised or died, the backend failed, the job stalled) or
 every pending handle and every later call carries the failure's message.
 """
 
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 
 

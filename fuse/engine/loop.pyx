@@ -22,12 +22,6 @@ raise with the failing rank and its message.  The loop builds and owns the engin
 :class:`fuse._core.Engine` is the Python API over it.
 """
 
-from libc.stdint cimport int64_t, uint8_t, uint32_t
-from libcpp cimport bool as cbool
-from libcpp.string cimport string
-from libcpp.vector cimport vector
-
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.executor cimport Executor, EX_BACKEND, EX_STALL
 from fuse.engine.coordinator cimport Coordinator, CoordinatorLink

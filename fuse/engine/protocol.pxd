@@ -2,7 +2,10 @@
 # structs that travel between ranks (Request, Response) or between the engine's parts (Pending,
 # CacheEntry, WorkerCache, HandleState, PSet), and the small helpers all of them use.  Inline
 # helpers are defined here so that each module compiles them in; the (de)serialization and
-# message formatting live in protocol.pyx.
+# message formatting live in protocol.pyx.  ``from fuse.engine.protocol cimport *`` also brings
+# what this file cimports (the fixed-width integers, string, vector, unordered_map, cbool,
+# PyObject, memcpy, and csupport's backend declarations): the engine's modules take that
+# vocabulary from here and cimport only what else they use.
 from cpython.ref cimport PyObject
 from libc.stdint cimport int64_t, uint8_t, uint32_t, uint64_t
 from libc.string cimport memcpy

@@ -6,9 +6,7 @@ collectives run over.  The world is set 0; add_process_set and remove_process_se
 change the table on every rank at the same point of the response stream."""
 
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
-from cpython.ref cimport PyObject
 
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.executor cimport SharedSegments
 

@@ -9,12 +9,6 @@ completion (done, or the error and its ErrorKind), process sets added and remove
 timeline's spans.  A backend failure is returned to the engine, which waits for its cause.
 """
 
-from libc.stdint cimport int64_t, uint8_t
-from libcpp.string cimport string
-from libcpp.unordered_map cimport unordered_map
-from libcpp.vector cimport vector
-
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.executor cimport EX_OK, EX_BACKEND, EX_LOCAL
 

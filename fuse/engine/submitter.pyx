@@ -11,9 +11,6 @@ coordinator computes the result itself.  :meth:`learn` remembers the slots respo
 :meth:`repack` answers the coordinator's MSG_STALE (a slot we used was evicted).
 """
 
-from libc.stdint cimport uint8_t
-
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 
 

@@ -7,11 +7,8 @@ Pure functions of the submitted requests and the process-set table; called on th
 thread without the GIL (Coordinator._check_ready and _make_response).
 """
 
-from libc.stdint cimport int64_t
-from libcpp.string cimport string
 from libcpp.utility cimport pair
 
-from fuse.engine.csupport cimport *
 from fuse.engine.protocol cimport *
 from fuse.engine.psets cimport ProcessSets
 

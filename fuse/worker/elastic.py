@@ -111,6 +111,20 @@ class Snapshot:
         raise NotImplementedError(f"{type(self).__name__} cannot be committed durably")
 
 
+class KeptCopy(Snapshot):
+    """A snapshot kept as one picklable copy in ``_saved``: a durable commit writes that copy
+    as it is, and loading one keeps a copy of it and restores it."""
+
+    _saved = None
+
+    def saved(self):
+        return self._saved
+
+    def load_saved(self, saved) -> None:
+        self._saved = copy.deepcopy(saved)
+        self.restore()
+
+
 class State(Snapshot):
     """State of a training job that survives the loss or gain of workers.
 
@@ -153,37 +167,29 @@ class State(Snapshot):
         _host_updates.check()
 
 
-class ObjectState(State):
+class ObjectState(KeptCopy, State):
     """Picklable attributes, given as keyword arguments: ``ObjectState(bcast_object, get_rank,
     epoch=0, batch=0)``.  ``save`` snapshots them (a deep copy), ``restore`` puts the snapshot
     back, ``sync`` broadcasts it from rank 0."""
 
     def __init__(self, bcast_object, get_rank, **kwargs):
-        self._saved_state = copy.deepcopy(kwargs)
+        self._saved = copy.deepcopy(kwargs)
         self._set_attrs()
         super().__init__(bcast_object=bcast_object, get_rank=get_rank)
 
     def save(self):
-        self._saved_state = {attr: copy.deepcopy(getattr(self, attr))
-                             for attr in self._saved_state}
+        self._saved = {attr: copy.deepcopy(getattr(self, attr)) for attr in self._saved}
 
     def restore(self):
         self._set_attrs()
 
     def sync(self):
-        if self._saved_state:
-            self._saved_state = self._bcast_object(self._saved_state)
+        if self._saved:
+            self._saved = self._bcast_object(self._saved)
             self._set_attrs()
 
-    def saved(self):
-        return self._saved_state
-
-    def load_saved(self, saved) -> None:
-        self._saved_state = copy.deepcopy(saved)
-        self._set_attrs()
-
     def _set_attrs(self):
-        for attr, value in self._saved_state.items():
+        for attr, value in self._saved.items():
             setattr(self, attr, copy.deepcopy(value))
 
 

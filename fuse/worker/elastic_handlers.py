@@ -217,7 +217,7 @@ class ElasticSamplerBase:
         return self.num_samples
 
 
-class StateDictHandler(StateHandler):
+class StateDictHandler(_elastic.KeptCopy, StateHandler):
     """Keeps an object with ``state_dict()``/``load_state_dict()`` (a torch module or
     optimizer, an MXNet trainer's wrapper, a sampler): ``save`` deep-copies its state dict,
     ``restore`` loads that copy back; subclasses say how to ``sync``."""
@@ -234,13 +234,6 @@ class StateDictHandler(StateHandler):
         # so the steps after a rollback would otherwise change the committed copy in place and a
         # second rollback before the next commit would restore their work.
         self.value.load_state_dict(copy.deepcopy(self._saved))
-
-    def saved(self):
-        return self._saved
-
-    def load_saved(self, saved) -> None:
-        self._saved = copy.deepcopy(saved)
-        self.restore()
 
 
 class SamplerStateHandler(StateDictHandler):

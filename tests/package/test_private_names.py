@@ -23,7 +23,7 @@ PENDING: set[tuple[str, str]] = {
     ("fuse/engine/loop.pyx", "_via_shm"),
     # fuse.spark's: its estimators' mixins share helpers across its modules
     ("fuse/spark/common/estimator.py", "_init_params"),
-    ("fuse/spark/common/estimator.py", "_metadata"),
+    ("fuse/spark/torch/estimator.py", "_metadata"),
 }
 
 # Private attributes of another project's objects whose names a fuse module happens to define

@@ -50,6 +50,13 @@ class FuseEstimator(PersistenceMixin, Estimator, EstimatorParams):
     def _create_model(self, result, run_id: str, data, df):
         raise NotImplementedError
 
+    def model_fields(self, result, run_id: str, data) -> dict:
+        """The trained model's fields every framework sets alike: the history, the columns,
+        the run and the data's column metadata."""
+        return {"history": result["history"], "feature_columns": list(self.getFeatureCols()),
+                "label_columns": list(self.getLabelCols()), "run_id": run_id,
+                "_metadata": data.columns}
+
     def _input_shapes(self) -> dict | None:
         """Feature column -> the shape its values take (``input_shapes``), or None."""
         shapes = self.getInputShapes()

@@ -91,11 +91,9 @@ class KerasEstimator(_SavesModelAsBytes, FuseEstimator):
         model = remote.model_from_bytes(remote.model_to_bytes(self.getModel()),
                                         self.getCustomObjects())
         model.set_weights(result["weights"])
-        return KerasModel(history=result["history"], model=model,
-                          feature_columns=list(self.getFeatureCols()),
-                          label_columns=list(self.getLabelCols()), run_id=run_id,
-                          custom_objects=self.getCustomObjects(),
-                          input_shapes=self._shapes_list(), _metadata=data.columns)
+        return KerasModel(model=model, custom_objects=self.getCustomObjects(),
+                          input_shapes=self._shapes_list(),
+                          **self.model_fields(result, run_id, data))
 
 
 class KerasModel(_SavesModelAsBytes, FuseModel):

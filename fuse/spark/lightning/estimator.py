@@ -14,8 +14,6 @@ the ranks train as a LightningModule made around it (:mod:`fuse.spark.lightning.
 
 from __future__ import annotations
 
-import copy
-
 from fuse.spark.common.params import declare
 from fuse.spark.torch.estimator import TorchEstimator as _TorchEstimator
 from fuse.spark.torch.estimator import TorchModel as _TorchModel
@@ -87,13 +85,8 @@ class TorchEstimator(_TorchEstimator):
         return remote.train
 
     def _create_model(self, result, run_id, data, df):
-        model = copy.deepcopy(self.getModel())
-        model.load_state_dict(result["model"])
-        model.eval()
-        return TorchModel(history=result["history"], model=model,
-                          feature_columns=list(self.getFeatureCols()),
-                          label_columns=list(self.getLabelCols()), run_id=run_id,
-                          input_shapes=self.getInputShapes(), _metadata=data.columns)
+        return TorchModel(model=self.trained_module(result), input_shapes=self.getInputShapes(),
+                          **self.model_fields(result, run_id, data))
 
 
 class TorchModel(_TorchModel):

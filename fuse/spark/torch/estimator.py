@@ -59,16 +59,19 @@ class TorchEstimator(FuseEstimator):
     def _remote_trainer(self):
         return remote.train
 
-    def _create_model(self, result, run_id, data, df):
+    def trained_module(self, result):
+        """A copy of the model with the trained weights, in eval mode."""
         model = copy.deepcopy(self.getModel())
         model.load_state_dict(result["model"])
         model.eval()
+        return model
+
+    def _create_model(self, result, run_id, data, df):
+        model = self.trained_module(result)
         optimizer = remote.optimizer_for(model, self.getOptimizer())
         optimizer.load_state_dict(result["optimizer"])
-        return TorchModel(history=result["history"], model=model, optimizer=optimizer,
-                          feature_columns=list(self.getFeatureCols()),
-                          label_columns=list(self.getLabelCols()), run_id=run_id,
-                          input_shapes=self.getInputShapes(), _metadata=data.columns)
+        return TorchModel(model=model, optimizer=optimizer, input_shapes=self.getInputShapes(),
+                          **self.model_fields(result, run_id, data))
 
 
 class TorchModel(FuseModel):
