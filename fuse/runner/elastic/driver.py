@@ -316,6 +316,17 @@ class ElasticJob(Job):
                    self.server.get(protocol.WARM_KEY.format(worker=wid)) !=
                    str(self._incarnations[wid]).encode() for wid in added)
 
+    def _ended_while_warming(self, w: WorkerRecord, what: str) -> bool:
+        """Whether ``w`` was an added worker starting up ahead of its generation; it failed
+        then, even with code 0: it ended before its generation, and starting it again at once
+        would only repeat that."""
+        if w.wid not in self.warming or self.warming[w.wid][0] is not w:
+            return False
+        del self.warming[w.wid]
+        w.signal_group(signal.SIGKILL)
+        self._record(w, what + " while starting up", running=False)
+        return True
+
     def _start_ahead(self, wid: str, slot: Slot, now: float) -> None:
         """Start the process of an added worker for the generation to come."""
         self._incarnations[wid] = self.generation + 1
@@ -473,12 +484,7 @@ class ElasticJob(Job):
                 continue
             what = (f"exited with code {rc}" if rc > 0
                     else f"was killed by signal {_signame(-rc)}")
-            if wid in self.warming and self.warming[wid][0] is w:
-                # even with code 0: it ended before its generation, and starting it again at
-                # once would only repeat that
-                del self.warming[wid]
-                w.signal_group(signal.SIGKILL)
-                self._record(w, what + " while starting up", running=False)
+            if self._ended_while_warming(w, what):
                 continue
             if self.live.get(wid) is not w:
                 continue
