@@ -37,6 +37,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--runs", type=int, default=5)
     p.add_argument("--json", default=None)
+    p.add_argument("--logs", default=None,
+                   help="a directory to keep each run's logs in, with podman's timestamps: the "
+                        "driver's (driver.<run>.log) and the added pod's (added.<run>.log)")
     args = p.parse_args()
     runs = []
     for i in range(args.runs):
@@ -47,6 +50,11 @@ def main() -> None:
         finally:
             remove(shared)
             remove(work)
+        if args.logs:
+            os.makedirs(args.logs, exist_ok=True)
+            for who, text in out["stamped_logs"].items():
+                Path(args.logs, f"{who}.{i + 1}.log").write_text(
+                    f"# the pod was added at {out['added_at']!r} (epoch seconds)\n" + text)
         ok = out["driver_exit"] == 0 and all(r["w"] == out["reference"] for r in out["results"])
         ready = out["agent_ready_s"]
         runs.append({"recovery_s": out["recovery_s"], "join_s": out["join_s"],

@@ -24,6 +24,13 @@ ranks its engine found unanswering (``lost 2 5``; a bare ``1`` when none), so th
 leave out at once a worker that is cut off from the others but whose ssh session has not
 noticed yet.
 
+A worker the driver adds to a running job is started before its generation is published: the
+driver records its incarnation (the generation to come) and starts it; the process imports
+what it needs, finds the newest generation older than its incarnation, writes
+``elastic/warm/<id>`` (its incarnation) and waits.  Only once every added worker is warm does
+the driver publish the generation, so the running workers stop training for the rendezvous
+and the state's broadcast, not for a new process's start-up.
+
 Under ``FUSE_STRAGGLER_POLICY=remove`` rank 0 writes ``elastic/straggler/<g>/<n>`` (JSON: the
 flagged rank or host, how far behind, what it costs; fuse.worker.straggler) each time its
 coordinator names a straggler; the driver decides whether to take it out.
@@ -42,6 +49,7 @@ GO_KEY = "elastic/go/{g}"
 RESET_KEY = "elastic/reset/{g}/{worker}"
 RESET_PREFIX = "elastic/reset/{g}/"
 INCARNATION_ENV = "FUSE_ELASTIC_INCARNATION"
+WARM_KEY = "elastic/warm/{worker}"
 STRAGGLER_KEY = "elastic/straggler/{g}/{n}"
 STRAGGLER_PREFIX = "elastic/straggler/{g}/"
 

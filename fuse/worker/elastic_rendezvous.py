@@ -99,9 +99,17 @@ def join(config, after: int, lost: list[int] | None = None,
     deadline = time.monotonic() + timeout
     asked_for = None
     delay = 0.001
+    started_for = int(incarnation() or -1)
+    warm_said = False
     while True:
         g = _int(store.get(protocol.GENERATION_KEY, timeout))
-        if g <= after:
+        if g < started_for:
+            # started ahead of its generation (the driver adds it to a running job): say it
+            # has started up, and wait for the generation to be published
+            if not warm_said:
+                store.set(protocol.WARM_KEY.format(worker=me), str(started_for).encode())
+                warm_said = True
+        elif g <= after:
             # The collective failed but no worker has left (yet): ask for a new generation;
             # the driver makes one (after a moment in which a dying worker's exit shows).
             if asked_for != g:

@@ -150,6 +150,11 @@ class Cluster:
         r = podman("logs", name, check=False)
         return r.stdout + r.stderr
 
+    def stamped_logs(self, name: str) -> str:
+        """``name``'s log, each line after podman's timestamp of it."""
+        r = podman("logs", "-t", name, check=False)
+        return r.stdout + r.stderr
+
     def when_logged(self, name: str, text: str) -> float | None:
         """The time (epoch seconds, podman's own timestamp) of the first line of ``name``'s
         log that holds ``text``; None if none does."""

@@ -113,6 +113,9 @@ def elastic_run(shared: Path, workdir: Path, steps: int = 300) -> dict:
         wait(cluster, driver, lambda: cluster.exit_code(driver) is not None or None, 300,
              "the driver's end")
         return {"driver_exit": cluster.exit_code(driver), "driver_log": cluster.logs(driver),
+                "stamped_logs": {"driver": cluster.stamped_logs(driver),
+                                 "added": cluster.stamped_logs(added)},
+                "added_at": joined_at,
                 "recovery_s": after_kill[0][0] - killed_at,
                 "join_s": after_join[0][0] - joined_at,
                 "agent_ready_s": None if agent_joined is None else agent_joined - joined_at,

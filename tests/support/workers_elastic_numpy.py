@@ -18,6 +18,9 @@ straggler: it sleeps that much longer than the others before each batch's allred
 checkpoint or an evaluation every rank does).  ``GRAD_BYTES=<n>``: the gradient's allreduce
 carries n bytes (zeros after the DIM values), so that it goes through the backend's
 connections between workers rather than through the coordinator as a small one does.
+``HOLD_ADDED=1``: a worker the driver added to the running job (its incarnation, the
+generation it was started for, is not 0) writes OUT_DIR/held.<pid> and waits before
+``fuse.init()`` until OUT_DIR/release exists: a start-up as slow as the test wants.
 """
 
 import json
@@ -40,6 +43,12 @@ slow_host = os.environ.get("SLOW_HOST")
 slow_seconds = float(os.environ.get("SLOW_SECONDS", "0.1"))
 pause_at, pause_seconds = (float(x) for x in os.environ.get("PAUSE_AT", "-1:0").split(":"))
 grad_len = max(DIM, int(os.environ.get("GRAD_BYTES", "0")) // 8)
+
+if os.environ.get("HOLD_ADDED") == "1" and \
+        os.environ.get("FUSE_ELASTIC_INCARNATION", "0") != "0":
+    open(os.path.join(out_dir, f"held.{os.getpid()}"), "w").close()
+    while not os.path.exists(os.path.join(out_dir, "release")):
+        time.sleep(0.05)
 
 fuse.init()
 state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])

@@ -8,7 +8,10 @@ write to the store poke).  What makes it elastic:
   and makes a new generation on the hosts left; the survivors see the failure in their next
   collective, roll back to their last commit and join it (:mod:`fuse.worker.elastic`);
 * a discovery script whose hosts change makes a new generation; the workers join it at their
-  next ``commit()``/``check_host_updates()``;
+  next ``commit()``/``check_host_updates()``.  When the job only grows, the added workers are
+  started first and the generation is published once they have started up (their imports
+  done, waiting at the rendezvous): the running workers train on meanwhile instead of waiting
+  for a new process (or a slow host's ssh) at the rendezvous;
 * workers that ask for a new generation without anyone having exited (a collective failed for
   another reason) get one after ``reset_grace`` seconds (up to ``report_settle`` while some
   have not asked yet); workers they report unanswering or unreachable are left out first,
@@ -141,6 +144,10 @@ class ElasticJob(Job):
         self._straggler_keys: set[str] = set()          # reports already considered
         self._incarnations: dict[str, int] = {}         # worker id -> generation started for
         self._partition_checked = -1                    # generation whose cuts were acted on
+        # workers added to a job that only grows, started ahead of their generation:
+        # worker id -> (process, when started)
+        self.warming: dict[str, tuple[WorkerRecord, float]] = {}
+        self._broken_at = -1            # the last generation a running worker failed in
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -264,6 +271,11 @@ class ElasticJob(Job):
         for wid, slot in sorted(plan.items(), key=lambda kv: kv[1].rank):
             if wid in self.live:
                 continue
+            warm = self.warming.pop(wid, None)
+            if warm is not None:        # started ahead of this generation: it joins it now
+                warm[0].slot = slot
+                self.live[wid] = warm[0]
+                continue
             w = WorkerRecord(slot)
             w.wid = wid
             self.workers.append(w)
@@ -272,7 +284,61 @@ class ElasticJob(Job):
             if failure is not None:
                 self.live.pop(wid)
                 self._record(w, failure.what())
+        for wid, (w, _started) in self.warming.items():    # its host left meanwhile
+            self.leaving[wid] = (w, now + self.elastic.removed_grace)
+        self.warming.clear()
         return None
+
+    def _warming_up(self, now: float) -> bool:
+        """Whether to hold the next generation back while the workers it adds start up.
+        Only for a job that only grows (no worker failed or asked to re-form in this
+        generation, every running worker stays): each added worker is started ahead of its
+        generation, and the generation waits until all are warm, or for at most the start
+        timeout (then it is published as before, and its rendezvous waits for them)."""
+        if self.generation < 0 or self.succeeded or self._broken_at == self.generation or \
+                self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
+            return False
+        plan = self._candidate()
+        if len(plan) < self.elastic.min_np or not set(self.live) <= set(plan):
+            return False
+        added = [wid for wid in plan if wid not in self.live]
+        if not added:
+            if {w: identity(s) for w, s in plan.items()} == \
+                    {w: identity(s) for w, s in self.plan.items()}:
+                self._replan_reason = None      # what would have grown failed to start
+                return True
+            return False
+        for wid in added:
+            if wid not in self.warming:
+                self._start_ahead(wid, plan[wid], now)
+        limit = self.settings.start_timeout
+        return any(wid in self.warming and now - self.warming[wid][1] < limit and
+                   self.server.get(protocol.WARM_KEY.format(worker=wid)) !=
+                   str(self._incarnations[wid]).encode() for wid in added)
+
+    def _ended_while_warming(self, w: WorkerRecord, what: str) -> bool:
+        """Whether ``w`` was an added worker starting up ahead of its generation; it failed
+        then, even with code 0: it ended before its generation, and starting it again at once
+        would only repeat that."""
+        if w.wid not in self.warming or self.warming[w.wid][0] is not w:
+            return False
+        del self.warming[w.wid]
+        w.signal_group(signal.SIGKILL)
+        self._record(w, what + " while starting up", running=False)
+        return True
+
+    def _start_ahead(self, wid: str, slot: Slot, now: float) -> None:
+        """Start the process of an added worker for the generation to come."""
+        self._incarnations[wid] = self.generation + 1
+        w = WorkerRecord(slot)
+        w.wid = wid
+        self.workers.append(w)
+        failure = self.start_worker(w)
+        if failure is not None:
+            self._record(w, failure.what(), running=False)
+            return
+        self.warming[wid] = (w, now)
+        self.debug(f"worker {wid} starting ahead of generation {self.generation + 1}")
 
     def worker_env(self, slot: Slot) -> dict[str, str]:
         return self._with_incarnation(slot, super().worker_env(slot))
@@ -302,7 +368,11 @@ class ElasticJob(Job):
                             f"{said}, not {self._incarnations.get(wid)}")
         return ready
 
-    def _record(self, w: WorkerRecord, what: str) -> None:
+    def _record(self, w: WorkerRecord, what: str, running: bool = True) -> None:
+        """A worker failed: blacklist its host and re-form.  ``running``: a worker of the
+        current generation (not one starting up ahead of the next)."""
+        if running:
+            self._broken_at = self.generation
         self.failures.append(WorkerFailure(w.wid, w.slot.hostname, self.generation, what,
                                            w.tail()))
         seconds = self.blacklist.add(w.slot.hostname)
@@ -412,6 +482,10 @@ class ElasticJob(Job):
                 self._replan_reason = self._replan_reason or (
                     None if self.succeeded else self._pending_growth())
                 continue
+            what = (f"exited with code {rc}" if rc > 0
+                    else f"was killed by signal {_signame(-rc)}")
+            if self._ended_while_warming(w, what):
+                continue
             if self.live.get(wid) is not w:
                 continue
             del self.live[wid]
@@ -421,8 +495,6 @@ class ElasticJob(Job):
             # whatever the worker's process group still holds goes too: when its guard was
             # killed, the worker under it (or a shell's child) must not train on as a ghost
             w.signal_group(signal.SIGKILL)
-            what = (f"exited with code {rc}" if rc > 0
-                    else f"was killed by signal {_signame(-rc)}")
             if self.succeeded:
                 self.failures.append(WorkerFailure(wid, w.slot.hostname, self.generation, what,
                                                    w.tail()))
@@ -452,7 +524,7 @@ class ElasticJob(Job):
         if self._replan_reason is not None and \
                 now - self._last_failure_at < self.elastic.failure_settle:
             return None     # workers that fail together (one error, many exits): one plan
-        if self._replan_reason is not None:
+        if self._replan_reason is not None and not self._warming_up(now):
             self._reset_seen_at = None
             error = self._replan(self._replan_reason)
             if error is not None:

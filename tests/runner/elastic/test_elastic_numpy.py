@@ -66,6 +66,38 @@ def test_discovery_grows_and_shrinks_the_job(tmp_path):
     assert {r["generation"] for r in res} == {2}
 
 
+def test_the_running_workers_train_on_while_an_added_one_starts_up(tmp_path):
+    """The driver starts an added worker ahead of its generation and publishes the generation
+    once the worker is warm: while the added worker's start-up is held (HOLD_ADDED), the 2
+    running workers go on committing; released, it joins and the job ends on 3."""
+    batches = 300
+    script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
+                   str(script), sys.executable, WORKER, str(tmp_path), str(batches))
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env=job_env({"STEP_SLEEP": "0.03", "HOLD_ADDED": "1"}),
+                            cwd=str(tmp_path))
+    try:
+        wait_for(lambda: len(progress(tmp_path)) >= 5, 60, proc, "5 batches on 2 workers")
+        set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1"])
+        wait_for(lambda: list(tmp_path.glob("held.*")), 60, proc, "the added worker's start")
+        held_at = len(progress(tmp_path))
+        wait_for(lambda: len(progress(tmp_path)) >= held_at + 20, 60, proc,
+                 "20 commits of the running workers while the added one is held")
+        assert {g for g, _s, _n in progress(tmp_path)} == {0}
+        (tmp_path / "release").touch()
+        wait_for(lambda: any(s == 3 for _g, s, _n in progress(tmp_path)), 60, proc,
+                 "a commit of 3 workers")
+        out, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err[-4000:]
+    res = check_training(tmp_path, batches, expect_workers=3)
+    assert {r["generation"] for r in res} == {1}
+
+
 def test_every_worker_failing_ends_the_job(tmp_path):
     proc = run(tmp_path, "-np", "4", "--min-np", "1", "-H", FOUR_HOSTS,
                faults=["raise:0:all:4"])
