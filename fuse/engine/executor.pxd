@@ -69,6 +69,8 @@ cdef class Executor:
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil
     cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
+    cdef int _reduce_shm(self, PSet* ps, char* buf, size_t count, int dtype, int op,
+                         double post, string& err) noexcept nogil
     cdef int _reducescatter_shm(self, PSet* ps, char* buf, size_t count, vector[size_t]& counts,
                                 int dtype, int op, double post, string& err) noexcept nogil
     cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,

@@ -436,18 +436,12 @@ cdef class Executor:
         cdef size_t half
         cdef HalfJob job
         cdef int rc, rc_lane
-        cdef char errbuf[ERRLEN]
         if self._via_hier(ps, count * dsize):
             return self._reduce_hier(ps, buf, count, dtype, op, post, err)
         if self._via_shm(ps, count * dsize):
             # every member is on this host: no backend at all (the postscale is applied by
             # each part's owner while the part is in cache)
-            errbuf[0] = 0
-            rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
-            self.st_shm += 1
-            if rc:
-                err = _str(errbuf)
-            return _shm_outcome(rc)
+            return self._reduce_shm(ps, buf, count, dtype, op, post, err)
         if ps.twin == NULL or self.split_bytes == 0 or count * dsize < self.split_bytes:
             rc = _b_allreduce(ps, buf, count, dtype, op, err)
             if rc == 0:
@@ -712,6 +706,19 @@ cdef class Executor:
             memcpy(out, buf, counts[ps.index] * dsize)
         return EX_OK
 
+    cdef int _reduce_shm(self, PSet* ps, char* buf, size_t count, int dtype, int op,
+                         double post, string& err) noexcept nogil:
+        """``buf`` reduced in place among the set's members through this host's shared memory,
+        scaled by ``post``; a failure's text into ``err``."""
+        cdef char errbuf[ERRLEN]
+        cdef int rc
+        errbuf[0] = 0
+        rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
+        self.st_shm += 1
+        if rc:
+            err = _str(errbuf)
+        return _shm_outcome(rc)
+
     cdef int _reducescatter_shm(self, PSet* ps, char* buf, size_t count, vector[size_t]& counts,
                                 int dtype, int op, double post, string& err) noexcept nogil:
         """A reduce-scatter among members that share this host: the whole buffer reduced
@@ -722,14 +729,9 @@ cdef class Executor:
         bench/suite/collectives.py compares both with torch.distributed."""
         cdef size_t dsize = dtype_size(dtype)
         cdef size_t offset = 0, i
-        cdef int rc
-        cdef char errbuf[ERRLEN]
-        errbuf[0] = 0
-        rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
-        self.st_shm += 1
-        if rc:
-            err = _str(errbuf)
-            return _shm_outcome(rc)
+        cdef int rc = self._reduce_shm(ps, buf, count, dtype, op, post, err)
+        if rc != EX_OK:
+            return rc
         for i in range(<size_t>ps.index):
             offset += counts[i]
         if offset and counts[ps.index]:
