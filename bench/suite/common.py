@@ -26,6 +26,23 @@ def time_per_call(fn: Callable[[], object], calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def timed_steps(step: Callable[[], object], barrier: Callable[[], object], warmup: int,
+                steps: int) -> list[float]:
+    """The wall time of each of ``steps`` calls of ``step``, after ``warmup`` untimed calls;
+    every rank passes ``barrier`` before and after the timed calls, so they start together and
+    no rank's figures include waiting for a slower one to finish warming up."""
+    for _ in range(warmup):
+        step()
+    barrier()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    barrier()
+    return times
+
+
 def alternating_rounds(sides: Mapping[str, Callable[[], float]], rounds: int,
                        barrier: Callable[[], object]) -> dict[str, list[float]]:
     """Run each side's measurement once per round, reversing the order every other round.

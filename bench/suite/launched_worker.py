@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import time
 
 import torch
 
@@ -115,15 +114,7 @@ def main():
     threads["torch.get_num_threads()"] = torch.get_num_threads()
     rank, step, barrier, close = (fuse_side if args.side == "fuse" else ddp_side)(
         args.model, args.powersgd, args.start_iter)
-    for _ in range(args.warmup):
-        step()
-    barrier()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    barrier()
+    times = common.timed_steps(step, barrier, args.warmup, args.steps)
     if rank == 0:
         print(f"{args.side} {args.model}: median step {common.median(times) * 1e3:.1f} ms, "
               f"threads {threads}", flush=True)

@@ -21,7 +21,6 @@ import json
 import os
 import resource
 import sys
-import time
 
 import torch
 
@@ -94,15 +93,7 @@ def main():
         rank, step, held, barrier, close = fuse_side(args.model, args.side == "fuse_sharded")
     else:
         rank, step, held, barrier, close = ddp_side(args.model, args.side == "ddp_zero")
-    for _ in range(args.warmup):
-        step()
-    barrier()
-    times = []
-    for _ in range(args.steps):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
-    barrier()
+    times = common.timed_steps(step, barrier, args.warmup, args.steps)
     record = {"side": args.side, "model": args.model, "rank": rank, "step_seconds": times,
               "median_step_s": common.median(times), "state_bytes": held(),
               # Linux reports ru_maxrss in KiB
