@@ -103,26 +103,89 @@ def wait_for(predicate, timeout: float, proc: subprocess.Popen, what: str) -> No
         time.sleep(0.1)
 
 
+def wait_at_gate(out_dir: str, state, committed: int) -> None:
+    """The hold a test puts on the job (grow_and_shrink): with OUT_DIR/gate present, a job
+    about to start its step number ``committed`` waits while the file allows fewer steps,
+    checking for host updates so that it grows or shrinks as it waits; rank 0 notes
+    "generation size committed" in OUT_DIR/waiting.  Collective, as the decision to go on is
+    rank 0's reading of the file, broadcast: every rank leaves the gate at the same call.
+    No gate file: no wait."""
+    import fuse
+    from fuse.job.state import rendezvous_generation
+    gate, waiting = Path(out_dir) / "gate", Path(out_dir) / "waiting"
+    if not gate.exists():
+        return
+    while True:
+        hold = False
+        if fuse.rank() == 0:
+            try:
+                hold = committed >= int(gate.read_text())
+            except FileNotFoundError:
+                hold = False
+            if hold:
+                note = waiting.with_suffix(".tmp")
+                note.write_text(f"{rendezvous_generation()} {fuse.size()} {committed}\n")
+                os.replace(note, waiting)
+        if not fuse.broadcast_object(hold, root_rank=0, name="test.gate"):
+            return
+        state.check_host_updates()
+        time.sleep(0.05)
+
+
+def _waiting(out_dir: Path) -> tuple[int, int, int] | None:
+    try:
+        return tuple(int(x) for x in (out_dir / "waiting").read_text().split())
+    except FileNotFoundError:
+        return None
+
+
+def _open_gate(out_dir: Path, steps: int | None) -> None:
+    """Let the job start steps below ``steps`` (None: every step)."""
+    gate = out_dir / "gate"
+    if steps is None:
+        gate.unlink()
+        return
+    tmp = gate.with_suffix(".tmp")
+    tmp.write_text(str(steps))
+    os.replace(tmp, gate)
+
+
 def grow_and_shrink(out_dir: Path, worker: list[str], *, steps: int, unit: str,
                     step_sleep: str, final_hosts: list[str],
                     timeouts: tuple[float, float, float], env: dict | None = None) -> None:
-    """Run ``worker`` (its argv) elastically under a discovery script that lists 2 hosts, then
-    4 once a worker has made ``steps`` steps, then ``final_hosts`` once ``steps`` steps were
-    made on 4 workers; timeouts: (first wait, second wait, the job's end).  Asserts the job
-    succeeded and its size went 2 -> 4 -> 2.  ``env``: more environment for the workers."""
+    """Run ``worker`` (its argv; it calls wait_at_gate before each step) elastically under a
+    discovery script that lists 2 hosts, then 4, then ``final_hosts``: ``steps`` steps on 2
+    workers, then ``steps`` steps on 4, then the rest of the job on the final hosts.  The gate
+    holds the job at each change until it has re-formed, so that no phase depends on how fast
+    workers start; timeouts: (each wait for the first two phases, the wait for the shrink,
+    the job's end).  Asserts the job succeeded and its size went 2 -> 4 -> 2.  ``env``: more
+    environment for the workers."""
     script, hosts_file = write_discovery(out_dir, ["localhost:1", "127.0.0.1:1"])
+    _open_gate(out_dir, steps)
     argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
                    str(script), *worker)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=job_env({"STEP_SLEEP": step_sleep, **(env or {})}),
                             cwd=str(out_dir))
+
+    def waits_with(size, generation_after=-1):
+        def at_gate():
+            w = _waiting(out_dir)
+            return w is not None and w[1] == size and w[0] > generation_after
+        return at_gate
+
     try:
-        wait_for(lambda: any(n >= steps for _g, _s, n in progress(out_dir)), timeouts[0], proc,
-                 f"{steps} {unit} on 2 workers")
+        wait_for(waits_with(2), timeouts[0], proc, f"{steps} {unit} on 2 workers")
         set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
-        wait_for(lambda: sum(s == 4 for _g, s, _n in progress(out_dir)) >= steps, timeouts[1],
-                 proc, f"{steps} {unit} on 4 workers")
+        wait_for(waits_with(4), timeouts[1], proc, "the job to grow to 4 workers")
+        grown_generation, _size, committed = _waiting(out_dir)
+        _open_gate(out_dir, committed + steps)
+        wait_for(lambda: _waiting(out_dir)[2] >= committed + steps, timeouts[1], proc,
+                 f"{steps} {unit} on 4 workers")
         set_hosts(hosts_file, final_hosts)
+        wait_for(waits_with(len(final_hosts), grown_generation), timeouts[1], proc,
+                 f"the job to shrink to {len(final_hosts)} workers")
+        _open_gate(out_dir, None)
         out, err = proc.communicate(timeout=timeouts[2])
     finally:
         if proc.poll() is None:

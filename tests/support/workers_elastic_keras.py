@@ -20,7 +20,7 @@ import numpy as np
 
 import fuse.keras as hvd
 from fuse.job.state import rendezvous_generation
-from elastic_util import DIM, batch_rows
+from elastic_util import DIM, batch_rows, wait_at_gate
 
 out_dir, epochs, steps_per_epoch = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 faults = [f.split(":") for f in sys.argv[4:]]
@@ -47,6 +47,7 @@ state = hvd.elastic.KerasState(model, batch=0, epoch=0, step=0)
 
 class CountSteps(keras.callbacks.Callback):
     def on_batch_begin(self, batch, logs=None):
+        wait_at_gate(out_dir, state, state.step)
         for kind, g, r, at in faults:
             if int(g) == rendezvous_generation() and state.step >= int(at) \
                     and int(r) == hvd.rank():

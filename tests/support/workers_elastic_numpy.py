@@ -34,7 +34,7 @@ import numpy as np
 import fuse
 import fuse.elastic
 from fuse.job.state import config, rendezvous_generation
-from elastic_util import DIM, apply_batch, batch_rows
+from elastic_util import DIM, apply_batch, batch_rows, wait_at_gate
 
 out_dir, batches = sys.argv[1], int(sys.argv[2])
 faults = [f.split(":") for f in sys.argv[3:]]
@@ -96,6 +96,7 @@ state.register_reset_callbacks([on_reset])
 def train(state):
     while state.batch < batches:
         b = state.batch
+        wait_at_gate(out_dir, state, b)
         rows = batch_rows(b)[fuse.rank()::fuse.size()]
         maybe_fail(b, rows.sum(axis=0))
         if slow_host and config().hostname == slow_host:

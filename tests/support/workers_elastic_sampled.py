@@ -22,6 +22,7 @@ import time
 from typing import Callable
 
 from fuse.job.state import rendezvous_generation
+from elastic_util import wait_at_gate
 
 BATCH = 2          # per rank
 
@@ -56,6 +57,7 @@ class Job:
             while state.epoch < self.epochs:
                 mine = list(iter(state.sampler))
                 for b in range(math.ceil(len(mine) / BATCH)):
+                    wait_at_gate(self.out_dir, state, len(state.log))
                     idx = state.sampler.get_indices(b, BATCH)
                     step(idx, len(state.log))
                     everyone = hvd.allgather_object(list(idx), name="indices")

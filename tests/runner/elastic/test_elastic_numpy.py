@@ -58,7 +58,7 @@ def test_a_worker_lost_while_the_job_reforms(tmp_path):
 
 
 def test_discovery_grows_and_shrinks_the_job(tmp_path):
-    batches = 400
+    batches = 40
     grow_and_shrink(tmp_path, [sys.executable, WORKER, str(tmp_path), str(batches)], steps=5,
                     unit="batches", step_sleep="0.03", final_hosts=["localhost:1", "127.0.0.2:1"],
                     timeouts=(60, 60, 120))
