@@ -38,7 +38,9 @@ fi
 REQUIRE=tensorflow
 if command -v java >/dev/null 2>&1; then REQUIRE=$REQUIRE,spark; fi
 # tests/frameworks/contract: the adapters' shared contract, TensorFlow's checked here.
+# tests/bench/test_tf_step.py: the benchmark suite's TensorFlow workload at tiny size.
 FUSE_TEST_REQUIRE=$REQUIRE python -m pytest tests/frameworks/tensorflow \
-  tests/integrations/spark/test_spark_keras.py tests/frameworks/contract "$@"
+  tests/integrations/spark/test_spark_keras.py tests/frameworks/contract \
+  tests/bench/test_tf_step.py "$@"
 # The documentation's TensorFlow/Keras snippets, as a reader runs them (tests/docs/test_doc_snippets.py)
 FUSE_TEST_REQUIRE=tensorflow python -m pytest tests/docs/test_doc_snippets.py -k tensorflow "$@"

@@ -61,6 +61,8 @@ def describe() -> dict:
         "numpy": _version("numpy"),
         "torch": _version("torch"),
         "torch_gloo": "bundled with torch" if _version("torch") else None,
+        "tensorflow": _version("tensorflow"),
+        "keras": _version("keras"),
         "fuse": _version("fuse-dl"),       # the distribution; the import name is fuse
         "fuse_gloo": debian_gloo_version(),
         "mpi4py": _version("mpi4py"),

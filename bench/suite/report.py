@@ -305,6 +305,40 @@ def multihost_section(w: dict) -> str:
         "it from each host.", "", "![across hosts](plots/multihost.png)"])
 
 
+def tensorflow_section(w: dict) -> str:
+    jobs = [job for job in w.get("jobs", []) if job["job"].startswith("tensorflow")]
+    if not jobs:
+        return "Not measured in this run (see the notes above)."
+    m, config = jobs[0].get("machine", {}), jobs[0].get("config", {})
+    threads = config.get("threads") or {}
+    rows = [[r["case"], fmt_time(r["median"]["fuse"]), fmt_time(r["median"]["MWMS"]),
+             _ratio_cell(r["ratio"])] for r in job_rows(w, "tensorflow")]
+    notes = [f"- {n}" for job in jobs for n in job.get("notes", [])]
+    return "\n".join([
+        _table(["case", "fuse (fuserun -np 2)", "MultiWorkerMirroredStrategy", "fuse/MWMS"],
+               rows), "",
+        f"TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}, NumPy "
+        f"{m.get('numpy', '?')}, Python {m.get('python', '?')} (the .venv-tf environment). "
+        "2 workers on this machine, "
+        f"{config.get('steps', '?')} timed steps after {config.get('warmup', '?')} warm-up "
+        f"steps per job (median), {config.get('rounds', '?')} rounds alternating which side's "
+        "job starts first; the figure is the median over rounds. Both sides' workers run "
+        f"TensorFlow with {threads.get('intra_op', '?')} intra-op and "
+        f"{threads.get('inter_op', '?')} inter-op thread(s). fuse: `fuserun -np 2`, a "
+        "`tf.function` step with `fuse.tensorflow.DistributedGradientTape`; MWMS: two "
+        "processes whose TF_CONFIG names two localhost ports, "
+        "`CommunicationImplementation.RING`, the same step under `strategy.run`. Both: "
+        "forward, the tape's gradient, gradients averaged over the workers, Keras SGD with "
+        "momentum, 16 samples per worker. Keras fit: one `model.fit` call of the same number "
+        "of steps over a repeated in-memory batch (fuse: `fuse.tensorflow.keras."
+        "DistributedOptimizer`; MWMS: the model compiled under the strategy's scope), its "
+        "time over the steps. \"load N\": N `while True: pass` processes beside the jobs.",
+        *(["", "Notes from the workers:", "", *notes] if notes else []), "",
+        "Run it: `bash scripts/test_tensorflow.sh` once (it makes .venv-tf), then "
+        "`bash scripts/bench.sh --only tensorflow`, or by hand "
+        "`PATH=$PWD/.venv-tf/bin:$PATH .venv-tf/bin/python bench/suite/tf_step.py --fit`."])
+
+
 SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
             ("collectives", "Every other collective against torch.distributed",
              collectives_section),
@@ -316,7 +350,9 @@ SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
             ("sharded", "Sharded optimizer state (ZeRO) against DDP + ZeroRedundancyOptimizer",
              sharded_section),
             ("multihost", "Across hosts (network namespaces, capped links)",
-             multihost_section))
+             multihost_section),
+            ("tensorflow", "TensorFlow: fuse.tensorflow against MultiWorkerMirroredStrategy",
+             tensorflow_section))
 
 METHOD = ("Every comparison runs fuse and its competitor in the same job, alternating which goes "
           "first from round to round with a barrier before each measurement, and reports "

@@ -23,6 +23,10 @@ writing one JSON record):
   multihost   bench/suite/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
               layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
               set and 64 MiB allreduce bandwidth
+  tensorflow  bench/suite/tf_step.py: a tf.function GradientTape step (and Keras model.fit),
+              fuse.tensorflow vs MultiWorkerMirroredStrategy, 2 workers, a Dense model and
+              ResNet-50, quiet and beside --load busy processes; runs in .venv-tf (made by
+              scripts/test_tensorflow.sh), skipped when that environment is missing
 
 Writes bench/results/<workload>.json, bench/plots/*.png, bench/results/<workload>.md (the
 workload's page: setting, rerun command, latest table) and the index in bench/RESULTS.md, from
@@ -57,7 +61,9 @@ RESULTS_DIR = os.path.join(BENCH, "results")
 PLOTS_DIR = os.path.join(BENCH, "plots")
 RESULTS_MD = os.path.join(BENCH, "RESULTS.md")
 WORKLOADS = ("allreduce", "collectives", "many_small", "training", "overhead", "loaded",
-             "sharded", "multihost")
+             "sharded", "multihost", "tensorflow")
+# TensorFlow needs NumPy >= 1.26 and lives in an environment of its own
+TF_PYTHON = os.path.join(os.path.dirname(BENCH), ".venv-tf", "bin", "python")
 
 
 @dataclasses.dataclass
@@ -70,6 +76,7 @@ class Job:
     needs: tuple[str, ...] = ("torch",)
     timeout: float | None = None  # seconds before it is killed, when it needs more than the rest
     np: int = 2                  # workers under fuserun or mpiexec
+    python: str | None = None    # the interpreter to run the script with (default: this one)
 
 
 def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
@@ -121,11 +128,23 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
                 else ["--rounds", "3", "--steps", "5"])
         return [Job("multihost", ["multihost.py", *args], launcher="self",
                     timeout=900 if quick else 2400)]
+    if workload == "tensorflow":
+        args = (["--rounds", "1", "--steps", "3", "--warmup", "2"] if quick
+                else ["--rounds", "3", "--steps", "10"])
+        # 2 load levels x rounds x 2 sides, each job ~1-2 min (TensorFlow's start included).
+        # No --fit: Keras 3's model.fit refuses MWMS's distributed dataset (tf_step.py --fit
+        # shows the error), so only the tf.function loop has a competitor to compare with.
+        return [Job("tensorflow_step", ["tf_step.py", "--load", str(load), *args],
+                    launcher="self", needs=(), python=TF_PYTHON,
+                    timeout=900 if quick else 2400)]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 
-def missing(needs: tuple[str, ...]) -> list[str]:
+def missing(needs: tuple[str, ...], python: str | None = None) -> list[str]:
     out = []
+    if python is not None and not os.path.exists(python):
+        out.append(f"{os.path.relpath(python)} (the environment scripts/test_tensorflow.sh "
+                   "makes)")
     for need in needs:
         if need == "mpiexec":
             if not (shutil.which("mpiexec") or shutil.which("mpirun")):
@@ -136,7 +155,7 @@ def missing(needs: tuple[str, ...]) -> list[str]:
 
 
 def command(job: Job, json_path: str) -> list[str]:
-    script = [sys.executable, os.path.join(HERE, job.argv[0]), *job.argv[1:], "--json", json_path]
+    script = [job.python or sys.executable, os.path.join(HERE, job.argv[0]), *job.argv[1:], "--json", json_path]
     if job.launcher == "fuserun":
         fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
         fuserun = fuserun if os.path.exists(fuserun) else (shutil.which("fuserun") or "fuserun")
@@ -181,7 +200,7 @@ def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
               "jobs": [], "notes": []}
     ok = True
     for job in jobs_for(workload, quick, load):
-        lacking = missing(job.needs)
+        lacking = missing(job.needs, job.python)
         if lacking:
             record["notes"].append(f"{job.name} skipped: {', '.join(lacking)} not installed")
             print(f"--- {job.name}: skipped, {', '.join(lacking)} not installed", flush=True)

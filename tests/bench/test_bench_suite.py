@@ -203,7 +203,7 @@ def test_suite_jobs_and_unknown_workload():
                      "collectives_4_world", "collectives_4_pset", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
-                     "overhead", "loaded", "sharded", "multihost"]
+                     "overhead", "loaded", "sharded", "multihost", "tensorflow_step"]
     loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
     assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]
@@ -217,3 +217,10 @@ def test_suite_jobs_and_unknown_workload():
     with pytest.raises(ValueError):
         suite.jobs_for("nope", quick=True)
     assert suite.missing(("surely_not_a_module_xyz",)) == ["surely_not_a_module_xyz"]
+    # TensorFlow's workload runs its script with .venv-tf's Python, and is skipped without it
+    tf_job = suite.jobs_for("tensorflow", quick=True, load=2)[0]
+    assert tf_job.python.endswith(".venv-tf/bin/python") and tf_job.launcher == "self"
+    assert tf_job.argv[:3] == ["tf_step.py", "--load", "2"]
+    assert suite.command(tf_job, "x.json")[0] == tf_job.python
+    assert "the environment scripts/test_tensorflow.sh makes" in \
+        suite.missing((), "/nonexistent/.venv-tf/bin/python")[0]

@@ -1,0 +1,168 @@
+"""A TensorFlow training step on 2 workers: fuse.tensorflow against MultiWorkerMirroredStrategy.
+
+    .venv-tf/bin/python bench/suite/tf_step.py [--load 1] [--rounds 3] [--steps 10] [--fit]
+        [--models dense,resnet50] [--json f]
+
+Run from the TensorFlow environment (.venv-tf, made by scripts/test_tensorflow.sh): the suite
+(``bash scripts/bench.sh --only tensorflow``) starts this script with that environment's Python.
+
+Each round launches both sides' 2-worker jobs (bench/suite/tf_worker.py), the order alternating
+from round to round: fuse under ``fuserun -np 2``, MultiWorkerMirroredStrategy as two processes
+whose TF_CONFIG names two localhost ports (RING collectives). Both sides' workers run with the
+same TensorFlow intra-op and inter-op thread counts (each worker's share of the cores). A job
+times ``--steps`` steps of each model after a warm-up and reports the median; the figure is
+the median over rounds and the ratio fuse/MWMS. Load levels: 0 and ``--load`` (that many
+``while True: pass`` processes beside the jobs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+import loaded  # noqa: E402  (busy processes)
+import machine  # noqa: E402
+
+WORKER = os.path.join(HERE, "tf_worker.py")
+JOB_TIMEOUT = 600
+MODEL_NAMES = {"dense": "Dense 4x2560 (26 M parameters, 10 tensors)",
+               "resnet50": "ResNet-50 on 32x32 (25.6 M parameters, 214 tensors)"}
+
+
+def fuserun() -> str:
+    beside = os.path.join(os.path.dirname(sys.executable), "fuserun")
+    return beside if os.path.exists(beside) else (shutil.which("fuserun") or "fuserun")
+
+
+def worker_args(args, json_path: str) -> list[str]:
+    out = [WORKER, "--models", args.models, "--size", args.size, "--threads", str(args.threads),
+           "--warmup", str(args.warmup), "--steps", str(args.steps), "--json", json_path]
+    return out + (["--fit"] if args.fit else [])
+
+
+def _wait(procs: list[subprocess.Popen], what: str) -> None:
+    """Wait for every process of a job; kill the lot if one fails or the job runs too long."""
+    try:
+        for p in procs:
+            p.wait(timeout=JOB_TIMEOUT)
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            os.killpg(p.pid, signal.SIGKILL)
+        raise RuntimeError(f"the {what} job exceeded {JOB_TIMEOUT} s")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+    failed = [p.returncode for p in procs if p.returncode != 0]
+    if failed:
+        raise RuntimeError(f"the {what} job failed (exit {failed[0]}): see its output above")
+
+
+def run_fuse(args, path: str) -> None:
+    proc = subprocess.Popen([fuserun(), "-np", "2", sys.executable, "-u",
+                             *worker_args(args, path), "--side", "fuse"],
+                            start_new_session=True)
+    _wait([proc], "fuse")
+
+
+def run_mwms(args, path: str) -> None:
+    ports = [common.free_port(), common.free_port()]
+    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+    procs = []
+    for index in range(2):
+        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
+                                                     "task": {"type": "worker",
+                                                              "index": index}}))
+        procs.append(subprocess.Popen([sys.executable, "-u", *worker_args(args, path),
+                                       "--side", "mwms"], env=env, start_new_session=True))
+    _wait(procs, "MultiWorkerMirroredStrategy")
+
+
+def run_side(side: str, args, tmp: str) -> dict:
+    path = os.path.join(tmp, f"{side}.json")
+    if os.path.exists(path):
+        os.unlink(path)
+    (run_fuse if side == "fuse" else run_mwms)(args, path)
+    with open(path) as f:
+        return json.load(f)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--load", type=int, default=1, help="busy processes beside the jobs")
+    ap.add_argument("--no-quiet", action="store_true", help="skip the level without load")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--models", default="dense,resnet50")
+    ap.add_argument("--size", choices=("full", "tiny"), default="full")
+    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                    help="TensorFlow intra-op and inter-op threads per worker, both sides")
+    ap.add_argument("--fit", action="store_true", help="also time Keras model.fit")
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    # fuserun, and the editable install's rebuild on import, want this environment's tools
+    os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    loads = ([] if args.no_quiet else [0]) + ([args.load] if args.load > 0 else [])
+    labels = {"fuse": "fuse", "mwms": "MWMS"}
+    rows, notes, info = [], [], {}
+    with tempfile.TemporaryDirectory(prefix="fuse-tf.") as tmp:
+        for load in loads:
+            busy = loaded.start_busy(load)
+            try:
+                loop = {m: {"fuse": [], "MWMS": []} for m in models}
+                fit = {m: {"fuse": [], "MWMS": []} for m in models}
+                for rnd in range(args.rounds):
+                    for side in (("fuse", "mwms") if rnd % 2 == 0 else ("mwms", "fuse")):
+                        rec = run_side(side, args, tmp)
+                        for m in models:
+                            entry = rec["models"][m]
+                            info[m] = {"parameters": entry["parameters"],
+                                       "tensors": entry["tensors"]}
+                            loop[m][labels[side]].append(common.median(entry["loop_seconds"]))
+                            if "fit_seconds_per_step" in entry:
+                                fit[m][labels[side]].append(entry["fit_seconds_per_step"])
+                            elif "fit_error" in entry:
+                                note = f"{labels[side]} {m} model.fit: {entry['fit_error']}"
+                                if note not in notes:
+                                    notes.append(note)
+                                    print(note, flush=True)
+                        info["threads"] = rec["threads"]
+            finally:
+                loaded.stop_busy(busy)
+            for m in models:
+                name = MODEL_NAMES[m] if args.size == "full" else f"{m} (tiny)"
+                for kind, samples in (("tf.function loop", loop[m]), ("Keras fit", fit[m])):
+                    if not (samples["fuse"] and samples["MWMS"]):
+                        continue
+                    row = common.comparison(f"{name}, {kind}, load {load}", samples, unit="s",
+                                            competitor="MWMS", model=m, kind=kind, load=load,
+                                            **info[m])
+                    rows.append(row)
+                    med = row["median"]
+                    print(f"load {load}, {m}, {kind}: fuse {med['fuse'] * 1e3:.1f} ms, "
+                          f"MWMS {med['MWMS'] * 1e3:.1f} ms, fuse/MWMS {row['ratio']:.2f}",
+                          flush=True)
+    described = machine.describe()
+    common.write_json(args.json, common.job_record(
+        "tensorflow_step", rows, described,
+        vars(args) | {"workers": 2, "threads": info.get("threads"),
+                      "launchers": {"fuse": "fuserun -np 2",
+                                    "MWMS": "2 processes, TF_CONFIG with 2 localhost ports, "
+                                            "CommunicationImplementation.RING"}},
+        notes=notes))
+
+
+if __name__ == "__main__":
+    main()
