@@ -1,6 +1,7 @@
 """How a fuse collective runs from TensorFlow without a compiled op.
 
-``run_host(fn, inputs, ...)`` calls ``fn`` (numpy arrays in, numpy arrays out) on the host:
+``run_host(fn, inputs, ...)`` calls ``fn`` (numpy arrays in; numpy arrays or the tensors of
+:func:`fuse.frameworks.tensorflow.tensors.host_output` out) on the host:
 
 * eagerly, it is called at once on the inputs' values;
 * while a ``tf.function`` is traced, it becomes a ``tf.py_function``.  py_function ops are
@@ -216,7 +217,8 @@ def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,
             if mapped is err:
                 raise
             raise mapped from err
-        return [tf.convert_to_tensor(np.asarray(o), dtype=d) for o, d in zip(outs, out_dtypes)]
+        return [o if isinstance(o, tf.Tensor) else tf.convert_to_tensor(np.asarray(o), dtype=d)
+                for o, d in zip(outs, out_dtypes)]
 
     def host(*tensors):
         try:
@@ -225,7 +227,8 @@ def run_host(fn: Callable[[list], list], inputs: Sequence, out_dtypes: Sequence,
             # empty placeholders: _fail_on_message raises before anything reads them
             return ([np.zeros((0,), d.as_numpy_dtype) for d in out_dtypes]
                     + [np.bytes_(str(err).encode())])
-        return [np.asarray(o) for o in outs] + [np.bytes_(b"")]
+        # a tensor (tensors.host_output) goes back as it is; TensorFlow copies an array
+        return [o if isinstance(o, tf.Tensor) else np.asarray(o) for o in outs] + [np.bytes_(b"")]
 
     outs = _call_host(host, inputs, out_dtypes + [tf.string], f"fuse_{what}")
     outs, message = outs[:-1], outs[-1]

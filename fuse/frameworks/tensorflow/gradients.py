@@ -18,7 +18,7 @@ from fuse.collectives.ops import Average
 from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow import mpi_ops
 from fuse.frameworks.tensorflow.bridge import run_host
-from fuse.frameworks.tensorflow.tensors import Compression
+from fuse.frameworks.tensorflow.tensors import Compression, host_output
 
 
 class GradientReducer:
@@ -138,9 +138,11 @@ class GradientReducer:
             for members in groups:
                 if len(members) == 1:
                     k = members[0]
-                    h = _c.allreduce_async(mpi_ops.ops, arrays[k], name=names[k], op=op,
-                                           prescale_factor=pre, postscale_factor=post,
-                                           process_set=ps)
+                    # written into a TensorFlow tensor, returned without a copy
+                    tensor, view = host_output(arrays[k])
+                    h = (_c.allreduce_async(mpi_ops.ops, arrays[k], output=view,
+                                            name=names[k], op=op, prescale_factor=pre,
+                                            postscale_factor=post, process_set=ps), tensor)
                 else:
                     h = _c.grouped_allreduce_async(
                         mpi_ops.ops, [arrays[k] for k in members],
@@ -151,7 +153,11 @@ class GradientReducer:
             first_error = None
             for members, h in waits:   # wait for every handle before raising
                 try:
-                    value = _c.synchronize(h)
+                    if isinstance(h, tuple):
+                        h, value = h
+                        _c.synchronize(h)
+                    else:
+                        value = _c.synchronize(h)
                 except Exception as err:
                     first_error = first_error or err
                     continue

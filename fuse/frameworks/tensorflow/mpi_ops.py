@@ -35,7 +35,8 @@ from fuse.collectives.ops import Average, Sum, resolve_op
 from fuse.job.process_sets import global_process_set
 from fuse.frameworks.tensorflow.bridge import (build_time_name, in_tf1_graph, run_host,
                                                run_value)
-from fuse.frameworks.tensorflow.tensors import Compression, TensorflowOps, check_dtype
+from fuse.frameworks.tensorflow.tensors import (Compression, TensorflowOps, check_dtype,
+                                                host_output)
 
 ops = TensorflowOps()
 
@@ -65,9 +66,11 @@ def _allreduce_raw(tensor, name, op, prescale, postscale, process_set):
     name = _named("allreduce", name, process_set)
 
     def host(arrays):
-        return [_wait(_c.allreduce_async(ops, arrays[0], name=name, op=op,
-                                         prescale_factor=prescale, postscale_factor=postscale,
-                                         process_set=process_set))]
+        out, view = host_output(arrays[0])     # returned without a copy
+        _wait(_c.allreduce_async(ops, arrays[0], output=view, name=name, op=op,
+                                 prescale_factor=prescale, postscale_factor=postscale,
+                                 process_set=process_set))
+        return [out]
     return run_host(host, [tensor], [tensor.dtype], [tensor.shape], "allreduce")[0]
 
 
