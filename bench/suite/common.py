@@ -16,6 +16,7 @@ import time
 from typing import Callable, Mapping, Sequence
 
 MIB = 1024 * 1024
+ALLREDUCE_BYTES = 64 << 20   # the bandwidth workloads' one allreduce per step
 
 
 def time_per_call(fn: Callable[[], object], calls: int) -> float:

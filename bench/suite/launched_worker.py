@@ -31,8 +31,7 @@ from models import ShapedModel, SmallCNN, synthetic_images  # noqa: E402
 
 THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "TF_NUM_INTRAOP_THREADS")
 
-
-ALLREDUCE_BYTES = 64 << 20
+ALLREDUCE_BYTES = common.ALLREDUCE_BYTES
 
 
 def model_and_loss(name: str, rank: int):

@@ -38,7 +38,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import common  # noqa: E402
 import machine  # noqa: E402
-from launched_worker import ALLREDUCE_BYTES  # noqa: E402
+from common import ALLREDUCE_BYTES  # noqa: E402
 
 WORKER = os.path.join(HERE, "launched_worker.py")
 CLUSTER = os.path.join(ROOT, "scripts", "cluster.sh")

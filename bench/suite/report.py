@@ -332,7 +332,11 @@ def tensorflow_section(w: dict) -> str:
         "momentum, 16 samples per worker. Keras fit: one `model.fit` call of the same number "
         "of steps over a repeated in-memory batch (fuse: `fuse.tensorflow.keras."
         "DistributedOptimizer`; MWMS: the model compiled under the strategy's scope), its "
-        "time over the steps. \"load N\": N `while True: pass` processes beside the jobs.",
+        "time over the steps. \"load N\": N `while True: pass` processes beside the jobs. "
+        "\"2x1 hosts\": one worker on each of two network-namespace hosts of this machine "
+        "(scripts/cluster.sh), their links capped in both directions (tbf); fuse started as "
+        "`fuserun -np 2 -H a:1,b:1` from the first, MWMS with the hosts' addresses in "
+        "TF_CONFIG (`tf_step.py --hosts`).",
         *(["", "Notes from the workers:", "", *notes] if notes else []), "",
         "Run it: `bash scripts/test_tensorflow.sh` once (it makes .venv-tf), then "
         "`bash scripts/bench.sh --only tensorflow`, or by hand "

@@ -12,7 +12,10 @@ whose TF_CONFIG names two localhost ports (RING collectives). Both sides' worker
 same TensorFlow intra-op and inter-op thread counts (each worker's share of the cores). A job
 times ``--steps`` steps of each model after a warm-up and reports the median; the figure is
 the median over rounds and the ratio fuse/MWMS. Load levels: 0 and ``--load`` (that many
-``while True: pass`` processes beside the jobs).
+``while True: pass`` processes beside the jobs). ``--hosts``: one worker on each of two
+network-namespace hosts joined by links capped at ``--rate`` (bench/suite/multihost.py's
+hosts; needs root): fuse as ``fuserun -np 2 -H a:1,b:1`` from the first host, MWMS with the
+hosts' addresses in TF_CONFIG.
 """
 
 from __future__ import annotations
@@ -31,6 +34,11 @@ sys.path.insert(0, HERE)
 import common  # noqa: E402
 import loaded  # noqa: E402  (busy processes)
 import machine  # noqa: E402
+
+# hosts of their own, apart from the multihost workload's (which may be up meanwhile)
+os.environ.setdefault("FUSE_BENCH_CLUSTER_NAME", "fztf")
+os.environ.setdefault("FUSE_BENCH_CLUSTER_NET", "10.234.0")
+import multihost  # noqa: E402  (network-namespace hosts)
 
 WORKER = os.path.join(HERE, "tf_worker.py")
 JOB_TIMEOUT = 600
@@ -68,33 +76,89 @@ def _wait(procs: list[subprocess.Popen], what: str) -> None:
         raise RuntimeError(f"the {what} job failed (exit {failed[0]}): see its output above")
 
 
-def run_fuse(args, path: str) -> None:
-    proc = subprocess.Popen([fuserun(), "-np", "2", sys.executable, "-u",
-                             *worker_args(args, path), "--side", "fuse"],
-                            start_new_session=True)
+def run_fuse(args, path: str, hosts=None) -> None:
+    if hosts is None:
+        argv, env = [fuserun(), "-np", "2"], None
+    else:   # one worker on each of two namespace hosts, started from the first over ssh
+        argv = hosts.argv(1, [fuserun(), "-np", "2", "-H",
+                              ",".join(f"{a}:1" for a in hosts.addrs[:2])],
+                          {"PATH": os.environ["PATH"],
+                           "FUSE_SSH_ARGS": f"-F {hosts.dir}/ssh_config"})
+        env = hosts.env
+    proc = subprocess.Popen([*argv, sys.executable, "-u", *worker_args(args, path),
+                             "--side", "fuse"], env=env, start_new_session=True)
     _wait([proc], "fuse")
 
 
-def run_mwms(args, path: str) -> None:
-    ports = [common.free_port(), common.free_port()]
-    cluster = {"worker": [f"localhost:{p}" for p in ports]}
+def run_mwms(args, path: str, hosts=None) -> None:
+    if hosts is None:
+        cluster = {"worker": [f"localhost:{common.free_port()}" for _ in range(2)]}
+    else:
+        port = common.free_port()
+        cluster = {"worker": [f"{a}:{port}" for a in hosts.addrs[:2]]}
     procs = []
     for index in range(2):
-        env = dict(os.environ, TF_CONFIG=json.dumps({"cluster": cluster,
-                                                     "task": {"type": "worker",
-                                                              "index": index}}))
-        procs.append(subprocess.Popen([sys.executable, "-u", *worker_args(args, path),
-                                       "--side", "mwms"], env=env, start_new_session=True))
+        config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
+        argv = [sys.executable, "-u", *worker_args(args, path), "--side", "mwms"]
+        if hosts is None:
+            env = dict(os.environ, TF_CONFIG=config)
+        else:
+            argv, env = hosts.argv(index + 1, argv, {"TF_CONFIG": config}), hosts.env
+        procs.append(subprocess.Popen(argv, env=env, start_new_session=True))
     _wait(procs, "MultiWorkerMirroredStrategy")
 
 
-def run_side(side: str, args, tmp: str) -> dict:
+def run_side(side: str, args, tmp: str, hosts=None) -> dict:
     path = os.path.join(tmp, f"{side}.json")
     if os.path.exists(path):
         os.unlink(path)
-    (run_fuse if side == "fuse" else run_mwms)(args, path)
+    (run_fuse if side == "fuse" else run_mwms)(args, path, hosts)
     with open(path) as f:
         return json.load(f)
+
+
+def measure(args, models: list[str], loads: list[int], tmp: str, hosts) -> tuple:
+    """(rows, notes, info): for each load level, rounds of both sides' jobs, alternating."""
+    labels = {"fuse": "fuse", "mwms": "MWMS"}
+    rows, notes, info = [], [], {}
+    setting = f", 2x1 hosts at {args.rate}" if hosts else ""
+    for load in loads:
+        busy = loaded.start_busy(load)
+        try:
+            loop = {m: {"fuse": [], "MWMS": []} for m in models}
+            fit = {m: {"fuse": [], "MWMS": []} for m in models}
+            for rnd in range(args.rounds):
+                for side in (("fuse", "mwms") if rnd % 2 == 0 else ("mwms", "fuse")):
+                    rec = run_side(side, args, tmp, hosts)
+                    for m in models:
+                        entry = rec["models"][m]
+                        info[m] = {"parameters": entry["parameters"],
+                                   "tensors": entry["tensors"]}
+                        loop[m][labels[side]].append(common.median(entry["loop_seconds"]))
+                        if "fit_seconds_per_step" in entry:
+                            fit[m][labels[side]].append(entry["fit_seconds_per_step"])
+                        elif "fit_error" in entry:
+                            note = f"{labels[side]} {m} model.fit: {entry['fit_error']}"
+                            if note not in notes:
+                                notes.append(note)
+                                print(note, flush=True)
+                    info["threads"] = rec["threads"]
+        finally:
+            loaded.stop_busy(busy)
+        for m in models:
+            name = MODEL_NAMES[m] if args.size == "full" else f"{m} (tiny)"
+            for kind, samples in (("tf.function loop", loop[m]), ("Keras fit", fit[m])):
+                if not (samples["fuse"] and samples["MWMS"]):
+                    continue
+                row = common.comparison(f"{name}, {kind}{setting}, load {load}", samples,
+                                        unit="s", competitor="MWMS", model=m, kind=kind,
+                                        load=load, hosts=bool(hosts), **info[m])
+                rows.append(row)
+                med = row["median"]
+                print(f"load {load}{setting}, {m}, {kind}: fuse {med['fuse'] * 1e3:.1f} ms, "
+                      f"MWMS {med['MWMS'] * 1e3:.1f} ms, fuse/MWMS {row['ratio']:.2f}",
+                      flush=True)
+    return rows, notes, info
 
 
 def main():
@@ -109,58 +173,37 @@ def main():
     ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
                     help="TensorFlow intra-op and inter-op threads per worker, both sides")
     ap.add_argument("--fit", action="store_true", help="also time Keras model.fit")
+    ap.add_argument("--hosts", action="store_true",
+                    help="one worker on each of 2 network-namespace hosts (scripts/cluster.sh, "
+                         "needs root) instead of both on this one")
+    ap.add_argument("--rate", default="1gbit", help="the hosts' link rate, tc syntax")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     # fuserun, and the editable install's rebuild on import, want this environment's tools
     os.environ["PATH"] = os.path.dirname(sys.executable) + os.pathsep + os.environ.get("PATH", "")
     models = [m.strip() for m in args.models.split(",") if m.strip()]
     loads = ([] if args.no_quiet else [0]) + ([args.load] if args.load > 0 else [])
-    labels = {"fuse": "fuse", "mwms": "MWMS"}
-    rows, notes, info = [], [], {}
-    with tempfile.TemporaryDirectory(prefix="fuse-tf.") as tmp:
-        for load in loads:
-            busy = loaded.start_busy(load)
-            try:
-                loop = {m: {"fuse": [], "MWMS": []} for m in models}
-                fit = {m: {"fuse": [], "MWMS": []} for m in models}
-                for rnd in range(args.rounds):
-                    for side in (("fuse", "mwms") if rnd % 2 == 0 else ("mwms", "fuse")):
-                        rec = run_side(side, args, tmp)
-                        for m in models:
-                            entry = rec["models"][m]
-                            info[m] = {"parameters": entry["parameters"],
-                                       "tensors": entry["tensors"]}
-                            loop[m][labels[side]].append(common.median(entry["loop_seconds"]))
-                            if "fit_seconds_per_step" in entry:
-                                fit[m][labels[side]].append(entry["fit_seconds_per_step"])
-                            elif "fit_error" in entry:
-                                note = f"{labels[side]} {m} model.fit: {entry['fit_error']}"
-                                if note not in notes:
-                                    notes.append(note)
-                                    print(note, flush=True)
-                        info["threads"] = rec["threads"]
-            finally:
-                loaded.stop_busy(busy)
-            for m in models:
-                name = MODEL_NAMES[m] if args.size == "full" else f"{m} (tiny)"
-                for kind, samples in (("tf.function loop", loop[m]), ("Keras fit", fit[m])):
-                    if not (samples["fuse"] and samples["MWMS"]):
-                        continue
-                    row = common.comparison(f"{name}, {kind}, load {load}", samples, unit="s",
-                                            competitor="MWMS", model=m, kind=kind, load=load,
-                                            **info[m])
-                    rows.append(row)
-                    med = row["median"]
-                    print(f"load {load}, {m}, {kind}: fuse {med['fuse'] * 1e3:.1f} ms, "
-                          f"MWMS {med['MWMS'] * 1e3:.1f} ms, fuse/MWMS {row['ratio']:.2f}",
-                          flush=True)
+    hosts = None
+    if args.hosts:
+        reason = multihost.why_not()
+        if reason is not None:
+            sys.exit(f"tf_step.py --hosts: {reason}")
+        hosts = multihost.Cluster(2, args.rate)
+    try:
+        with tempfile.TemporaryDirectory(prefix="fuse-tf.") as tmp:
+            os.chmod(tmp, 0o755)     # the hosts' workers write rank 0's record here
+            rows, notes, info = measure(args, models, loads, tmp, hosts)
+    finally:
+        if hosts is not None:
+            hosts.down()
     described = machine.describe()
     common.write_json(args.json, common.job_record(
         "tensorflow_step", rows, described,
         vars(args) | {"workers": 2, "threads": info.get("threads"),
+                      "link_GBps": multihost.rate_gbytes(args.rate) if hosts else None,
                       "launchers": {"fuse": "fuserun -np 2",
-                                    "MWMS": "2 processes, TF_CONFIG with 2 localhost ports, "
-                                            "CommunicationImplementation.RING"}},
+                                    "MWMS": "2 processes, TF_CONFIG with the 2 workers' "
+                                            "addresses, CommunicationImplementation.RING"}},
         notes=notes))
 
 
