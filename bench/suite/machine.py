@@ -74,7 +74,11 @@ def describe() -> dict:
 
 def summary_line(m: dict) -> str:
     """One line for a report header."""
-    return (f"{m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
-            f"Python {m['python']}, numpy {m['numpy']}, torch {m['torch']} "
-            f"(its bundled Gloo), fuse {m['fuse']} on Debian Gloo {m['fuse_gloo']}, "
-            f"mpi4py {m['mpi4py']} with MPICH {m['mpich']}")
+    # the framework the figures are about: TensorFlow's environment has no torch (and no MPI)
+    framework = (f"TensorFlow {m['tensorflow']}, Keras {m.get('keras')}"
+                 if m.get("tensorflow") and not m.get("torch")
+                 else f"torch {m['torch']} (its bundled Gloo)")
+    line = (f"{m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
+            f"Python {m['python']}, numpy {m['numpy']}, {framework}, fuse {m['fuse']} on "
+            f"Debian Gloo {m['fuse_gloo']}")
+    return line + (f", mpi4py {m['mpi4py']} with MPICH {m['mpich']}" if m.get("mpi4py") else "")
