@@ -329,10 +329,13 @@ def tensorflow_section(w: dict) -> str:
         "processes whose TF_CONFIG names two localhost ports, "
         "`CommunicationImplementation.RING`, the same step under `strategy.run`. Both: "
         "forward, the tape's gradient, gradients averaged over the workers, Keras SGD with "
-        "momentum, 16 samples per worker. Keras fit: one `model.fit` call of the same number "
-        "of steps over a repeated in-memory batch (fuse: `fuse.tensorflow.keras."
-        "DistributedOptimizer`; MWMS: the model compiled under the strategy's scope), its "
-        "time over the steps. \"load N\": N `while True: pass` processes beside the jobs. "
+        "momentum, 16 samples per worker. Keras `model.fit` is not compared: under MWMS "
+        "Keras 3's `fit` fails on the strategy's distributed dataset (Keras 3.15: `ValueError: "
+        "Attempt to convert a value (PerReplica:...) with an unsupported type`); "
+        "`tf_step.py --fit` tries it again and times it where both sides run (one `fit` call "
+        "of the same number of steps over a repeated in-memory batch; fuse: "
+        "`fuse.tensorflow.keras.DistributedOptimizer`), its time over the steps. \"load N\": "
+        "N `while True: pass` processes beside the jobs. "
         "\"2x1 hosts\": one worker on each of two network-namespace hosts of this machine "
         "(scripts/cluster.sh), their links capped in both directions (tbf); fuse started as "
         "`fuserun -np 2 -H a:1,b:1` from the first, MWMS with the hosts' addresses in "
@@ -340,7 +343,8 @@ def tensorflow_section(w: dict) -> str:
         *(["", "Notes from the workers:", "", *notes] if notes else []), "",
         "Run it: `bash scripts/test_tensorflow.sh` once (it makes .venv-tf), then "
         "`bash scripts/bench.sh --only tensorflow`, or by hand "
-        "`PATH=$PWD/.venv-tf/bin:$PATH .venv-tf/bin/python bench/suite/tf_step.py --fit`."])
+        "`PATH=$PWD/.venv-tf/bin:$PATH .venv-tf/bin/python bench/suite/tf_step.py` (quiet and "
+        "beside one busy process; `--hosts` for the two hosts, as root)."])
 
 
 SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
