@@ -191,16 +191,16 @@ cdef class Engine:
         cdef size_t i
         for i in range(reqs.size()):
             drivable.push_back(self.loop.drivable(reqs[i]))
-        cdef int64_t first
         cdef bint sent = False
         handles = self.table.admit(reqs, drivable, self.psets.map, self.rank)
         for h, spec in zip(handles, specs):
             self._records[h] = spec
         # (never on the engine thread itself, which holds the loop submit_here may wait for)
-        if reqs.size() == 1 and drivable[0] and threading.get_ident() != self._engine_ident:
-            first = handles[0]
+        if (reqs.size() == 1 and drivable[0] and threading.get_ident() != self._engine_ident
+                and self.loop.may_send_here(handles[0])):
             with nogil:
-                sent = self.loop.submit_here(first)
+                self.loop.submit_here()
+            sent = True
         if not sent:
             self.channel.wake()
         return handles
