@@ -215,8 +215,14 @@ def gather_scatter_suite() -> int:
     fuse.init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
+    gathers = lifecycle.engine().stats()["shm_gathers"]
     _allgather(c, r, n)
     _broadcast(c, r, n)
+    # every member on this host: allgathers and the broadcasts too large to travel inline go
+    # through shared memory, not the backend
+    c.true(lifecycle.engine().stats()["shm_gathers"] > gathers,
+           "allgather and broadcast through shared memory",
+           "the engine's shared-memory gather counter did not move")
     _alltoall(c, r, n)
     before = lifecycle.engine().stats()["shm"]
     _reducescatter(c, r, n)
