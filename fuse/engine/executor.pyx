@@ -644,8 +644,8 @@ cdef class Executor:
         return EX_BACKEND if rc else EX_OK
 
     cdef bint _gathers_via_shm(self, PSet* ps) noexcept nogil:
-        """Whether an allgather or a broadcast among the set's members goes through same-host
-        shared memory (every member on this host, shared memory not turned off), at every
+        """Whether an allgather, a broadcast or an alltoall among the set's members goes
+        through same-host shared memory (every member on this host, shared memory not turned off), at every
         size: Gloo sends each member's data through its TCP pairs, two kernel copies and a
         thread wake-up per message, where shared memory copies it once into the segment and
         once out (bench/suite/collectives.py compares both with torch.distributed)."""
@@ -700,9 +700,38 @@ cdef class Executor:
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
         if out == NULL and rows * row:
             return EX_LOCAL
+        if self._gathers_via_shm(ps):
+            return self._alltoall_shm(ps, resp, <const char*>r.inp, sendbytes, <char*>out,
+                                      recvbytes, row, err)
         if _b_alltoallv(ps, r.inp, sendbytes, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
+
+    cdef int _alltoall_shm(self, PSet* ps, Response& resp, const char* send,
+                           vector[size_t]& sendbytes, char* out, vector[size_t]& recvbytes,
+                           size_t row, string& err) noexcept nogil:
+        """An alltoall among members on this host: each block goes from the sender's input
+        through its segment into the receiver's output (see _gathers_via_shm)."""
+        cdef vector[size_t] send_off, recv_off
+        cdef size_t j, spos = 0, rpos = 0, longest = 0
+        cdef char errbuf[ERRLEN]
+        cdef int rc
+        for j in range(sendbytes.size()):
+            send_off.push_back(spos)
+            recv_off.push_back(rpos)
+            spos += sendbytes[j]
+            rpos += recvbytes[j]
+        for j in range(resp.args.size()):      # every rank's splits: the same steps everywhere
+            longest = max(longest, <size_t>resp.args[j] * row)
+        if longest == 0:
+            return EX_OK
+        errbuf[0] = 0
+        rc = ps.shm.alltoall(send, send_off, sendbytes, out, recv_off, recvbytes, longest,
+                             errbuf, ERRLEN)
+        self.st_shm_gather += 1
+        if rc:
+            err = _str(errbuf)
+        return _shm_outcome(rc)
 
     cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
         cdef size_t dsize = dtype_size(resp.dtype)

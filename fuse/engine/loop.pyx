@@ -337,7 +337,7 @@ cdef class Loop(CoordinatorLink):
         """Whether a thread waiting for ``r`` alone may run the loop itself (drive): when
         no thread but the caller's takes part.  The coordinator's answer settles barriers,
         joins and allreduces or broadcasts small enough to travel inline; same-host shared
-        memory reduces (and gathers, and broadcasts) on the calling thread; so do backends
+        memory reduces (gathers, broadcasts, alltoalls) on the calling thread; so do backends
         that say so (MPI)."""
         cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
         if r.kind == K_BARRIER or r.kind == K_JOIN or self.backend_in_caller:
@@ -347,7 +347,7 @@ cdef class Loop(CoordinatorLink):
         if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self.submitter.inlines(
                 r.kind, r.pset, nbytes):
             return True
-        if ((r.kind == K_ALLGATHER or r.kind == K_BROADCAST)
+        if ((r.kind == K_ALLGATHER or r.kind == K_BROADCAST or r.kind == K_ALLTOALL)
                 and self.executor._gathers_via_shm(&self.psets.map[r.pset])):
             return True
         return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
