@@ -215,9 +215,14 @@ def gather_scatter_suite() -> int:
     fuse.init()
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
-    _allgather(c, r, n)
-    _broadcast(c, r, n)
-    _alltoall(c, r, n)
+    # every member on this host: allgathers, alltoalls and the broadcasts too large to travel
+    # inline go through shared memory, not the backend
+    for name, suite in (("allgather", _allgather), ("broadcast", _broadcast),
+                        ("alltoall", _alltoall)):
+        gathers = lifecycle.engine().stats()["shm_gathers"]
+        suite(c, r, n)
+        c.true(lifecycle.engine().stats()["shm_gathers"] > gathers,
+               f"{name} through shared memory", "the engine's shared-memory counter did not move")
     before = lifecycle.engine().stats()["shm"]
     _reducescatter(c, r, n)
     # every member on this host: the reduce-scatters go through shared memory, not the backend
