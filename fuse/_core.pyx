@@ -305,7 +305,8 @@ cdef class Engine:
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
         (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
         straight between the ranks' shared gradient buffers) and how many hierarchically
-        across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``), waits that
+        across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``, and
+        ``shm_allgathers`` through shared memory on one host), waits that
         completed while the waiting thread ran the loop itself (``driven``), requests that thread
         sent itself, leaving the engine thread asleep (``sent_by_caller``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
@@ -316,6 +317,7 @@ cdef class Engine:
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
                 "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
                 "hierarchical_allgathers": x.st_hier_gather,
+                "shm_allgathers": x.st_shm_gather,
                 "shm_direct": shm.direct if shm is not None else 0,
                 "driven": self.loop.st_driven, "sent_by_caller": self.loop.st_sent_here,
                 "cycles": self.loop.coord.st_cycles,

@@ -64,6 +64,16 @@ def _allgather(c: Checker, r: int, n: int) -> None:
         c.array(o, np.concatenate(x), f"grouped_allgather_async [{i}]")
 
 
+def _even_allgather(c: Checker, r: int, n: int) -> None:
+    """Every rank sends as many rows, enough bytes for shared memory: gathered through it on
+    one host (the sharded optimizer's parameters travel so)."""
+    import fuse
+    for dt in DTYPES:
+        tag = f"ag.even.{dt}"
+        ins = [rank_array(dt, (5,) + BIG_ROW, k, tag) for k in range(n)]
+        c.array(fuse.allgather(ins[r], name=tag), np.concatenate(ins), tag)
+
+
 def _broadcast(c: Checker, r: int, n: int) -> None:
     import fuse
     for dt in DTYPES:
@@ -216,6 +226,10 @@ def gather_scatter_suite() -> int:
     r, n = fuse.rank(), fuse.size()
     c = Checker(r)
     _allgather(c, r, n)
+    before = lifecycle.engine().stats()["shm_allgathers"]
+    _even_allgather(c, r, n)
+    c.equal(lifecycle.engine().stats()["shm_allgathers"] - before, len(DTYPES),
+            "allgathers of equal parts through shared memory")
     _broadcast(c, r, n)
     _alltoall(c, r, n)
     before = lifecycle.engine().stats()["shm"]
