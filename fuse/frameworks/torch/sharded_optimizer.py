@@ -111,6 +111,10 @@ class ShardedOptimizer(HookedOptimizer):
         d["_owned"] = set(self._plan.owned_by(self._rank))
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
+        # per bucket, kept from step to step (a bucket's padding stays zero): its gradients'
+        # buffer, laid out for the reduce-scatter, and this rank's parameters for the allgather
+        d["_grad_flats"] = {}
+        d["_param_segs"] = {}
         d["_synchronized"] = False
         self.pass_counter.reset()
 
@@ -155,16 +159,17 @@ class ShardedOptimizer(HookedOptimizer):
 
     def _submit(self, b: int) -> None:
         bucket = self._plan.buckets[b]
-        first = self._params[bucket.members[0]]
-        flat = torch.zeros(self._size * bucket.segment, dtype=first.dtype, device=first.device)
+        flat = self._bucket_buffer(self._grad_flats, b, self._size * bucket.segment)
         for r, seg in enumerate(bucket.segments):
             base = r * bucket.segment
             for i in seg:
                 p = self._params[i]
                 g = self._dense_grad(i, p)
+                at = base + bucket.offsets[i]
                 if g is not None:
-                    at = base + bucket.offsets[i]
                     flat[at:at + p.numel()].copy_(g.reshape(-1))
+                else:
+                    flat[at:at + p.numel()].zero_()
                 # ZeRO-2: the full gradient is not kept; the owner gets the average back
                 p.grad = None
         wire, ctx = self._compression.compress(flat)
@@ -173,6 +178,15 @@ class ShardedOptimizer(HookedOptimizer):
             process_set=self._process_set, prescale_factor=self._prescale,
             postscale_factor=self._postscale)
         self._handles[b] = (handle, ctx)
+
+    def _bucket_buffer(self, kept: dict, b: int, numel: int) -> torch.Tensor:
+        """Bucket ``b``'s buffer of ``numel`` elements in ``kept``, made (zeroed) the first
+        time: a step writes the same places of it, so its padding stays zero."""
+        buf = kept.get(b)
+        if buf is None:
+            first = self._params[self._plan.buckets[b].members[0]]
+            buf = kept[b] = torch.zeros(numel, dtype=first.dtype, device=first.device)
+        return buf
 
     def synchronize(self) -> None:
         """Finish every bucket's reduce-scatter: ``p.grad`` is the averaged gradient for the
@@ -249,9 +263,8 @@ class ShardedOptimizer(HookedOptimizer):
         if not buckets:
             return
         mine = []
-        for bucket in buckets:
-            first = self._params[bucket.members[0]]
-            seg = torch.zeros(bucket.segment, dtype=first.dtype, device=first.device)
+        for b, bucket in enumerate(buckets):
+            seg = self._bucket_buffer(self._param_segs, b, bucket.segment)
             for i in bucket.segments[self._rank]:
                 p = self._params[i]
                 at = bucket.offsets[i]
