@@ -65,8 +65,8 @@ cdef class Executor:
                      string& err) noexcept nogil
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
     cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
-    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out, size_t each,
-                            string& err) noexcept nogil
+    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
+                            vector[size_t]& recvbytes, string& err) noexcept nogil
     cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
                              vector[size_t]& recvbytes, string& err) noexcept nogil
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,

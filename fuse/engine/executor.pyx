@@ -119,7 +119,7 @@ cdef int _b_broadcast(PSet* ps, void* buf, size_t nbytes, int root,
 
 cdef inline bint _even(vector[size_t]& sizes) noexcept nogil:
     """Whether every member's part is as large (then part k begins at k times it, where the
-    shared-memory collectives cut their shards)."""
+    shared-memory reduce-scatter cuts its shards)."""
     cdef size_t i
     for i in range(1, sizes.size()):
         if sizes[i] != sizes[0]:
@@ -597,24 +597,30 @@ cdef class Executor:
         if (ps.hier != NULL and rows * row != 0
                 and <size_t>(rows * row) >= ps.hier.gather_min_bytes):
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
-        if ps.hier == NULL and self._via_shm(ps, <size_t>(rows * row)) and _even(recvbytes):
-            return self._allgather_shm(ps, r.inp, <char*>out, recvbytes[0], err)
+        if ps.hier == NULL and self._via_shm(ps, <size_t>(rows * row)):
+            return self._allgather_shm(ps, r.inp, <char*>out, recvbytes, err)
         if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
 
-    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out, size_t each,
-                            string& err) noexcept nogil:
-        """An allgather of ``each`` bytes from every member, all on this host: this rank's
-        part put in place, then every part copied from its owner through shared memory (the
-        shards of ShmAllreduce.allgather are the members' parts when they are all as large).
-        Gloo's allgatherv sends every part through its TCP pairs."""
+    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
+                            vector[size_t]& recvbytes, string& err) noexcept nogil:
+        """An allgather among members that all share this host: this rank's part put in
+        place, then every part copied from its owner through shared memory, whatever the
+        parts' sizes.  Gloo's allgatherv sends every part through its TCP pairs."""
+        cdef vector[size_t] offsets
+        cdef vector[int] owners
+        cdef size_t i, pos = 0
         cdef char errbuf[ERRLEN]
         cdef int rc
-        if each:
-            memcpy(out + <size_t>ps.index * each, inp, each)
+        for i in range(recvbytes.size()):
+            offsets.push_back(pos)
+            owners.push_back(<int>i)
+            pos += recvbytes[i]
+        if recvbytes[ps.index]:
+            memcpy(out + offsets[ps.index], inp, recvbytes[ps.index])
         errbuf[0] = 0
-        rc = ps.shm.allgather(out, each * ps.ranks.size(), FUSE_UINT8, True, errbuf, ERRLEN)
+        rc = ps.shm.allgather_ranges(out, offsets, recvbytes, owners, True, errbuf, ERRLEN)
         self.st_shm_gather += 1
         if rc:
             err = _str(errbuf)

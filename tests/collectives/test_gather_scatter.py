@@ -66,7 +66,7 @@ def _allgather(c: Checker, r: int, n: int) -> None:
 
 def _even_allgather(c: Checker, r: int, n: int) -> None:
     """Every rank sends as many rows, enough bytes for shared memory: gathered through it on
-    one host (the sharded optimizer's parameters travel so)."""
+    one host (so are the uneven ones of _allgather, from the same size on)."""
     import fuse
     for dt in DTYPES:
         tag = f"ag.even.{dt}"
@@ -229,7 +229,7 @@ def gather_scatter_suite() -> int:
     before = lifecycle.engine().stats()["shm_allgathers"]
     _even_allgather(c, r, n)
     c.equal(lifecycle.engine().stats()["shm_allgathers"] - before, len(DTYPES),
-            "allgathers of equal parts through shared memory")
+            "allgathers through shared memory")
     _broadcast(c, r, n)
     _alltoall(c, r, n)
     before = lifecycle.engine().stats()["shm"]

@@ -17,7 +17,8 @@ How a step goes:
   averaged gradient for owned parameters and to None for the others.
 * ``step()`` runs the wrapped optimizer, which skips parameters without a gradient, so it
   updates and keeps state for the owned parameters only; then every rank's updated parameters
-  are allgathered (one grouped call, one tensor per bucket) so every rank holds the full model.
+  are allgathered (one grouped call, one tensor per bucket, not padded) so every rank holds the
+  full model.
 
 ``state_dict()`` gathers the full state from every rank (a collective: call it on every rank),
 in the format of the wrapped optimizer class; ``load_state_dict()`` of a full state keeps this
@@ -258,7 +259,8 @@ class ShardedOptimizer(HookedOptimizer):
 
     def _allgather_parameters(self) -> None:
         """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
-        segment), all in one grouped allgather."""
+        parameters of it, not padded: an allgather takes parts of any size), all in one
+        grouped allgather."""
         buckets = self._plan.buckets
         if not buckets:
             return
@@ -269,20 +271,20 @@ class ShardedOptimizer(HookedOptimizer):
                 p = self._params[i]
                 at = bucket.offsets[i]
                 seg[at:at + p.numel()].copy_(p.detach().reshape(-1))
-            mine.append(seg)
+            mine.append(seg[:_filled(bucket, self._rank, self._params)])
         gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
             mine, name="sharded.allgather." + self._names[buckets[0].members[0]],
             process_set=self._process_set))
         with torch.no_grad():
             for bucket, full in zip(buckets, gathered):
+                base = 0
                 for r, seg in enumerate(bucket.segments):
-                    if r == self._rank:
-                        continue
-                    base = r * bucket.segment
-                    for i in seg:
-                        p = self._params[i]
-                        at = base + bucket.offsets[i]
-                        p.copy_(full[at:at + p.numel()].view(p.shape))
+                    if r != self._rank:
+                        for i in seg:
+                            p = self._params[i]
+                            at = base + bucket.offsets[i]
+                            p.copy_(full[at:at + p.numel()].view(p.shape))
+                    base += _filled(bucket, r, self._params)
 
     def _in_flight(self) -> bool:
         return bool(self._handles)
@@ -342,3 +344,8 @@ class ShardedOptimizer(HookedOptimizer):
                 full["param_groups"] if me == root_rank else None, root_rank,
                 name="sharded.broadcast_state.param_groups", process_set=pset)
         self.load_state_dict(full)
+
+
+def _filled(bucket: shard_plan.Bucket, rank: int, params: list) -> int:
+    """Elements of ``rank``'s segment of ``bucket`` that hold parameters (the rest pads it)."""
+    return sum(params[i].numel() for i in bucket.segments[rank])
