@@ -705,6 +705,7 @@ cdef class Executor:
         cdef void* out
         cdef double post = resp.postscale
         cdef int rc
+        cdef size_t offset = 0
         dim0 = r.shape[0] if r.shape.size() else 1
         rowel = _row_elems(r.shape)
         cdef size_t rows_i
@@ -727,6 +728,18 @@ cdef class Executor:
                                          _backend_op(resp.op), post, err)
             if rc != EX_OK:
                 return rc
+        elif self._via_hier(ps, total):
+            # across hosts of several ranks: the hierarchical allreduce carries each host's
+            # share over its link once, where the backend's flat reduce-scatter sends most of
+            # the buffer from every rank across (bench/results/sharded.md, 2x2 hosts)
+            rc = self._reduce_hier(ps, buf, total // dsize, resp.dtype, _backend_op(resp.op),
+                                   post, err)
+            if rc != EX_OK:
+                return rc
+            for i in range(<size_t>ps.index):
+                offset += counts[i]
+            if offset and counts[ps.index]:
+                memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         else:
             if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
                 return EX_BACKEND
