@@ -191,16 +191,16 @@ cdef class Engine:
         cdef size_t i
         for i in range(reqs.size()):
             drivable.push_back(self.loop.drivable(reqs[i]))
-        cdef int64_t first
         cdef bint sent = False
         handles = self.table.admit(reqs, drivable, self.psets.map, self.rank)
         for h, spec in zip(handles, specs):
             self._records[h] = spec
         # (never on the engine thread itself, which holds the loop submit_here may wait for)
-        if reqs.size() == 1 and drivable[0] and threading.get_ident() != self._engine_ident:
-            first = handles[0]
+        if (reqs.size() == 1 and drivable[0] and threading.get_ident() != self._engine_ident
+                and self.loop.may_send_here(handles[0])):
             with nogil:
-                sent = self.loop.submit_here(first)
+                self.loop.submit_here()
+            sent = True
         if not sent:
             self.channel.wake()
         return handles
@@ -305,8 +305,8 @@ cdef class Engine:
         tensors lay back to back (``adjacent``), how many went as two concurrent halves
         (``split``), how many through shared memory (``shm``; ``shm_direct`` of them
         straight between the ranks' shared gradient buffers) and how many hierarchically
-        across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``, and
-        ``shm_allgathers`` through shared memory on one host), waits that
+        across hosts (``hierarchical``; allgathers: ``hierarchical_allgathers``), allgathers
+        and broadcasts through shared memory (``shm_gathers``), waits that
         completed while the waiting thread ran the loop itself (``driven``), requests that thread
         sent itself, leaving the engine thread asleep (``sent_by_caller``), coordinator cycles that
         emitted responses (``cycles``, rank 0 only), tensors and bytes they carried, tensors
@@ -316,8 +316,7 @@ cdef class Engine:
         shm = self.shared_memory
         return {"allreduces": x.st_allreduces, "fused": x.st_fused, "adjacent": x.st_adjacent,
                 "split": x.st_split, "shm": x.st_shm, "hierarchical": x.st_hier,
-                "hierarchical_allgathers": x.st_hier_gather,
-                "shm_allgathers": x.st_shm_gather,
+                "hierarchical_allgathers": x.st_hier_gather, "shm_gathers": x.st_shm_gather,
                 "shm_direct": shm.direct if shm is not None else 0,
                 "driven": self.loop.st_driven, "sent_by_caller": self.loop.st_sent_here,
                 "cycles": self.loop.coord.st_cycles,

@@ -153,7 +153,10 @@ class Config:
                                    "this many bytes are reduced through shared memory instead "
                                    "of the backend or the inline path (any backend; the "
                                    "world's process set), and so are smaller ones too large "
-                                   "to travel inline; 0 turns this off", bounds=_BYTES)
+                                   "to travel inline; reduce-scatters, allgathers, "
+                                   "alltoalls and broadcasts too large to travel inline go "
+                                   "through shared memory at every size; 0 turns all of "
+                                   "this off", bounds=_BYTES)
     # the torch DistributedOptimizer's hooks queue ready gradients together up to this many
     # bytes (and whatever is left when backward ends): one engine wake-up per batch instead of
     # one per gradient, while a large gradient still goes the moment it is ready

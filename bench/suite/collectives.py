@@ -148,14 +148,16 @@ def main() -> int:
     import torch.distributed as dist
 
     import fuse.torch as hvd
-    hvd.init()
+    members = sorted(int(r) for r in args.process_set.split(",")) if args.process_set else None
+    # the set is registered at init, as a Horovod script does (adding it later would need
+    # dynamic process sets)
+    pset = hvd.ProcessSet(members) if members else None
+    hvd.init(process_sets=[pset] if pset else None)
     torch.set_num_threads(1)
     port = hvd.broadcast_object(common.free_port() if hvd.rank() == 0 else None, 0)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}",
                             rank=hvd.rank(), world_size=hvd.size())
-    if args.process_set:
-        members = sorted(int(r) for r in args.process_set.split(","))
-        pset = hvd.add_process_set(members)
+    if members:
         group = dist.new_group(members)
         where = f"process set {members} of {hvd.size()}"
     else:

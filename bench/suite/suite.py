@@ -27,8 +27,9 @@ writing one JSON record):
 
 Writes bench/results/<workload>.json, bench/plots/*.png, bench/results/<workload>.md (the
 workload's page: setting, rerun command, latest table) and the index in bench/RESULTS.md, from
-all result files present (so ``--only`` refreshes one workload and keeps the others).  A job
-that fails or exceeds its time limit is killed and reported; a competitor that is not installed
+all result files present (so ``--only`` refreshes one workload and keeps the others;
+``--jobs`` runs only the named jobs of it and keeps the other jobs' latest records, so that a
+long workload can be run in parts).  A job that fails or exceeds its time limit is killed and reported; a competitor that is not installed
 (mpi4py, torch) is skipped with a note.  Exit status 1 if a job failed.
 """
 
@@ -176,13 +177,16 @@ def run_job(job: Job, json_path: str, timeout: float) -> str | None:
 
 
 def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
-                 load: int = 1) -> tuple[dict, bool]:
-    """Run every job of ``workload``; the workload record and whether every job succeeded."""
+                 load: int = 1, only_jobs: set[str] | None = None) -> tuple[dict, bool]:
+    """Run every job of ``workload`` (or those named in ``only_jobs``); the workload record and
+    whether every job succeeded."""
     started = time.perf_counter()
     record = {"workload": workload, "quick": quick, "machine_start": machine.describe(),
               "jobs": [], "notes": []}
     ok = True
     for job in jobs_for(workload, quick, load):
+        if only_jobs is not None and job.name not in only_jobs:
+            continue
         lacking = missing(job.needs)
         if lacking:
             record["notes"].append(f"{job.name} skipped: {', '.join(lacking)} not installed")
@@ -203,6 +207,17 @@ def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
     record["finished"] = record["machine_end"]["time_utc"]
     record["seconds"] = time.perf_counter() - started
     return record, ok
+
+
+def merge_jobs(old: dict, new: dict) -> dict:
+    """``new`` (a run of some of a workload's jobs) with the jobs of ``old`` (the workload's
+    previous record) that it did not run, in the order the jobs ran; notes and run time
+    add up, the machine is described as at each part's start and end."""
+    ran = {job["job"] for job in new["jobs"]}
+    kept = [job for job in old.get("jobs", []) if job["job"] not in ran]
+    return new | {"jobs": kept + new["jobs"], "notes": old.get("notes", []) + new["notes"],
+                  "machine_start": old.get("machine_start", new["machine_start"]),
+                  "seconds": old.get("seconds", 0) + new["seconds"]}
 
 
 def load_results() -> dict[str, dict]:
@@ -237,6 +252,9 @@ def main() -> int:
                     help="fewer rounds and sizes (a couple of minutes): for development")
     ap.add_argument("--only", default=",".join(WORKLOADS),
                     help=f"comma-separated workloads ({', '.join(WORKLOADS)})")
+    ap.add_argument("--jobs", default=None,
+                    help="comma-separated job names of the workloads to run (the others keep "
+                         "their latest records)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per job before it is killed (default 300, quick 150)")
     ap.add_argument("--load", type=int, default=1,
@@ -247,11 +265,16 @@ def main() -> int:
                     help="run nothing: redraw the plots and results pages from bench/results")
     args = ap.parse_args()
     workloads = [] if args.report_only else [w.strip() for w in args.only.split(",") if w.strip()]
+    only_jobs = {j.strip() for j in args.jobs.split(",") if j.strip()} if args.jobs else None
+    known = set()
     for w in workloads:
         try:
-            jobs_for(w, args.quick)      # fail early on a misspelt workload
+            known |= {job.name for job in jobs_for(w, args.quick)}  # fail early on a misspelling
         except ValueError as err:
             ap.error(str(err))
+    if only_jobs is not None and only_jobs - known:
+        ap.error(f"no such job in {', '.join(workloads)}: {', '.join(sorted(only_jobs - known))}; "
+                 f"choose from {', '.join(sorted(known))}")
     timeout = args.timeout or (150 if args.quick else 300)
 
     os.makedirs(RESULTS_DIR, exist_ok=True)
@@ -259,10 +282,14 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="fuse-bench.") as tmp:
         for w in workloads:
             print(f"=== {w}", flush=True)
-            rec, ok = run_workload(w, args.quick, timeout, tmp, args.load)
+            rec, ok = run_workload(w, args.quick, timeout, tmp, args.load, only_jobs)
             all_ok &= ok
             totals[w] = rec["seconds"]
-            common.write_json(os.path.join(RESULTS_DIR, f"{w}.json"), rec)
+            path = os.path.join(RESULTS_DIR, f"{w}.json")
+            if only_jobs is not None and os.path.exists(path):
+                with open(path) as f:
+                    rec = merge_jobs(json.load(f), rec)
+            common.write_json(path, rec)
     if not args.no_report:
         results = load_results()
         import plots

@@ -60,6 +60,10 @@ cdef extern from "shm_allreduce.h" namespace "fuse" nogil:
         int allgather_ranges(char* buf, const vector[size_t]& offset,
                              const vector[size_t]& bytes, const vector[int]& owner, cbool ok,
                              char* err, size_t errlen)
+        int alltoall(const char* send, const vector[size_t]& send_off,
+                     const vector[size_t]& send_bytes, char* recv,
+                     const vector[size_t]& recv_off, const vector[size_t]& recv_bytes,
+                     size_t longest, char* err, size_t errlen)
 
 cdef extern from "lane.h" namespace "fuse" nogil:
     cppclass Lane:

@@ -47,7 +47,7 @@ cdef class Executor:
     cdef uint64_t st_shm          # allreduces reduced through shared memory
     cdef uint64_t st_hier         # allreduces reduced hierarchically (across hosts)
     cdef uint64_t st_hier_gather  # allgathers gathered hierarchically
-    cdef uint64_t st_shm_gather   # allgathers gathered through shared memory (one host)
+    cdef uint64_t st_shm_gather   # allgathers, broadcasts, alltoalls through shared memory
     cdef uint64_t st_tensors
     cdef uint64_t st_inline
     cdef uint64_t st_bytes
@@ -65,10 +65,16 @@ cdef class Executor:
                      string& err) noexcept nogil
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
     cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
-    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
-                            vector[size_t]& recvbytes, string& err) noexcept nogil
     cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
                              vector[size_t]& recvbytes, string& err) noexcept nogil
+    cdef bint _gathers_via_shm(self, PSet* ps) noexcept nogil
+    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
+                            vector[size_t]& recvbytes, string& err) noexcept nogil
+    cdef int _gather_shm(self, PSet* ps, char* buf, vector[size_t]& offsets,
+                         vector[size_t]& nbytes, vector[int]& owners, string& err) noexcept nogil
+    cdef int _alltoall_shm(self, PSet* ps, Response& resp, const char* send,
+                           vector[size_t]& sendbytes, char* out, vector[size_t]& recvbytes,
+                           size_t row, string& err) noexcept nogil
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil
     cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil

@@ -570,11 +570,18 @@ cdef class Executor:
 
     cdef int broadcast(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
         cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        cdef vector[size_t] at, sizes
+        cdef vector[int] owner
         if resp.inline_data:
             memcpy(r.out, resp.payloads[0].data(), nbytes)
             return EX_OK
         if r.inp != r.out and r.inp != NULL:
             memcpy(r.out, r.inp, nbytes)
+        if self._gathers_via_shm(ps) and nbytes:
+            at.push_back(0)
+            sizes.push_back(nbytes)
+            owner.push_back(_position(ps, resp.root))
+            return self._gather_shm(ps, <char*>r.out, at, sizes, owner, err)
         if _b_broadcast(ps, r.out, nbytes, _position(ps, resp.root), err) != 0:
             return EX_BACKEND
         return EX_OK
@@ -597,34 +604,11 @@ cdef class Executor:
         if (ps.hier != NULL and rows * row != 0
                 and <size_t>(rows * row) >= ps.hier.gather_min_bytes):
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
-        if ps.hier == NULL and self._via_shm(ps, <size_t>(rows * row)):
+        if self._gathers_via_shm(ps) and rows * row:
             return self._allgather_shm(ps, r.inp, <char*>out, recvbytes, err)
         if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
-
-    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
-                            vector[size_t]& recvbytes, string& err) noexcept nogil:
-        """An allgather among members that all share this host: this rank's part put in
-        place, then every part copied from its owner through shared memory, whatever the
-        parts' sizes.  Gloo's allgatherv sends every part through its TCP pairs."""
-        cdef vector[size_t] offsets
-        cdef vector[int] owners
-        cdef size_t i, pos = 0
-        cdef char errbuf[ERRLEN]
-        cdef int rc
-        for i in range(recvbytes.size()):
-            offsets.push_back(pos)
-            owners.push_back(<int>i)
-            pos += recvbytes[i]
-        if recvbytes[ps.index]:
-            memcpy(out + offsets[ps.index], inp, recvbytes[ps.index])
-        errbuf[0] = 0
-        rc = ps.shm.allgather_ranges(out, offsets, recvbytes, owners, True, errbuf, ERRLEN)
-        self.st_shm_gather += 1
-        if rc:
-            err = _str(errbuf)
-        return _shm_outcome(rc)
 
     cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
                              vector[size_t]& recvbytes, string& err) noexcept nogil:
@@ -669,6 +653,42 @@ cdef class Executor:
             return _shm_outcome(rc_local)
         return EX_BACKEND if rc else EX_OK
 
+    cdef bint _gathers_via_shm(self, PSet* ps) noexcept nogil:
+        """Whether an allgather, a broadcast or an alltoall among the set's members goes
+        through same-host shared memory (every member on this host, shared memory not turned off), at every
+        size: Gloo sends each member's data through its TCP pairs, two kernel copies and a
+        thread wake-up per message, where shared memory copies it once into the segment and
+        once out (bench/suite/collectives.py compares both with torch.distributed)."""
+        return ps.shm != NULL and ps.hier == NULL and self.shm_bytes != 0
+
+    cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
+                            vector[size_t]& recvbytes, string& err) noexcept nogil:
+        """An allgather among members on this host: each member's rows go from its output
+        through its segment into the others' outputs."""
+        cdef vector[size_t] offsets
+        cdef vector[int] owners
+        cdef size_t i, pos = 0
+        for i in range(recvbytes.size()):
+            offsets.push_back(pos)
+            owners.push_back(<int>i)
+            pos += recvbytes[i]
+        if recvbytes[ps.index]:
+            memcpy(out + offsets[ps.index], inp, recvbytes[ps.index])
+        return self._gather_shm(ps, out, offsets, recvbytes, owners, err)
+
+    cdef int _gather_shm(self, PSet* ps, char* buf, vector[size_t]& offsets,
+                         vector[size_t]& nbytes, vector[int]& owners, string& err) noexcept nogil:
+        """Range i of ``buf`` (``nbytes[i]`` from ``offsets[i]``), filled on member
+        ``owners[i]``, copied to every member through shared memory."""
+        cdef char errbuf[ERRLEN]
+        cdef int rc
+        errbuf[0] = 0
+        rc = ps.shm.allgather_ranges(buf, offsets, nbytes, owners, True, errbuf, ERRLEN)
+        self.st_shm_gather += 1
+        if rc:
+            err = _str(errbuf)
+        return _shm_outcome(rc)
+
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil:
         """``recv_splits``: filled with the rows received from each member."""
@@ -690,9 +710,38 @@ cdef class Executor:
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
         if out == NULL and rows * row:
             return EX_LOCAL
+        if self._gathers_via_shm(ps):
+            return self._alltoall_shm(ps, resp, <const char*>r.inp, sendbytes, <char*>out,
+                                      recvbytes, row, err)
         if _b_alltoallv(ps, r.inp, sendbytes, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
+
+    cdef int _alltoall_shm(self, PSet* ps, Response& resp, const char* send,
+                           vector[size_t]& sendbytes, char* out, vector[size_t]& recvbytes,
+                           size_t row, string& err) noexcept nogil:
+        """An alltoall among members on this host: each block goes from the sender's input
+        through its segment into the receiver's output (see _gathers_via_shm)."""
+        cdef vector[size_t] send_off, recv_off
+        cdef size_t j, spos = 0, rpos = 0, longest = 0
+        cdef char errbuf[ERRLEN]
+        cdef int rc
+        for j in range(sendbytes.size()):
+            send_off.push_back(spos)
+            recv_off.push_back(rpos)
+            spos += sendbytes[j]
+            rpos += recvbytes[j]
+        for j in range(resp.args.size()):      # every rank's splits: the same steps everywhere
+            longest = max(longest, <size_t>resp.args[j] * row)
+        if longest == 0:
+            return EX_OK
+        errbuf[0] = 0
+        rc = ps.shm.alltoall(send, send_off, sendbytes, out, recv_off, recvbytes, longest,
+                             errbuf, ERRLEN)
+        self.st_shm_gather += 1
+        if rc:
+            err = _str(errbuf)
+        return _shm_outcome(rc)
 
     cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
         cdef size_t dsize = dtype_size(resp.dtype)

@@ -37,6 +37,10 @@ cdef class Loop(CoordinatorLink):
     cdef double spin_s
     cdef double spin_budget             # how long drive spins now (see adapt_spin)
     cdef int spin_skipped               # waits since the budget fell to 0 (see adapt_spin)
+    # callers' threads, with the GIL (see may_send_here): the request a caller last sent
+    # itself, and how many lone requests from now on go to the engine thread instead
+    cdef int64_t sent_here_handle
+    cdef int send_here_pause
     cdef cbool backend_in_caller        # Backend.collectives_in_caller_thread
     cdef int64_t st_driven              # loop: waits that completed while their thread drove
     cdef int64_t st_sent_here           # loop: requests their caller sent (submit_here)
@@ -54,7 +58,8 @@ cdef class Loop(CoordinatorLink):
 
     cdef string straggler_frame(self) noexcept nogil
     # a caller's thread
-    cdef bint submit_here(self, int64_t handle) noexcept nogil
+    cdef void submit_here(self) noexcept nogil
+    cdef bint may_send_here(self, int64_t handle)
     cdef int drive(self, int64_t handle) noexcept nogil
     cdef void adapt_spin(self, int drove) noexcept nogil
     cdef bint drivable(self, Request& r) noexcept nogil

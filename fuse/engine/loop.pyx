@@ -32,6 +32,10 @@ from fuse.engine.handles cimport HandleTable
 from fuse.engine.results cimport ResponseRunner
 from fuse.engine.liveness cimport CoordinatorWatch, WATCH_WARN, WATCH_FAIL
 
+# lone requests that go to the engine thread after a caller's burst (Loop.may_send_here)
+cdef enum:
+    SEND_HERE_PAUSE = 16
+
 # what one pass of the loop did (Loop.iterate)
 cdef enum:
     STEP_PROGRESS = 0
@@ -60,6 +64,7 @@ cdef class Loop(CoordinatorLink):
         self.size = config.size
         self.spin_s = config.spin_time_us / 1e6
         self.spin_budget = self.spin_s
+        self.sent_here_handle = -1
         self.backend_in_caller = bool(getattr(backend, "collectives_in_caller_thread", False))
         self.channel = ControlChannel(self.rank, ctl_fd, worker_fds)
         self.table = HandleTable(self.channel)
@@ -97,11 +102,44 @@ cdef class Loop(CoordinatorLink):
 
     # ------------------------------------------------------------------ callers' threads
 
-    cdef bint submit_here(self, int64_t handle) noexcept nogil:
-        """Send a lone drivable request to the coordinator from the calling thread, leaving
-        the engine thread asleep (waiting, if need be, for the engine thread to finish a pass
-        of the loop); False when it is not lone or the caller is not to spin (adapt_spin):
-        then the engine thread must be woken to send it.
+    cdef bint may_send_here(self, int64_t handle):
+        """Whether the calling thread is to send its lone drivable request ``handle`` itself
+        (submit_here) rather than wake the engine thread; called with the GIL, once per
+        single-request call, so that the callers' threads take turns with the fields below.
+
+        Sending it here pays when the caller then waits for it: the engine thread sleeps
+        through the whole collective.  It costs in a burst, a caller starting many small
+        asynchronous collectives back to back: its first request goes out alone, so the
+        coordinator answers it alone, and the rest follow in other messages and other
+        responses, where the engine thread, woken once, would have sent several in one
+        message and the coordinator fused them into one response (16 asynchronous 1 KiB
+        allreduces on 2 ranks of a 2-core machine: 1.25x the time per burst; see
+        bench/results/studies/burst.md).  A burst shows itself when the caller queues
+        another request while the one it sent is still pending: the next SEND_HERE_PAUSE
+        lone requests then go to the engine thread, and the one after that is sent here
+        again, to see whether the bursts have ended."""
+        cdef int64_t last = self.sent_here_handle
+        cdef bint burst = False
+        cdef bint alone
+        with nogil:
+            if last >= 0:
+                burst = self.table.status_of(last) == H_PENDING
+            alone = self.spin_budget > 0 and self.table.driving_alone(handle)
+        if burst:
+            self.send_here_pause = SEND_HERE_PAUSE
+        self.sent_here_handle = -1
+        if not alone:
+            return False
+        if self.send_here_pause > 0:
+            self.send_here_pause -= 1
+            return False
+        self.sent_here_handle = handle
+        return True
+
+    cdef void submit_here(self) noexcept nogil:
+        """Send a lone drivable request to the coordinator from the calling thread, once
+        may_send_here said so, leaving the engine thread asleep (waiting, if need be, for the
+        engine thread to finish a pass of the loop).
 
         Waking the engine thread for a request whose caller then waits for it (drive) made
         the two race for the loop: when the engine thread won, the caller slept on its handle
@@ -115,8 +153,6 @@ cdef class Loop(CoordinatorLink):
         message."""
         cdef vector[Request] batch
         cdef bint wake
-        if self.spin_budget <= 0 or not self.table.driving_alone(handle):
-            return False
         if not self.take_loop(False):
             self.take_loop(True)
         if self.table.take_queue(batch) == S_RUNNING and batch.size():
@@ -129,7 +165,6 @@ cdef class Loop(CoordinatorLink):
         lock_release(self.loop_lock)
         if wake or self.table.has_queued():
             self.channel.wake()
-        return True
 
     # ------------------------------------------------------------------ background thread
 
@@ -302,7 +337,8 @@ cdef class Loop(CoordinatorLink):
         """Whether a thread waiting for ``r`` alone may run the loop itself (drive): when
         no thread but the caller's takes part.  The coordinator's answer settles barriers,
         joins and allreduces or broadcasts small enough to travel inline; same-host shared
-        memory reduces on the calling thread; so do backends that say so (MPI)."""
+        memory reduces (gathers, broadcasts, alltoalls) on the calling thread; so do backends
+        that say so (MPI)."""
         cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
         if r.kind == K_BARRIER or r.kind == K_JOIN or self.backend_in_caller:
             return True
@@ -310,6 +346,9 @@ cdef class Loop(CoordinatorLink):
             return False
         if (r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and self.submitter.inlines(
                 r.kind, r.pset, nbytes):
+            return True
+        if ((r.kind == K_ALLGATHER or r.kind == K_BROADCAST or r.kind == K_ALLTOALL)
+                and self.executor._gathers_via_shm(&self.psets.map[r.pset])):
             return True
         return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
 

@@ -127,7 +127,8 @@ cdef class ProcessSets:
     def install_shm(self, int pset_id, SharedSegments segments):
         """Let a process set whose members share this host reduce its large allreduces
         (FUSE_SHM_THRESHOLD) through their shared-memory segments instead of the backend.
-        Every member installs its own view of the same segments before the engine starts."""
+        Every member installs its own view of the same segments before the engine starts (the
+        world) or before it submits anything else on the set (a set added later)."""
         self.groups[(pset_id, "shm")] = segments
         segments.installed = True
         with nogil:
@@ -195,3 +196,4 @@ cdef class ProcessSets:
             lock_acquire(self.lock)
             self.map.erase(pset_id)
             lock_release(self.lock)
+        self.groups.pop((pset_id, "shm"), None)     # (no longer reachable from the map)

@@ -39,7 +39,9 @@ Segments are anonymous memory files (memfd) that every rank opens through the ma
 local.  The job is on one
 host when the launcher says so (local size = size) and every rank reports the same kernel
 boot id; every rank must then open every segment and see every pid, or nobody uses them.
-Only the world's process set uses this path; other process sets go through the backend.
+A process set added while the world has segments (so every member is on this host) gets
+segments of its own among its members (fuse.worker.lifecycle), and its collectives take the
+same paths.
 """
 
 from __future__ import annotations
@@ -133,6 +135,13 @@ def connect(config, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments 
     every rank calls it at start-up with ``exchange`` = the backend's allgather of bytes."""
     if config.shm_threshold <= 0 or config.size < 2 or config.local_size != config.size:
         return None
+    return connect_members(config.rank, exchange)
+
+
+def connect_members(index: int, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments | None:
+    """Segments of a group of processes, this one the ``index``-th, or None when one of them
+    cannot map every segment.  Collective: every member calls it with ``exchange`` = an
+    allgather of bytes among the members (called twice)."""
     fd, path = new_segment()
     maps: list[mmap.mmap] = []
     try:
@@ -149,7 +158,7 @@ def connect(config, exchange: Callable[[bytes], list[bytes]]) -> SharedSegments 
         for m in maps:
             m.close()
         return None
-    return SharedSegments(maps, config.rank, CHUNK_BYTES)
+    return SharedSegments(maps, index, CHUNK_BYTES)
 
 
 def share_regions(engine, sizes: list[int], allgather: Callable[[object], list]) -> list | None:

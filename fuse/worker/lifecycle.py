@@ -594,7 +594,31 @@ def _add_process_set(ps: ProcessSet) -> ProcessSet:
     new_id = collectives.submit_control("add_process_set", ranks=ps.ranks)
     ps.process_set_id = new_id
     job.process_sets[new_id] = ps
+    _share_memory_in(ps)
     return ps
+
+
+def _share_memory_in(ps: ProcessSet) -> None:
+    """A new process set's members map shared-memory segments of their own when the world
+    has them (every rank on this host), so that the set's collectives skip the backend as the
+    world's do.  Collective over the members, right after the set is made: each installs its
+    view before it can submit anything else on the set, so every member of every later
+    collective of the set takes the same path."""
+    from fuse.engine import shm
+    engine = state.engine()
+    me = state.rank()
+    if engine.shared_memory is None or me not in ps.ranks or len(ps.ranks) < 2:
+        return
+    pset_id = ps.process_set_id
+    calls = iter(range(2))
+
+    def exchange(data: bytes) -> list[bytes]:
+        return collectives.allgather_object(data, name=f"fuse.shm.{pset_id}.{next(calls)}",
+                                            process_set=ps)
+
+    segments = shm.connect_members(ps.ranks.index(me), exchange)
+    if segments is not None:
+        engine.install_shm(pset_id, segments)
 
 
 def add_process_set(process_set: ProcessSet | Sequence[int]) -> ProcessSet:

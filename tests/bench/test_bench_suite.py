@@ -217,3 +217,17 @@ def test_suite_jobs_and_unknown_workload():
     with pytest.raises(ValueError):
         suite.jobs_for("nope", quick=True)
     assert suite.missing(("surely_not_a_module_xyz",)) == ["surely_not_a_module_xyz"]
+
+
+def test_a_run_of_some_jobs_keeps_the_others_latest_records():
+    old = {"workload": "collectives", "machine_start": {"load": 1}, "seconds": 100,
+           "notes": ["old note"], "jobs": [{"job": "collectives_2_world", "rows": ["old 2"]},
+                                           {"job": "collectives_4_world", "rows": ["old 4"]}]}
+    new = {"workload": "collectives", "machine_start": {"load": 2}, "machine_end": {"load": 3},
+           "seconds": 50, "notes": [], "jobs": [{"job": "collectives_4_world",
+                                                 "rows": ["new 4"]}]}
+    merged = suite.merge_jobs(old, new)
+    assert [(j["job"], j["rows"]) for j in merged["jobs"]] == [
+        ("collectives_2_world", ["old 2"]), ("collectives_4_world", ["new 4"])]
+    assert merged["seconds"] == 150 and merged["notes"] == ["old note"]
+    assert merged["machine_start"] == {"load": 1} and merged["machine_end"] == {"load": 3}

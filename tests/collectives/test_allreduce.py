@@ -488,6 +488,57 @@ def test_waiting_thread_drives_a_lone_collective(np_, spin, drives):
     assert [{k: rank[k] for k in ok} for rank in out] == [ok] * np_, out
 
 
+def burst_then_lone_calls() -> dict:
+    """Rank 1 starts two asynchronous allreduces back to back (a burst), then synchronous lone
+    ones.  Its first request goes out from its own thread; when it queues the second, the
+    first is still pending (rank 0 submits it only after the "go" allreduce that rank 1
+    queues third), so the burst is seen and the next 16 lone calls wake the engine thread
+    instead; later ones are sent from the caller's thread again (unless the engine thread,
+    awake for some other reason, took the request first: so of 8 later calls, at least one).
+    Counts come from the engine's ``sent_by_caller``; every result is checked too."""
+    import fuse
+    from fuse.worker import lifecycle
+
+    def sent():
+        return lifecycle.engine().stats()["sent_by_caller"]
+
+    fuse.init()
+    try:
+        r, n = fuse.rank(), fuse.size()
+        total = n * (n + 1) // 2
+        x = [np.full(4, r + 1.0) for _ in range(2)]
+        before = sent()
+        if r == 1:
+            handles = [fuse.allreduce_async_(t, name=f"burst{i}", op=fuse.Sum)
+                       for i, t in enumerate(x)]
+            fuse.allreduce(np.zeros(1), name="go")
+        else:
+            fuse.allreduce(np.zeros(1), name="go")
+            handles = [fuse.allreduce_async_(t, name=f"burst{i}", op=fuse.Sum)
+                       for i, t in enumerate(x)]
+        for h in handles:
+            fuse.synchronize(h)
+        after_burst = sent()
+        lone = [float(fuse.allreduce(np.full(2, r + 1.0), name=f"lone{i}", op=fuse.Sum)[0])
+                for i in range(16)]
+        after_pause = sent()
+        later = [float(fuse.allreduce(np.full(2, r + 1.0), name=f"later{i}", op=fuse.Sum)[0])
+                 for i in range(8)]
+        return {"results": all(float(t[0]) == total for t in x)
+                and lone == [total] * 16 and later == [total] * 8,
+                "burst": after_burst - before, "pause": after_pause - after_burst,
+                "after": sent() - after_pause}
+    finally:
+        fuse.shutdown()
+
+
+def test_a_burst_hands_lone_requests_to_the_engine_thread():
+    # a spin no peer outlasts (see above), so that every lone call is the caller's to send
+    out = run_job(burst_then_lone_calls, 2, {"FUSE_SPIN_TIME_US": "1000000"})
+    assert out[1]["results"] and out[1]["pause"] == 0 and out[1]["after"] >= 1, out
+    assert out[0]["results"], out
+
+
 def test_bfloat16_available():
     # ml_dtypes is a test dependency (fuse-dl[test]): without it the bfloat16 cases would be left
     # out of every matrix test in silence

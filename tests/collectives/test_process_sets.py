@@ -18,9 +18,11 @@ pytestmark = pytest.mark.timeout(120)
 def _set_collectives(c: Checker, ps, r: int, tag: str) -> None:
     """Every collective inside ``ps`` (this rank is a member); members' inputs only count."""
     import fuse
+    from fuse.worker import lifecycle
     members = ps.ranks
     m = len(members)
     me = ps.rank()
+    before = lifecycle.engine().stats()
     for dt, shape in (("float32", (6,)), ("int64", (3, 2)), ("float64", (40000,)),
                       ("uint8", (70000,))):
         for op in ("sum", "average", "max"):
@@ -83,6 +85,12 @@ def _set_collectives(c: Checker, ps, r: int, tag: str) -> None:
     c.equal(fuse.broadcast_object(("obj", r) if r == members[-1] else None,
                                   root_rank=members[-1], process_set=ps),
             ("obj", members[-1]), f"{tag} broadcast_object")
+    # every rank on this host: the set has shared-memory segments of its own, and its large
+    # allreduces, reduce-scatters, allgathers and alltoalls skip the backend
+    after = lifecycle.engine().stats()
+    c.true(after["shm"] > before["shm"] and after["shm_gathers"] > before["shm_gathers"],
+           f"{tag} collectives through the set's shared memory",
+           f"the engine's shared-memory counters did not move: {before} -> {after}")
 
 
 def static_sets() -> int:

@@ -276,6 +276,35 @@ class ShmAllreduce {
     return 0;
   }
 
+  // Alltoall: this rank's block for rank j (`send_bytes[j]` from `send_off[j]` of send) lands
+  // in rank j's recv; what rank k sends here lands at `recv_off[k]` (`recv_bytes[k]` long).
+  // Per step every rank publishes the next piece of each of its blocks in its own segment, one
+  // slot per receiver; barrier; each receiver copies its pieces out of every sender's slot.
+  // `longest`, the largest block any rank sends, must be the same on every rank: so is the
+  // number of steps.  The halves alternate as in reduce_scatter().
+  int alltoall(const char* send, const std::vector<size_t>& send_off,
+               const std::vector<size_t>& send_bytes, char* recv,
+               const std::vector<size_t>& recv_off, const std::vector<size_t>& recv_bytes,
+               size_t longest, char* err, size_t errlen) {
+    const size_t n = bases_.size();
+    const size_t me = static_cast<size_t>(rank_);
+    const size_t slot = chunk_ / n;
+    if (send_bytes[me]) memcpy(recv + recv_off[me], send + send_off[me], send_bytes[me]);
+    for (size_t done = 0; done < longest; done += slot, ++chunks_) {
+      const size_t half = (chunks_ % 2) * chunk_;
+      for (size_t j = 0; j < n; ++j)
+        if (j != me && done < send_bytes[j])
+          memcpy(data(me) + half + j * slot, send + send_off[j] + done,
+                 send_bytes[j] - done < slot ? send_bytes[j] - done : slot);
+      if (int rc = barrier(err, errlen)) return rc;
+      for (size_t k = 0; k < n; ++k)
+        if (k != me && done < recv_bytes[k])
+          memcpy(recv + recv_off[k] + done, data(k) + half + me * slot,
+                 recv_bytes[k] - done < slot ? recv_bytes[k] - done : slot);
+    }
+    return 0;
+  }
+
  private:
   static constexpr size_t kStatusBytes = 8;
 
