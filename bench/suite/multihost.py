@@ -107,21 +107,33 @@ def sides_for(model: str) -> list[tuple]:
 
 def run_fuse(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
              path: str, extra=()) -> None:
+    launch_fuse(cluster, hosts, ranks, worker_args("fuse", model, steps, path, extra),
+                f"fuse {hosts}x{ranks} {model}")
+
+
+def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
+            path: str, extra=()) -> None:
+    launch_ddp(cluster, hosts, ranks, worker_args("ddp", model, steps, path, extra),
+               f"DDP {hosts}x{ranks} {model}")
+
+
+def launch_fuse(cluster: Cluster, hosts: int, ranks: int, worker: list[str], what: str) -> None:
+    """``fuserun -np hosts*ranks -H ...`` of ``python worker...`` from the first host, as fuse's
+    users run it (bench/suite/sharded.py uses it too)."""
     fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
     hostlist = ",".join(f"{a}:{ranks}" for a in cluster.addrs[:hosts])
     env = {"PATH": os.environ.get("PATH", ""), **THREADS,
            "FUSE_SSH_ARGS": f"-F {cluster.dir}/ssh_config"}
     argv = cluster.argv(1, [fuserun, "-np", str(hosts * ranks), "-H", hostlist,
-                            sys.executable, *worker_args("fuse", model, steps, path, extra)],
-                      env)
+                            sys.executable, *worker], env)
     out = subprocess.run(argv, env=cluster.env, capture_output=True, timeout=JOB_TIMEOUT)
     if out.returncode != 0:
-        raise RuntimeError(f"fuse {hosts}x{ranks} {model} failed:\n"
-                           + out.stderr.decode(errors="replace")[-3000:])
+        raise RuntimeError(f"{what} failed:\n" + out.stderr.decode(errors="replace")[-3000:])
 
 
-def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
-            path: str, extra=()) -> None:
+def launch_ddp(cluster: Cluster, hosts: int, ranks: int, worker: list[str], what: str) -> None:
+    """One ``torchrun --nnodes hosts --nproc_per_node ranks`` of ``worker`` per host, as DDP's
+    users run it."""
     port = str(common.free_port())
     procs = []
     for node in range(hosts):
@@ -129,8 +141,7 @@ def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
         argv = cluster.argv(node + 1, [
             sys.executable, "-m", "torch.distributed.run", "--nnodes", str(hosts),
             "--nproc_per_node", str(ranks), "--node_rank", str(node),
-            "--master_addr", cluster.addrs[0], "--master_port", port,
-            *worker_args("ddp", model, steps, path, extra)], env)
+            "--master_addr", cluster.addrs[0], "--master_port", port, *worker], env)
         procs.append(subprocess.Popen(argv, env=cluster.env, stdout=subprocess.PIPE,
                                       stderr=subprocess.STDOUT))
     failed = []
@@ -140,11 +151,11 @@ def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
         except subprocess.TimeoutExpired:
             for q in procs:
                 q.kill()
-            raise RuntimeError(f"DDP {hosts}x{ranks} {model} exceeded {JOB_TIMEOUT} s")
+            raise RuntimeError(f"{what} exceeded {JOB_TIMEOUT} s")
         if p.returncode != 0:
             failed.append(f"node {node}: " + out.decode(errors="replace")[-2000:])
     if failed:
-        raise RuntimeError(f"DDP {hosts}x{ranks} {model} failed:\n" + "\n".join(failed))
+        raise RuntimeError(f"{what} failed:\n" + "\n".join(failed))
 
 
 def measure(cluster, hosts, ranks, model, rounds, steps, tmp) -> dict:

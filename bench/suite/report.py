@@ -265,7 +265,13 @@ def sharded_section(w: dict) -> str:
         "on Gloo (ZeRO: `torch.distributed.optim.ZeroRedundancyOptimizer`). Step: the median "
         "over rounds of rank 0's median step (5 after 2 warm-up steps); optimizer state: the "
         "bytes of every tensor in the state of the optimizer stepping on the rank; peak RSS: "
-        "the rank's `ru_maxrss`. \"load N\": N `while True: pass` processes beside the job."])
+        "the rank's `ru_maxrss`. \"load N\": N `while True: pass` processes beside the job. "
+        "\"HxR hosts at RATE\": H network-namespace hosts of R ranks (scripts/cluster.sh), "
+        "links capped at RATE; fuse under `fuserun -H` from the first host, DDP under one "
+        "`torchrun --nnodes H` per host, one thread per worker (the hosts share this "
+        "machine's cores)."]
+        + [f"\n\nNot measured in this run: {job['skipped']}."
+           for job in w.get("jobs", []) if job.get("job") == "sharded" and job.get("skipped")])
 
 
 def multihost_section(w: dict) -> str:

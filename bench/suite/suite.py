@@ -18,8 +18,9 @@ writing one JSON record):
               under torchrun (each launcher's own thread defaults), quiet and beside --load
               busy processes (default 1)
   sharded     bench/suite/sharded.py: AdamW on the ResNet-50-shaped and transformer-shaped
-              parameter sets, 2 and 4 ranks: fuse, fuse sharded=True, DDP, DDP +
-              ZeroRedundancyOptimizer (step time, optimizer state per rank, peak RSS)
+              parameter sets, 2 and 4 ranks quiet and beside 1 busy process, and 2x2
+              network-namespace hosts at 1 Gbit/s (needs root): fuse, fuse sharded=True, DDP,
+              DDP + ZeroRedundancyOptimizer (step time, optimizer state per rank, peak RSS)
   multihost   bench/suite/multihost.py: network-namespace hosts with 1 Gbit/s links (needs root),
               layouts 2x1, 4x1, 2x2: fuserun -H against torchrun per host, ResNet-50 gradient
               set and 64 MiB allreduce bandwidth
@@ -120,10 +121,11 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
                     timeout=600 if quick else 1800)]
     if workload == "sharded":
         args = (["--sizes", "2", "--rounds", "1", "--steps", "2"] if quick
-                else ["--rounds", "1", "--steps", "5"])
-        # 2 models x 2 sizes x 4 sides x rounds jobs, each ~10-30 s (start-up included)
+                else ["--rounds", "1", "--steps", "5", "--loads", "0,1", "--layouts", "2x2"])
+        # 2 models x (2 sizes x 2 loads + 1 layout) x 4 sides x rounds jobs, each ~10-30 s
+        # (start-up included; on the 1 Gbit/s hosts up to a minute)
         return [Job("sharded", ["sharded.py", *args], launcher="self",
-                    timeout=600 if quick else 1200)]
+                    timeout=600 if quick else 2400)]
     if workload == "multihost":
         args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
                 else ["--rounds", "3", "--steps", "5"])

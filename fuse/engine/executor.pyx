@@ -117,6 +117,16 @@ cdef int _b_broadcast(PSet* ps, void* buf, size_t nbytes, int root,
                           (_view(buf, nbytes, FUSE_UINT8), root), err)
 
 
+cdef inline bint _even(vector[size_t]& sizes) noexcept nogil:
+    """Whether every member's part is as large (then part k begins at k times it, where the
+    shared-memory reduce-scatter cuts its shards)."""
+    cdef size_t i
+    for i in range(1, sizes.size()):
+        if sizes[i] != sizes[0]:
+            return False
+    return True
+
+
 cdef int _b_allgatherv(PSet* ps, const void* send, size_t sendbytes, void* recv,
                        vector[size_t]& recvbytes, string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
@@ -744,6 +754,7 @@ cdef class Executor:
         cdef void* out
         cdef double post = resp.postscale
         cdef int rc
+        cdef size_t offset = 0
         dim0 = r.shape[0] if r.shape.size() else 1
         rowel = _row_elems(r.shape)
         cdef size_t rows_i
@@ -766,6 +777,18 @@ cdef class Executor:
                                          _backend_op(resp.op), post, err)
             if rc != EX_OK:
                 return rc
+        elif self._via_hier(ps, total):
+            # across hosts of several ranks: the hierarchical allreduce carries each host's
+            # share over its link once, where the backend's flat reduce-scatter sends most of
+            # the buffer from every rank across (bench/results/sharded.md, 2x2 hosts)
+            rc = self._reduce_hier(ps, buf, total // dsize, resp.dtype, _backend_op(resp.op),
+                                   post, err)
+            if rc != EX_OK:
+                return rc
+            for i in range(<size_t>ps.index):
+                offset += counts[i]
+            if offset and counts[ps.index]:
+                memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         else:
             if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
                 return EX_BACKEND
@@ -795,19 +818,33 @@ cdef class Executor:
 
     cdef int _reducescatter_shm(self, PSet* ps, char* buf, size_t count, vector[size_t]& counts,
                                 int dtype, int op, double post, string& err) noexcept nogil:
-        """A reduce-scatter among members that share this host: the whole buffer reduced
-        through shared memory (scaled by ``post``), then this member's part moved to the front
-        of ``buf``, where the backend's reduce-scatter leaves it.  Gloo's reduce-scatter sends
+        """A reduce-scatter among members that share this host, through shared memory: when
+        every member's part is as large, each rank reduces its own part only; otherwise the
+        whole buffer is reduced.  This member's part, scaled by ``post``, is then moved to the
+        front of ``buf``, where the backend's reduce-scatter leaves it.  Gloo's reduce-scatter sends
         every part through its TCP pairs: 2.7 ms for 1 MiB at 2 ranks beside test jobs, where
         the shared-memory allreduce of all of it took 0.27 ms quiet (bench/results/allreduce.md);
         bench/suite/collectives.py compares both with torch.distributed."""
         cdef size_t dsize = dtype_size(dtype)
         cdef size_t offset = 0, i
-        cdef int rc = self._reduce_shm(ps, buf, count, dtype, op, post, err)
-        if rc != EX_OK:
-            return rc
+        cdef int rc
+        cdef char errbuf[ERRLEN]
         for i in range(<size_t>ps.index):
             offset += counts[i]
+        if _even(counts):
+            # the members' parts are ShmAllreduce's shards: each rank reduces only its own
+            # (no allreduce's last phase, which would copy every other part back)
+            errbuf[0] = 0
+            rc = ps.shm.reduce_scatter(buf, count, dtype, op, errbuf, ERRLEN)
+            self.st_shm += 1
+            if rc:
+                err = _str(errbuf)
+                return _shm_outcome(rc)
+            scale_buffer(buf + offset * dsize, counts[ps.index], dtype, post)
+        else:
+            rc = self._reduce_shm(ps, buf, count, dtype, op, post, err)
+            if rc != EX_OK:
+                return rc
         if offset and counts[ps.index]:
             memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         return EX_OK

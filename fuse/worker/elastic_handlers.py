@@ -263,18 +263,49 @@ class StateDictHandler(_elastic.KeptCopy, StateHandler):
 
 class SamplerStateHandler(StateDictHandler):
     """Keeps an :class:`ElasticSamplerBase`: its epoch and the samples committed steps
-    processed."""
+    processed.
+
+    After a sync every worker goes on from rank 0's state (its model is broadcast), so the
+    samples counted as processed are those of rank 0's last commit, from every worker (a
+    worker that records only its own samples, ``record_indices``, is the only one to know
+    them).  A worker may have kept one commit more than rank 0: a commit whose copy is
+    collective (a sharded optimizer's) can complete on one rank and fail on another when a
+    worker leaves.  That worker's samples then come from the commit before its last, or the
+    steps that rank 0 rolled back would be skipped.  Commits are counted to tell; a sync
+    makes every worker's count rank 0's."""
+
+    def __init__(self, value):
+        super().__init__(value)
+        self._commits = 0
+        self._before = self._saved      # the commit before the last one
+
+    def keep(self, taken) -> None:
+        self._before = self._saved
+        super().keep(taken)
+        self._commits += 1
 
     def sync(self):
-        # Every worker's committed samples (new workers have none), then rank 0's view of it
-        # all, so that every worker splits the same remaining samples.
-        processed = set()
-        for part in _c.allgather_object(self.value.processed_indices,
-                                        name="fuse.elastic.sampler_processed"):
-            processed |= set(part)
+        parts = _c.allgather_object(
+            (self._commits, self.value.processed_indices, self._saved["processed_indices"],
+             self._before["processed_indices"]), name="fuse.elastic.sampler_processed")
+        lead = parts[0][0]
+        processed, committed = set(), set()
+        for commits, current, saved, before in parts:
+            if commits == lead + 1:
+                # it kept the commit rank 0 failed to: its state is that commit, restored
+                processed |= set(before)
+                committed |= set(before)
+            else:                       # new workers bring nothing
+                processed |= set(current)
+                committed |= set(saved)
         state = self.value.state_dict()
         state["processed_indices"] = processed
-        self.value.load_state_dict(bcast_object(state, name="fuse.elastic.sampler_state"))
+        saved = dict(self._saved, processed_indices=committed)
+        state, saved = bcast_object((state, saved), name="fuse.elastic.sampler_state")
+        self.value.load_state_dict(state)
+        # every worker's next rollback goes back to the same commit, rank 0's
+        self._saved = self._before = saved
+        self._commits = lead
 
     def reset(self):
         self.value.reset()

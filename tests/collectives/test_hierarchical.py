@@ -103,6 +103,15 @@ def _matrix() -> int:
             gathers += 1
     c.equal(lifecycle.engine().stats()["hierarchical_allgathers"] - before, gathers,
             "every allgather went hierarchically")
+    # reduce-scatter: through the hierarchical allreduce, each rank keeping its rows
+    before = _hier_count()
+    for dt, rows in (("float32", 4 * 60_001), ("float64", 30_003)):
+        tag = f"rs.{dt}"
+        ins = [rank_array(dt, (rows, 2), k, tag) for k in range(n)]
+        cuts = np.cumsum([0] + [rows // n + (k < rows % n) for k in range(n)])
+        out = fuse.reducescatter(ins[r], name=tag, op=fuse.Average)
+        c.array(out, reduce_ref(ins, "average")[cuts[r]:cuts[r + 1]], tag)
+    c.equal(_hier_count() - before, 2, "the reduce-scatters went hierarchically")
     # another process set keeps the flat allreduce, and is right
     pair = fuse.add_process_set([0, 2])
     if r in (0, 2):

@@ -101,6 +101,9 @@ def equivalence(bucket_bytes, variants, init=True):
     res["state_bytes"] = _state_bytes(so)
     res["unsharded_state_bytes"] = _state_bytes(uo)
     res["owned"] = len(so.owned_parameters)
+    # which buckets were allreduced (padded past ALLREDUCE_PAST_PADDING) rather than
+    # reduce-scattered
+    res["allreduced"] = list(so.__dict__["_allreduced"])
     res["state_keys_equal"] = sorted(full["state"]) == sorted(ref["state"])
     res["state_diff"] = max((full["state"][k][name] - ref["state"][k][name]).abs().max().item()
                             for k in ref["state"] for name in ("exp_avg", "exp_avg_sq"))

@@ -1,10 +1,12 @@
 """ElasticSampler on its own (one process, fuse not started: one replica): what it records,
-what survives a state_dict round trip, and what a new epoch starts with.  The sampler across
+what survives a state_dict round trip, and what a new epoch starts with; then its sync on 2
+real workers whose ranks come out of a failure at different commits.  The sampler across
 re-formed jobs is tested with real workers in tests/runner/elastic/test_elastic_torch.py."""
 
 from __future__ import annotations
 
 import needs
+import pytest
 
 needs.module("torch")
 
@@ -38,3 +40,20 @@ def test_without_shuffle_the_order_is_the_dataset_order():
     sampler.record_indices([0, 1])
     sampler.reset()
     assert list(iter(sampler)) == [2, 3, 4, 5]
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("record", ["batch", "indices"])
+def test_a_step_rank_0_rolled_back_is_not_skipped(record):
+    """Rank 0's state is what every rank trains on after a sync (its model is broadcast):
+    samples of a commit that rank 0 did not keep, though another rank did, are seen again."""
+    from torch_util import run_job
+    from workers_elastic_sampler import SAMPLES, sampler_after_uneven_rollback
+    results = run_job(sampler_after_uneven_rollback, 2, args=(record,))
+    first = results[0]
+    assert first["batch"] == 1, first
+    assert first["processed"] == first["batch0"], first
+    assert set(first["batch1"]) <= set(first["left"]), first
+    assert sorted(set(first["left"])) == sorted(set(range(SAMPLES)) - set(first["batch0"])), first
+    for r, res in enumerate(results):
+        assert res == first, (r, res, first)

@@ -39,14 +39,21 @@ def check_equivalence(results, variants):
 def test_sharded_training_matches_unsharded_with_options():
     import workers_torch_sharded as w
     variants = ["bpps2", "predivide", "fp16", "bf16", "clip"]
-    # 2 KiB buckets: the 5 layers' gradients travel in several reduce-scatters
-    check_equivalence(run_job(w.equivalence, np_=2, args=(2048, variants)), variants)
+    # 6000-byte buckets: the 5 layers' gradients travel in two, one reduce-scattered (its
+    # segments nearly even), one allreduced (one rank's segment 1.9 times the other's: padded,
+    # it would cost more than an allreduce)
+    results = run_job(w.equivalence, np_=2, args=(6000, variants))
+    check_equivalence(results, variants)
+    assert results[0]["allreduced"] == [False, True], results[0]["allreduced"]
 
 
 def test_sharded_on_four_workers_process_set_broadcast_and_errors():
     import workers_torch_sharded as w
-    results = run_job(w.four_workers, np_=4, args=(2048,))
+    # 6000-byte buckets at 4 ranks: one, reduce-scattered (the process set of 2 and the
+    # embedding below: allreduced)
+    results = run_job(w.four_workers, np_=4, args=(6000,))
     check_equivalence([res["equivalence"] for res in results], [])
+    assert results[0]["equivalence"]["allreduced"] == [False], results[0]["equivalence"]
     for r, res in enumerate(results):
         if r in (1, 3):
             assert res["pset_diff"] < TOL, (r, res["pset_diff"])
