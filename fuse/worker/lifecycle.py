@@ -434,6 +434,11 @@ def shutdown() -> None:
     if engine is not None:
         # what failed the job, if anything: an elastic re-init tells the driver who was lost
         job.last_failure = engine.failure if engine.failed else None
+        if engine.failed and backend is not None:
+            # the engine thread may still wait in a collective on a peer that vanished without
+            # closing its connections (its host or container gone): fail it now, or stopping
+            # the engine and closing the backend would wait for the backend's timeout
+            backend.abort()
         engine.shutdown()
         # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.job.device_path")
