@@ -31,6 +31,12 @@ what it needs, finds the newest generation older than its incarnation, writes
 the driver publish the generation, so the running workers stop training for the rendezvous
 and the state's broadcast, not for a new process's start-up.
 
+Every worker process also writes ``elastic/alive/<id>`` (``<incarnation>:<count>``, the count
+going up) about once a second from a thread of its own, whatever it is doing: training,
+re-forming or waiting at the rendezvous.  A worker whose count stops for the peer timeout
+(``FUSE_PEER_TIMEOUT_SECONDS``) is stopped, hung or cut off from the launcher's host: the
+driver takes it out of the job as it does a lost one.
+
 Under ``FUSE_STRAGGLER_POLICY=remove`` rank 0 writes ``elastic/straggler/<g>/<n>`` (JSON: the
 flagged rank or host, how far behind, what it costs; fuse.worker.straggler) each time its
 coordinator names a straggler; the driver decides whether to take it out.
@@ -50,6 +56,8 @@ RESET_KEY = "elastic/reset/{g}/{worker}"
 RESET_PREFIX = "elastic/reset/{g}/"
 INCARNATION_ENV = "FUSE_ELASTIC_INCARNATION"
 WARM_KEY = "elastic/warm/{worker}"
+ALIVE_KEY = "elastic/alive/{worker}"
+ALIVE_PREFIX = "elastic/alive/"
 STRAGGLER_KEY = "elastic/straggler/{g}/{n}"
 STRAGGLER_PREFIX = "elastic/straggler/{g}/"
 

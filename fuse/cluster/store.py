@@ -294,6 +294,7 @@ class KVStoreServer:
         self._notes = 0
         self.refused = 0            # requests turned away (tests and diagnostics read it)
         self.on_change = None       # called (no arguments) after every stored value: a wake-up
+        self.quiet_prefix = None    # ... except a value whose key starts with this
         self._server = _LimitedHTTPServer((host, port), self, max_connections)
         self.address = self._server.server_address[0]   # the address it listens on
         self.port = self._server.server_address[1]
@@ -320,7 +321,8 @@ class KVStoreServer:
             self._data[key] = value
             self._changed.notify_all()
         callback = self.on_change   # read once: the driver clears it from its own thread
-        if callback is not None:
+        quiet = self.quiet_prefix
+        if callback is not None and not (quiet and key.startswith(quiet)):
             callback()
 
     def get(self, key: str) -> bytes | None:

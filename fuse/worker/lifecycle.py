@@ -172,9 +172,11 @@ def _install_job(engine, config: Config, backend) -> None:
 def _join_elastic(config: Config) -> dict:
     """Elastic mode: wait for the driver's next generation and return this worker's identity
     in it (fuse.worker.elastic_rendezvous)."""
-    from fuse.worker import elastic_rendezvous
+    from fuse.worker import elastic_rendezvous, heartbeat
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
+    heartbeat.start(config, elastic_rendezvous.worker_id(config),
+                    elastic_rendezvous.incarnation())
     from fuse.cluster import elastic_protocol
     lost = elastic_protocol.unanswering_ranks(job.last_failure)
     identity = elastic_rendezvous.join(
