@@ -12,6 +12,7 @@ import os
 import pickle
 import socket
 import sys
+import time
 import traceback
 from typing import Sequence
 
@@ -52,7 +53,9 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         if process_sets == "dynamic":
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
+        started = time.monotonic()
         config, backend_cls, backend_kwargs = _configure(comm, overrides)
+        joined = time.monotonic()
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
         from fuse.worker import malloc_tuning
         malloc_tuning.keep_freed_memory(config.malloc_trim_threshold)
@@ -60,10 +63,14 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         _warn_oversubscribed(config, log)
         ignored_knobs.warn_ignored_knobs(config.local_rank, log)
         backend = backend_cls(config, **backend_kwargs)
+        connected = time.monotonic()
         engine = _start_engine(config, backend, log)
         _install_job(engine, config, backend)
-        log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
-                  config.backend)
+        # (the phases' times show where a slow start or re-form went)
+        log.debug("initialized: rank %d of %d, backend %s (configuration and rendezvous "
+                  "%.2f s, the backend's connections %.2f s, the engine's %.2f s)", config.rank,
+                  config.size, config.backend, joined - started, connected - joined,
+                  time.monotonic() - connected)
     for ps in process_sets or ():
         _add_process_set(ps)
 
@@ -390,7 +397,6 @@ CAUSE_WAIT_S = 3.5
 
 
 def _await_causes(cfg) -> None:
-    import time
     from fuse.cluster.failure_cause import KEY
     from fuse.cluster.store import store_from_config
     store = store_from_config(cfg, timeout=REPORT_TIMEOUT_S, attempts=REPORT_ATTEMPTS)
@@ -436,12 +442,14 @@ def shutdown() -> None:
     if engine is not None:
         # what failed the job, if anything: an elastic re-init tells the driver who was lost
         job.last_failure = engine.failure if engine.failed else None
+        started = time.monotonic()
         if engine.failed and backend is not None:
             # the engine thread may still wait in a collective on a peer that vanished without
             # closing its connections (its host or container gone): fail it now, or stopping
             # the engine and closing the backend would wait for the backend's timeout
             backend.abort()
         engine.shutdown()
+        stopped = time.monotonic()
         # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.job.device_path")
         if device_path is not None:
@@ -453,6 +461,9 @@ def shutdown() -> None:
                 backend.close()
             except Exception:
                 pass
+        from fuse._log import logger
+        logger.debug("shut down: the engine stopped in %.2f s, the backend closed in %.2f s",
+                     stopped - started, time.monotonic() - stopped)
 
 
 def autotune_state(wait: float | None = 0) -> dict | None:
