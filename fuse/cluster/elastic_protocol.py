@@ -33,7 +33,8 @@ and the state's broadcast, not for a new process's start-up.
 
 Every worker process also writes ``elastic/alive/<id>`` (``<incarnation>:<count>``, the count
 going up) about once a second from a thread of its own, whatever it is doing: training,
-re-forming or waiting at the rendezvous.  A worker whose count stops for the peer timeout
+re-forming or waiting at the rendezvous (``exiting`` when its interpreter exits, after which
+the thread no longer runs).  A worker whose count stops for the peer timeout
 (``FUSE_PEER_TIMEOUT_SECONDS``) is stopped, hung or cut off from the launcher's host: the
 driver takes it out of the job as it does a lost one.
 
@@ -58,6 +59,7 @@ INCARNATION_ENV = "FUSE_ELASTIC_INCARNATION"
 WARM_KEY = "elastic/warm/{worker}"
 ALIVE_KEY = "elastic/alive/{worker}"
 ALIVE_PREFIX = "elastic/alive/"
+ALIVE_EXITING = "exiting"       # the count's last value, as the worker's interpreter exits
 STRAGGLER_KEY = "elastic/straggler/{g}/{n}"
 STRAGGLER_PREFIX = "elastic/straggler/{g}/"
 

@@ -6,11 +6,13 @@ connections acknowledged or simply says nothing: its peers wait for it in a coll
 driver waits for it at the next generation's rendezvous.  A thread of the worker's own, which
 runs whatever the training code does (a long step, a re-form, the rendezvous), counts up in the
 store about once a second; the driver takes a worker whose count stops for the peer timeout
-out of the job.  One thread per process, from its first elastic ``init()`` to its exit.
+out of the job.  One thread per process, from its first elastic ``init()`` to its exit, which
+it announces (the count becomes ``exiting``): a process tearing down is not judged.
 """
 
 from __future__ import annotations
 
+import atexit
 import threading
 
 from fuse.cluster import elastic_protocol as protocol
@@ -34,6 +36,17 @@ def start(config, worker: str, incarnation: str | None) -> None:
     key = protocol.ALIVE_KEY.format(worker=worker)
     threading.Thread(target=_beat, args=(store, key, incarnation or "1"),
                      name="fuse-heartbeat", daemon=True).start()
+    # Once the interpreter exits, this (daemon) thread no longer runs, while tearing the
+    # process down may take a while (a framework's clean-up, a loaded host): say so first,
+    # so that the driver waits for the exit instead of taking the silence for a stop.
+    atexit.register(_farewell, store, key, incarnation or "1")
+
+
+def _farewell(store, key: str, incarnation: str) -> None:
+    try:
+        store.set(key, f"{incarnation}:{protocol.ALIVE_EXITING}".encode())
+    except Exception:   # noqa: BLE001 -- out of reach: the driver sees the exit itself
+        pass
 
 
 def _beat(store, key: str, incarnation: str) -> None:

@@ -581,7 +581,8 @@ class ElasticJob(Job):
     def _check_silent(self, now: float) -> None:
         """Leave out the running workers of the plan whose heartbeat has not changed for the
         peer timeout: stopped, hung or cut off from this host.  A worker is judged only once
-        this very process of it has beaten (its start-up is the start timeout's business)."""
+        this very process of it has beaten (its start-up is the start timeout's business) and
+        until it says it is exiting (its exit shows by itself)."""
         if self.succeeded:
             return
         for wid, w in list(self.live.items()):
@@ -589,8 +590,9 @@ class ElasticJob(Job):
                 continue
             beat = self.server.get(protocol.ALIVE_KEY.format(worker=wid))
             if beat is None or \
-                    beat.split(b":")[0] != str(self._incarnations.get(wid, 1)).encode():
-                continue
+                    beat.split(b":")[0] != str(self._incarnations.get(wid, 1)).encode() or \
+                    beat.endswith(b":" + protocol.ALIVE_EXITING.encode()):
+                continue        # not started up yet, another process of its slot, or exiting
             heard = self._heard.get(wid)
             if heard is None or heard[0] != beat:
                 self._heard[wid] = (beat, now)
