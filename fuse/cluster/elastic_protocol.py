@@ -46,7 +46,6 @@ coordinator names a straggler; the driver decides whether to take it out.
 from __future__ import annotations
 
 import json
-import re
 
 GENERATION_KEY = "elastic/generation"
 PLAN_KEY = "elastic/plan/{g}"
@@ -79,16 +78,6 @@ def encode_plan(identities: dict[str, dict], added: bool) -> bytes:
 def decode_plan(raw: bytes) -> tuple[dict[str, dict], bool]:
     data = json.loads(raw.decode())
     return data["workers"], bool(data["added"])
-
-
-# How the engine names a rank that stopped answering (fuse/engine/loop.pyx, _unanswered_text):
-# "rank R (host H) stopped answering"
-_UNANSWERED = re.compile(r"\brank (\d+)(?: \(host [^)]*\))? stopped answering")
-
-
-def unanswering_ranks(failure: str | None) -> list[int]:
-    """The ranks an engine's failure message says stopped answering."""
-    return sorted({int(m.group(1)) for m in _UNANSWERED.finditer(failure or "")})
 
 
 def encode_reset(lost: list[int], unreachable: list[int] = ()) -> bytes:

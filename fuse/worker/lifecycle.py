@@ -185,7 +185,7 @@ def _join_elastic(config: Config) -> dict:
     heartbeat.start(config, elastic_rendezvous.worker_id(config),
                     elastic_rendezvous.incarnation())
     from fuse.cluster import elastic_protocol
-    lost = elastic_protocol.unanswering_ranks(job.last_failure)
+    lost = list(job.last_lost)
     identity = elastic_rendezvous.join(
         config, after=job.rendezvous_generation, lost=lost,
         unreachable=_unreachable_peers(lost))
@@ -381,7 +381,7 @@ def _cause_of(exc: BaseException, engine):
     collective = isinstance(exc, FuseInternalError) and \
         not isinstance(exc, (MismatchError, StallError))
     if collective and cfg.size > 1:
-        lost = elastic_protocol.unanswering_ranks(engine.failure)
+        lost = [] if engine.lost_rank is None else [engine.lost_rank]
         cut = peer_probe.unreachable(job.peer_addresses, cfg.rank, skip=lost)
     if lost or cut or (collective and type(exc) in (FuseInternalError, BackendError)):
         kind = "network"
@@ -442,6 +442,8 @@ def shutdown() -> None:
     if engine is not None:
         # what failed the job, if anything: an elastic re-init tells the driver who was lost
         job.last_failure = engine.failure if engine.failed else None
+        job.last_lost = [engine.lost_rank] if engine.failed and engine.lost_rank is not None \
+            else []
         started = time.monotonic()
         if engine.failed and backend is not None:
             # the engine thread may still wait in a collective on a peer that vanished without
