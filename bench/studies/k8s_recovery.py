@@ -43,6 +43,8 @@ def main() -> None:
                         "and the added pod's (added.<run>.log)")
     p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                    help="a variable for every pod (FUSE_LOG_LEVEL=debug); repeatable")
+    p.add_argument("--verbose", action="store_true",
+                   help="run the driver with fuserun --verbose (its decisions in its log)")
     args = p.parse_args()
     runs = []
     for i in range(args.runs):
@@ -50,7 +52,8 @@ def main() -> None:
         work = Path(tempfile.mkdtemp(prefix="fuse-k8s-bench-"))
         try:
             out = elastic_run(shared, work, steps=300,
-                              env=dict(kv.split("=", 1) for kv in args.env))
+                              env=dict(kv.split("=", 1) for kv in args.env),
+                              driver_args=["--verbose"] if args.verbose else None)
         finally:
             remove(shared)
             remove(work)

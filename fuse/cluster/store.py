@@ -348,6 +348,22 @@ class KVStoreServer:
         self._server.server_close()
 
 
+def _connect(host: str, port: int, timeout: float) -> socket.socket:
+    from fuse.cluster.hosts import resolve
+    error: OSError = OSError(f"no address for {host}")
+    for family, kind, proto, _name, address in resolve(host, port):
+        sock = socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(timeout)
+            sock.connect(address)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            return sock
+        except OSError as err:
+            sock.close()
+            error = err
+    raise error
+
+
 class HTTPStore(Store):
     """Client of :class:`KVStoreServer`.  ``prefix`` namespaces every key; ``secret`` is the
     job's (default: from FUSE_SECRET_KEY, as the launcher sets it).  ``timeout`` bounds each
@@ -365,6 +381,9 @@ class HTTPStore(Store):
         conn = getattr(self._local, "conn", None)
         if conn is None:
             conn = http.client.HTTPConnection(self.addr, self.port, timeout=self.timeout)
+            # connected here, to the address the store's name had the first time (see
+            # hosts.resolve): no name service on the way of a re-form
+            conn.sock = _connect(self.addr, self.port, self.timeout)
             self._local.conn = conn
         return conn
 

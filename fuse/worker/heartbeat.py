@@ -20,42 +20,62 @@ from fuse.cluster.store import store_from_config
 
 INTERVAL_S = 1.0
 STORE_TIMEOUT_S = 2.0
+FINISH_ATTEMPTS = 3
 
-_started = False
+
+class _Heart:
+    def __init__(self, store, key: str, incarnation: str):
+        self.store, self.key, self.incarnation = store, key, incarnation
+        self.done = threading.Event()
+        self.lock = threading.Lock()        # a beat never overwrites the last word
+
+    def beat(self) -> None:
+        count = 0
+        while not self.done.is_set():
+            count += 1
+            with self.lock:
+                if self.done.is_set():
+                    return
+                try:
+                    self.store.set(self.key, f"{self.incarnation}:{count}".encode())
+                except Exception:   # noqa: BLE001 -- busy or out of reach: the next beat
+                    pass            # tries again (a heartbeat that died would get us dropped)
+            self.done.wait(INTERVAL_S)
+
+    def finish(self) -> None:
+        with self.lock:
+            if self.done.is_set():
+                return
+            self.done.set()
+            for _ in range(FINISH_ATTEMPTS):
+                try:
+                    self.store.set(self.key,
+                                   f"{self.incarnation}:{protocol.ALIVE_EXITING}".encode())
+                    return
+                except Exception:   # noqa: BLE001 -- out of reach: the driver sees the exit
+                    pass
+
+
+_heart: _Heart | None = None
 
 
 def start(config, worker: str, incarnation: str | None) -> None:
     """Start this process's heartbeat as ``worker`` (once; later calls do nothing)."""
-    global _started
-    if _started:
+    global _heart
+    if _heart is not None:
         return
     store = store_from_config(config, timeout=STORE_TIMEOUT_S, attempts=1)
     if store is None:
         return
-    _started = True
-    key = protocol.ALIVE_KEY.format(worker=worker)
-    threading.Thread(target=_beat, args=(store, key, incarnation or "1"),
-                     name="fuse-heartbeat", daemon=True).start()
+    _heart = _Heart(store, protocol.ALIVE_KEY.format(worker=worker), incarnation or "1")
+    threading.Thread(target=_heart.beat, name="fuse-heartbeat", daemon=True).start()
     # Once the interpreter exits, this (daemon) thread no longer runs, while tearing the
-    # process down may take a while (a framework's clean-up, a loaded host): say so first,
-    # so that the driver waits for the exit instead of taking the silence for a stop.
-    atexit.register(_farewell, store, key, incarnation or "1")
+    # process down may take a while (a framework's clean-up, a loaded host)
+    atexit.register(finish)
 
 
-def _farewell(store, key: str, incarnation: str) -> None:
-    try:
-        store.set(key, f"{incarnation}:{protocol.ALIVE_EXITING}".encode())
-    except Exception:   # noqa: BLE001 -- out of reach: the driver sees the exit itself
-        pass
-
-
-def _beat(store, key: str, incarnation: str) -> None:
-    count = 0
-    pause = threading.Event()       # never set: the wait is the interval
-    while True:
-        count += 1
-        try:
-            store.set(key, f"{incarnation}:{count}".encode())
-        except Exception:   # noqa: BLE001 -- the store is busy or out of reach: try again
-            pass            # at the next beat (a heartbeat that died would get us dropped)
-        pause.wait(INTERVAL_S)
+def finish() -> None:
+    """This worker is done (its training returned, or its interpreter exits): say so and stop
+    beating, so that the driver waits for its exit instead of taking the silence for a stop."""
+    if _heart is not None:
+        _heart.finish()

@@ -85,13 +85,17 @@ def wait(cluster: Cluster, driver: str, predicate, timeout: float, what: str):
         time.sleep(0.1)
 
 
-def elastic_run(shared: Path, workdir: Path, steps: int = 300, env: dict | None = None) -> dict:
+def elastic_run(shared: Path, workdir: Path, steps: int = 300, env: dict | None = None,
+                driver_args: list[str] | None = None) -> dict:
     """Agent mode: 2 worker pods train; one is killed (SIGKILL, as a lost node does); the job
     re-forms on the other; a third pod starts and the job grows.  Returns the timings and the
-    outcome (the caller checks it).  ``env``: more variables for every pod (FUSE_LOG_LEVEL)."""
+    outcome (the caller checks it).  ``env``: more variables for every pod (FUSE_LOG_LEVEL);
+    ``driver_args``: more fuserun flags for the driver (--verbose)."""
     vals = values(shared, "agent", steps,
                   elastic={"enabled": True, "minReplicas": 1, "maxReplicas": 3, "timeout": 120})
     vals["env"] += [{"name": k, "value": v} for k, v in (env or {}).items()]
+    if driver_args:
+        vals["driver"] = {"extraArgs": list(driver_args)}
     objects = render(vals)
     cluster = Cluster(objects, workdir)
     try:
