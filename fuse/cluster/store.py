@@ -348,20 +348,25 @@ class KVStoreServer:
         self._server.server_close()
 
 
-def _connect(host: str, port: int, timeout: float) -> socket.socket:
-    from fuse.cluster.hosts import resolve
-    error: OSError = OSError(f"no address for {host}")
-    for family, kind, proto, _name, address in resolve(host, port):
-        sock = socket.socket(family, kind, proto)
-        try:
-            sock.settimeout(timeout)
-            sock.connect(address)
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            return sock
-        except OSError as err:
-            sock.close()
-            error = err
-    raise error
+class _StoreConnection(http.client.HTTPConnection):
+    """An HTTP connection to the address the store's name had the first time this process
+    asked (fuse.cluster.hosts.resolve): no name service on the way of a re-form."""
+
+    def connect(self) -> None:
+        from fuse.cluster.hosts import resolve
+        error: OSError = OSError(f"no address for {self.host}")
+        for family, kind, proto, _name, address in resolve(self.host, self.port):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(address)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock = sock
+                return
+            except OSError as err:
+                sock.close()
+                error = err
+        raise error
 
 
 class HTTPStore(Store):
@@ -380,10 +385,7 @@ class HTTPStore(Store):
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = http.client.HTTPConnection(self.addr, self.port, timeout=self.timeout)
-            # connected here, to the address the store's name had the first time (see
-            # hosts.resolve): no name service on the way of a re-form
-            conn.sock = _connect(self.addr, self.port, self.timeout)
+            conn = _StoreConnection(self.addr, self.port, timeout=self.timeout)
             self._local.conn = conn
         return conn
 
