@@ -17,7 +17,7 @@ import time
 
 import pytest
 
-from elastic_util import HERE, check_training, fuserun, job_env, progress, wait_for
+from elastic_util import HERE, Gate, check_training, fuserun, job_env, progress
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -61,17 +61,19 @@ def stop(*procs: subprocess.Popen) -> None:
 
 def test_agents_train_lose_a_host_and_grow(tmp_path):
     secret = secrets.token_hex(32)
-    batches = 200
+    batches = 30
+    gate = Gate(tmp_path, 5)        # each phase held until the job has re-formed
     driver, port = start_driver(tmp_path, secret, "-np", "2", "--min-np", "1", "--max-np", "3",
                                 batches=batches)
     agents = [start_agent(port, secret) for _ in range(2)]
     try:
-        wait_for(lambda: any(n >= 5 for _g, _s, n in progress(tmp_path)), 60, driver,
-                 "5 batches on 2 agents")
+        gate.held(driver, 60, "5 batches on 2 agents", size=2)
         os.killpg(agents[0].pid, signal.SIGKILL)        # the pod is gone, its worker with it
-        wait_for(lambda: 1 in sizes(tmp_path)[1:], 60, driver, "the job re-formed on 1 agent")
+        gate.held(driver, 60, "the job re-formed on 1 agent", size=1)
+        gate.held(driver, 60, "3 batches on 1 agent", size=1, committed=gate.allow(3))
         agents += [start_agent(port, secret) for _ in range(2)]
-        wait_for(lambda: 3 in sizes(tmp_path), 60, driver, "the job grew to 3 agents")
+        gate.held(driver, 60, "the job grew to 3 agents", size=3)
+        gate.open()
         out, err = driver.communicate(timeout=120)
     finally:
         stop(driver, *agents)

@@ -132,22 +132,48 @@ def wait_at_gate(out_dir: str, state, committed: int) -> None:
         time.sleep(0.05)
 
 
-def _waiting(out_dir: Path) -> tuple[int, int, int] | None:
-    try:
-        return tuple(int(x) for x in (out_dir / "waiting").read_text().split())
-    except FileNotFoundError:
-        return None
+class Gate:
+    """The test's side of wait_at_gate: ``Gate(out_dir, steps)`` lets a job that has not
+    started yet make ``steps`` steps; ``held(...)`` waits until the job waits at the gate in
+    a given shape, ``allow(n)`` lets it make n more steps, ``open()`` lets it finish."""
 
+    def __init__(self, out_dir: Path, steps: int) -> None:
+        self.path = Path(out_dir) / "gate"
+        self.note = Path(out_dir) / "waiting"
+        self._write(steps)
 
-def _open_gate(out_dir: Path, steps: int | None) -> None:
-    """Let the job start steps below ``steps`` (None: every step)."""
-    gate = out_dir / "gate"
-    if steps is None:
-        gate.unlink()
-        return
-    tmp = gate.with_suffix(".tmp")
-    tmp.write_text(str(steps))
-    os.replace(tmp, gate)
+    def _write(self, steps: int) -> None:
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(str(steps))
+        os.replace(tmp, self.path)
+
+    def waiting(self) -> tuple[int, int, int] | None:
+        """(generation, size, committed steps) where the job last waited, or None."""
+        try:
+            return tuple(int(x) for x in self.note.read_text().split())
+        except FileNotFoundError:
+            return None
+
+    def held(self, proc: subprocess.Popen, timeout: float, what: str, *, size: int,
+             after_generation: int = -1, committed: int = 0) -> tuple[int, int, int]:
+        """Wait until the job waits at the gate with ``size`` workers, in a generation after
+        ``after_generation``, having committed at least ``committed`` steps."""
+        def there():
+            w = self.waiting()
+            return (w is not None and w[1] == size and w[0] > after_generation
+                    and w[2] >= committed)
+        wait_for(there, timeout, proc, what)
+        return self.waiting()
+
+    def allow(self, more: int) -> int:
+        """Let the job, held at the gate, make ``more`` steps; returns the step it will wait
+        before next."""
+        until = self.waiting()[2] + more
+        self._write(until)
+        return until
+
+    def open(self) -> None:
+        self.path.unlink()
 
 
 def grow_and_shrink(out_dir: Path, worker: list[str], *, steps: int, unit: str,
@@ -157,35 +183,25 @@ def grow_and_shrink(out_dir: Path, worker: list[str], *, steps: int, unit: str,
     discovery script that lists 2 hosts, then 4, then ``final_hosts``: ``steps`` steps on 2
     workers, then ``steps`` steps on 4, then the rest of the job on the final hosts.  The gate
     holds the job at each change until it has re-formed, so that no phase depends on how fast
-    workers start; timeouts: (each wait for the first two phases, the wait for the shrink,
-    the job's end).  Asserts the job succeeded and its size went 2 -> 4 -> 2.  ``env``: more
-    environment for the workers."""
+    workers start; timeouts: (the first wait, each later wait, the job's end).  Asserts the
+    job succeeded and its size went 2 -> 4 -> 2.  ``env``: more environment for the workers."""
     script, hosts_file = write_discovery(out_dir, ["localhost:1", "127.0.0.1:1"])
-    _open_gate(out_dir, steps)
+    gate = Gate(out_dir, steps)
     argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "4", "--host-discovery-script",
                    str(script), *worker)
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env=job_env({"STEP_SLEEP": step_sleep, **(env or {})}),
                             cwd=str(out_dir))
-
-    def waits_with(size, generation_after=-1):
-        def at_gate():
-            w = _waiting(out_dir)
-            return w is not None and w[1] == size and w[0] > generation_after
-        return at_gate
-
     try:
-        wait_for(waits_with(2), timeouts[0], proc, f"{steps} {unit} on 2 workers")
+        gate.held(proc, timeouts[0], f"{steps} {unit} on 2 workers", size=2)
         set_hosts(hosts_file, ["localhost:1", "127.0.0.1:1", "127.0.0.2:1", "127.0.0.3:1"])
-        wait_for(waits_with(4), timeouts[1], proc, "the job to grow to 4 workers")
-        grown_generation, _size, committed = _waiting(out_dir)
-        _open_gate(out_dir, committed + steps)
-        wait_for(lambda: _waiting(out_dir)[2] >= committed + steps, timeouts[1], proc,
-                 f"{steps} {unit} on 4 workers")
+        grown, _size, _n = gate.held(proc, timeouts[1], "the job to grow to 4 workers", size=4)
+        until = gate.allow(steps)
+        gate.held(proc, timeouts[1], f"{steps} {unit} on 4 workers", size=4, committed=until)
         set_hosts(hosts_file, final_hosts)
-        wait_for(waits_with(len(final_hosts), grown_generation), timeouts[1], proc,
-                 f"the job to shrink to {len(final_hosts)} workers")
-        _open_gate(out_dir, None)
+        gate.held(proc, timeouts[1], f"the job to shrink to {len(final_hosts)} workers",
+                  size=len(final_hosts), after_generation=grown)
+        gate.open()
         out, err = proc.communicate(timeout=timeouts[2])
     finally:
         if proc.poll() is None:

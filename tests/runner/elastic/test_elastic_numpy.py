@@ -12,7 +12,7 @@ import sys
 
 import pytest
 
-from elastic_util import (HERE, check_training, fuserun, grow_and_shrink, job_env, progress,
+from elastic_util import (HERE, Gate, check_training, fuserun, grow_and_shrink, job_env, progress,
                           set_hosts, wait_for, write_discovery)
 
 pytestmark = pytest.mark.timeout(180)
@@ -85,9 +85,10 @@ def test_the_running_workers_train_on_while_an_added_one_starts_up(tmp_path):
         wait_for(lambda: len(progress(tmp_path)) >= held_at + 20, 60, proc,
                  "20 commits of the running workers while the added one is held")
         assert {g for g, _s, _n in progress(tmp_path)} == {0}
+        gate = Gate(tmp_path, len(progress(tmp_path)) + 1)     # the rest waits for the 3
         (tmp_path / "release").touch()
-        wait_for(lambda: any(s == 3 for _g, s, _n in progress(tmp_path)), 60, proc,
-                 "a commit of 3 workers")
+        gate.held(proc, 60, "the job to grow to 3 workers", size=3)
+        gate.open()
         out, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:

@@ -13,8 +13,8 @@ import sys
 import pytest
 
 import needs
-from elastic_util import (HERE, check_training, fuserun, job_env, progress, set_hosts,
-                          wait_for, write_discovery)
+from elastic_util import (HERE, Gate, check_training, fuserun, job_env, progress, set_hosts,
+                          write_discovery)
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -36,7 +36,8 @@ def test_elastic_job_over_ssh(tmp_path):
         assert up.returncode == 0, "cluster.sh up: " + up.stderr.decode()[-2000:]
         addr = [line.split()[0] for line in up.stdout.decode().split("\n") if line]
         script, hosts_file = write_discovery(tmp_path, [f"{addr[0]}:1", f"{addr[1]}:1"])
-        batches = 300
+        batches = 30
+        gate = Gate(tmp_path, 5)        # each phase held until the job has re-formed
         argv = ["bash", CLUSTER_SH, "exec", "1", *fuserun(
             "-np", "2", "--min-np", "2", "--max-np", "3", "--host-discovery-script", str(script),
             "-i", str(tmp_path / "cluster" / "client_key"), "--start-timeout", "20",
@@ -49,9 +50,10 @@ def test_elastic_job_over_ssh(tmp_path):
                                                             if k.startswith("CLUSTER_")}),
                                 cwd=str(tmp_path))
         try:
-            wait_for(lambda: any(n >= 5 for _g, _s, n in progress(tmp_path)), 90, proc,
-                     "5 batches on 2 hosts")
+            gate.held(proc, 90, "5 batches on 2 hosts", size=2)
             set_hosts(hosts_file, [f"{a}:1" for a in addr])
+            gate.held(proc, 90, "the job to grow to 3 hosts", size=3)
+            gate.open()     # the third worker dies at its first batch
             out, err = proc.communicate(timeout=150)
         finally:
             if proc.poll() is None:
