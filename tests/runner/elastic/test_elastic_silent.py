@@ -15,7 +15,7 @@ import sys
 
 import pytest
 
-from elastic_util import (HERE, check_training, fuserun, job_env, progress, wait_for)
+from elastic_util import HERE, Gate, check_training, fuserun, job_env, progress, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -36,7 +36,7 @@ def test_a_stopped_worker_is_left_out_and_refused_when_it_wakes(tmp_path):
     # rank 2 stops before its allreduce of batch 10; the others wait for it in that allreduce.
     # The job holds at batch 40 (the gate) until the test has woken the stopped worker and
     # seen it leave by itself.
-    (tmp_path / "gate").write_text("40")
+    gate = Gate(tmp_path, 40)
     err_path = tmp_path / "launcher.err"
     argv = fuserun("-np", "3", "--min-np", "2", "-H", "localhost:1,127.0.0.1:1,127.0.0.2:1",
                    sys.executable, WORKER, str(tmp_path), "60", "stop:0:2:10")
@@ -52,7 +52,7 @@ def test_a_stopped_worker_is_left_out_and_refused_when_it_wakes(tmp_path):
         # it finds itself out of the job and exits by itself (the driver would stop it only
         # 10 s after the re-form)
         wait_for(lambda: _gone(stopped), 60, proc, "the woken worker's exit")
-        (tmp_path / "gate").unlink()
+        gate.open()
         proc.wait(timeout=60)
     finally:
         if proc.poll() is None:
