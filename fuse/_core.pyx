@@ -299,6 +299,12 @@ cdef class Engine:
             self.table.current_state(&text)
         return text.decode(errors="replace")
 
+    @property
+    def lost_rank(self):
+        """The rank whose silence failed this engine (rank 0's keep-alive found it unanswering:
+        its host is down or cut off; every rank is told which), or None."""
+        return self.table.lost_rank if self.table.lost_rank >= 0 else None
+
     def stats(self):
         """Counters since start: allreduce responses executed (``allreduces``), how many of
         them were fused (``fused``) and how many fused ones needed no copy because their

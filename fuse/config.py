@@ -234,7 +234,8 @@ class Config:
     peer_timeout_seconds: float = _knob(
         15.0, "PEER_TIMEOUT_SECONDS",
         doc="a rank whose host stops acknowledging the control connection for this long "
-            "(down, or cut off by the network) fails the job", bounds=(2.0, 1e7))
+            "(down, or cut off by the network) fails the job; an elastic worker whose heartbeat "
+            "stops this long (stopped, hung) is left out", bounds=(2.0, 1e7))
     straggler_policy: str = _knob(
         "warn", "STRAGGLER_POLICY", parse=_parse_straggler_policy,
         doc="off, warn (name a rank or host that keeps the others waiting) or remove (an "

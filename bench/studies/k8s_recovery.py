@@ -39,14 +39,21 @@ def main() -> None:
     p.add_argument("--json", default=None)
     p.add_argument("--logs", default=None,
                    help="a directory to keep each run's logs in, with podman's timestamps: the "
-                        "driver's (driver.<run>.log) and the added pod's (added.<run>.log)")
+                        "driver's (driver.<run>.log), the surviving pod's (survivor.<run>.log) "
+                        "and the added pod's (added.<run>.log)")
+    p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                   help="a variable for every pod (FUSE_LOG_LEVEL=debug); repeatable")
+    p.add_argument("--verbose", action="store_true",
+                   help="run the driver with fuserun --verbose (its decisions in its log)")
     args = p.parse_args()
     runs = []
     for i in range(args.runs):
         shared = shared_dir(Path(tempfile.gettempdir()))
         work = Path(tempfile.mkdtemp(prefix="fuse-k8s-bench-"))
         try:
-            out = elastic_run(shared, work, steps=300)
+            out = elastic_run(shared, work, steps=300,
+                              env=dict(kv.split("=", 1) for kv in args.env),
+                              driver_args=["--verbose"] if args.verbose else None)
         finally:
             remove(shared)
             remove(work)

@@ -125,6 +125,13 @@ class Backend(abc.ABC):
     def close(self) -> None:
         """Tear down connections.  Called once, at shutdown."""
 
+    def abort(self) -> None:
+        """The job gives this backend's groups up (its engine failed: an elastic job re-forms):
+        fail whatever collective still runs on them now instead of at a timeout (a peer that
+        vanished with its host never closes its connections), so that :meth:`close` does not
+        wait for it.  May be called from any thread, before ``close``.  The default does
+        nothing: such a collective ends at the backend's own timeout."""
+
     def validate_group(self, ranks: Sequence[int], group_id: int, ids_in_use) -> list[int]:
         """The checks every ``create_group`` makes, written once: ``ranks`` sorted, or
         ValueError naming the backend when the id is taken, a rank is repeated or outside the

@@ -31,6 +31,13 @@ what it needs, finds the newest generation older than its incarnation, writes
 the driver publish the generation, so the running workers stop training for the rendezvous
 and the state's broadcast, not for a new process's start-up.
 
+Every worker process also writes ``elastic/alive/<id>`` (``<incarnation>:<count>``, the count
+going up) about once a second from a thread of its own, whatever it is doing: training,
+re-forming or waiting at the rendezvous (``exiting`` when its interpreter exits, after which
+the thread no longer runs).  A worker whose count stops for the peer timeout
+(``FUSE_PEER_TIMEOUT_SECONDS``) is stopped, hung or cut off from the launcher's host: the
+driver takes it out of the job as it does a lost one.
+
 Under ``FUSE_STRAGGLER_POLICY=remove`` rank 0 writes ``elastic/straggler/<g>/<n>`` (JSON: the
 flagged rank or host, how far behind, what it costs; fuse.worker.straggler) each time its
 coordinator names a straggler; the driver decides whether to take it out.
@@ -39,7 +46,6 @@ coordinator names a straggler; the driver decides whether to take it out.
 from __future__ import annotations
 
 import json
-import re
 
 GENERATION_KEY = "elastic/generation"
 PLAN_KEY = "elastic/plan/{g}"
@@ -50,6 +56,9 @@ RESET_KEY = "elastic/reset/{g}/{worker}"
 RESET_PREFIX = "elastic/reset/{g}/"
 INCARNATION_ENV = "FUSE_ELASTIC_INCARNATION"
 WARM_KEY = "elastic/warm/{worker}"
+ALIVE_KEY = "elastic/alive/{worker}"
+ALIVE_PREFIX = "elastic/alive/"
+ALIVE_EXITING = "exiting"       # the count's last value, as the worker's interpreter exits
 STRAGGLER_KEY = "elastic/straggler/{g}/{n}"
 STRAGGLER_PREFIX = "elastic/straggler/{g}/"
 
@@ -69,16 +78,6 @@ def encode_plan(identities: dict[str, dict], added: bool) -> bytes:
 def decode_plan(raw: bytes) -> tuple[dict[str, dict], bool]:
     data = json.loads(raw.decode())
     return data["workers"], bool(data["added"])
-
-
-# How the engine names a rank that stopped answering (fuse/engine/loop.pyx, _unanswered_text):
-# "rank R (host H) stopped answering"
-_UNANSWERED = re.compile(r"\brank (\d+)(?: \(host [^)]*\))? stopped answering")
-
-
-def unanswering_ranks(failure: str | None) -> list[int]:
-    """The ranks an engine's failure message says stopped answering."""
-    return sorted({int(m.group(1)) for m in _UNANSWERED.finditer(failure or "")})
 
 
 def encode_reset(lost: list[int], unreachable: list[int] = ()) -> bytes:

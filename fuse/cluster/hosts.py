@@ -229,11 +229,22 @@ def is_local_host(host: str) -> bool:
                                for info in infos)
 
 
+@functools.lru_cache(maxsize=64)
+def resolve(host: str, port: int, family: int = socket.AF_UNSPEC,
+            kind: int = socket.SOCK_STREAM) -> tuple:
+    """``socket.getaddrinfo(host, port, family, kind)``, asked once per process (a failure is
+    not kept: the next call asks again).  A worker re-forming an elastic job reaches the same
+    launcher as before; asking the name service again on every re-form made it wait for a
+    container platform's DNS, which stops answering for seconds while it reconfigures for a
+    container that came or went (5 to 25 s seen, glibc's timeouts)."""
+    return tuple(socket.getaddrinfo(host, port, family, kind))
+
+
 def route_source_address(host: str, port: int = 9, family: int = socket.AF_INET) -> str:
     """Our address on the interface that routes to ``host`` (no packet is sent); OSError
     when there is none.  The one probe fuse uses (launcher, control channel, Gloo)."""
     error: OSError = OSError(f"no address for {host}")
-    for fam, _, _, _, sockaddr in socket.getaddrinfo(host, port or 1, family, socket.SOCK_DGRAM):
+    for fam, _, _, _, sockaddr in resolve(host, port or 1, family, socket.SOCK_DGRAM):
         try:
             with socket.socket(fam, socket.SOCK_DGRAM) as s:
                 s.connect(sockaddr)

@@ -294,6 +294,7 @@ class KVStoreServer:
         self._notes = 0
         self.refused = 0            # requests turned away (tests and diagnostics read it)
         self.on_change = None       # called (no arguments) after every stored value: a wake-up
+        self.quiet_prefix = None    # ... except a value whose key starts with this
         self._server = _LimitedHTTPServer((host, port), self, max_connections)
         self.address = self._server.server_address[0]   # the address it listens on
         self.port = self._server.server_address[1]
@@ -320,7 +321,8 @@ class KVStoreServer:
             self._data[key] = value
             self._changed.notify_all()
         callback = self.on_change   # read once: the driver clears it from its own thread
-        if callback is not None:
+        quiet = self.quiet_prefix
+        if callback is not None and not (quiet and key.startswith(quiet)):
             callback()
 
     def get(self, key: str) -> bytes | None:
@@ -346,6 +348,27 @@ class KVStoreServer:
         self._server.server_close()
 
 
+class _StoreConnection(http.client.HTTPConnection):
+    """An HTTP connection to the address the store's name had the first time this process
+    asked (fuse.cluster.hosts.resolve): no name service on the way of a re-form."""
+
+    def connect(self) -> None:
+        from fuse.cluster.hosts import resolve
+        error: OSError = OSError(f"no address for {self.host}")
+        for family, kind, proto, _name, address in resolve(self.host, self.port):
+            sock = socket.socket(family, kind, proto)
+            try:
+                sock.settimeout(self.timeout)
+                sock.connect(address)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                self.sock = sock
+                return
+            except OSError as err:
+                sock.close()
+                error = err
+        raise error
+
+
 class HTTPStore(Store):
     """Client of :class:`KVStoreServer`.  ``prefix`` namespaces every key; ``secret`` is the
     job's (default: from FUSE_SECRET_KEY, as the launcher sets it).  ``timeout`` bounds each
@@ -362,7 +385,7 @@ class HTTPStore(Store):
     def _conn(self) -> http.client.HTTPConnection:
         conn = getattr(self._local, "conn", None)
         if conn is None:
-            conn = http.client.HTTPConnection(self.addr, self.port, timeout=self.timeout)
+            conn = _StoreConnection(self.addr, self.port, timeout=self.timeout)
             self._local.conn = conn
         return conn
 

@@ -22,12 +22,14 @@ cdef class HandleTable:
     cdef int state                      # S_RUNNING, S_STOPPING, S_STOPPED or S_FAILED
     cdef string failure                 # why, once not running
     cdef int failure_kind               # an ErrorKind
+    cdef int lost_rank                  # the rank found unanswering that failed it, or -1
     cdef ControlChannel channel         # to wake the engine thread on failure
 
     cdef void complete_locked(self, int64_t handle, int status, const string& error,
                               int error_kind, bint notify=*) noexcept nogil
+    cdef void note_lost(self, int who) noexcept nogil
     cdef void fail(self, const string& why, int kind) noexcept nogil
-    cdef void fail_from(self, int who, const string& msg, int kind) noexcept nogil
+    cdef void fail_from(self, int who, const string& msg, int kind, bint lost=*) noexcept nogil
     cdef void fail_locked(self, const string& why, int kind) noexcept nogil
     cdef void amend_failure_locked(self, const string& detail, int kind) noexcept nogil
     cdef void fail_pending_locked(self) noexcept nogil

@@ -35,6 +35,7 @@ cdef class HandleTable:
         self.channel = channel
         self.state = S_RUNNING
         self.next_handle = 1
+        self.lost_rank = -1
 
     cdef void complete_locked(self, int64_t handle, int status, const string& error,
                               int error_kind, bint notify=True) noexcept nogil:
@@ -51,12 +52,24 @@ cdef class HandleTable:
         if notify:
             lock_notify_all(self.lock)
 
-    cdef void fail_from(self, int who, const string& msg, int kind) noexcept nogil:
-        """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole)."""
+    cdef void fail_from(self, int who, const string& msg, int kind, bint lost=False) noexcept nogil:
+        """Fail because rank ``who`` failed with ``msg`` (``who`` < 0: the job as a whole);
+        ``lost``: ``who`` stopped answering (see note_lost)."""
+        if lost:
+            self.note_lost(who)
         if who >= 0:
             self.fail(_str("rank ") + _int_str(who) + _str(" failed: ") + msg, kind)
         else:
             self.fail(msg, kind)
+
+    cdef void note_lost(self, int who) noexcept nogil:
+        """Rank ``who`` stopped answering (its host is down or cut off), which is about to fail
+        the table: kept in ``lost_rank`` unless the table failed already (for another
+        reason)."""
+        lock_acquire(self.lock)
+        if who >= 0 and self.state != S_FAILED:
+            self.lost_rank = who
+        lock_release(self.lock)
 
     cdef void fail(self, const string& why, int kind) noexcept nogil:
         lock_acquire(self.lock)

@@ -77,6 +77,7 @@ cdef class Loop(CoordinatorLink):
     cdef void _handle_coordinator_frame(self, const string& frame) noexcept nogil
     cdef bint _coordinator_step(self) noexcept nogil
     cdef void _worker_gone(self, int r) noexcept nogil
+    cdef void _abort_lost(self, int who, const string& msg) noexcept nogil
     cdef str _rank0_name(self)
     cdef string _unanswered_text(self) noexcept nogil
     cdef void _ingest(self, int rank, const string& msg) noexcept nogil

@@ -426,6 +426,7 @@ cdef class Loop(CoordinatorLink):
             return True
         if not still_open:
             if self.channel.stopped_answering(0):
+                self.table.note_lost(0)
                 self.table.fail(_str("lost the connection to the coordinator: ") +
                                 self.channel.who(0) + self._unanswered_text(), ERR_SHUTDOWN)
             self.channel.close(0)
@@ -445,6 +446,7 @@ cdef class Loop(CoordinatorLink):
         cdef string msg
         cdef Response resp
         cdef int kind
+        cdef bint lost = False
         if t == MSG_RESPONSES:
             n = read_count(rd)
             for i in range(n):
@@ -464,8 +466,8 @@ cdef class Loop(CoordinatorLink):
             if self.submitter.repack(slot, gen, msg):
                 self._send_requests(msg, string(b""))
         elif t == MSG_ABORT_ALL:      # who < 0: the job itself
-            read_abort_all(rd, &who, &kind, &msg)
-            self.table.fail_from(who, msg, kind)
+            read_abort_all(rd, &who, &kind, &msg, &lost)
+            self.table.fail_from(who, msg, kind, lost)
         elif t == MSG_COORD_BYE:
             self.table.fail_if_running(_str("rank 0 has shut down (it called fuse.shutdown() or "
                                            "exited); no further collectives are possible"),
@@ -492,7 +494,7 @@ cdef class Loop(CoordinatorLink):
             self.coord.rank_left(r)
             return
         if unanswered:
-            self.abort_job(r, self.channel.who(r) + self._unanswered_text(), ERR_INTERNAL)
+            self._abort_lost(r, self.channel.who(r) + self._unanswered_text())
             return
         self.abort_job(r, _str("the process exited without calling fuse.shutdown() (it "
                               "crashed, was killed, or called os._exit); its connection "
@@ -506,6 +508,14 @@ cdef class Loop(CoordinatorLink):
                      "nothing for ") + _int_str(<int64_t>self.peer_timeout_s) +
                 _str(" s (FUSE_PEER_TIMEOUT_SECONDS); its host is down or cut off by the "
                      "network"))
+
+    cdef void _abort_lost(self, int who, const string& msg) noexcept nogil:
+        """abort_job for a rank that stopped answering: every rank keeps which one it was
+        (HandleTable.lost_rank), as data beside the message."""
+        cdef string frame
+        frame_abort_all(frame, who, ERR_INTERNAL, msg, True)
+        self.channel.send_all(frame, who)
+        self.table.fail_from(who, msg, ERR_INTERNAL, True)
 
     cdef void abort_job(self, int who, const string& msg, int kind) noexcept nogil:
         """Tell every rank the job failed, then fail here too (CoordinatorLink)."""

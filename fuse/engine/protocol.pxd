@@ -267,8 +267,9 @@ cdef void frame_stale(string& out, uint32_t slot, uint32_t gen) noexcept nogil
 cdef void read_stale(Reader& rd, uint32_t* slot, uint32_t* gen) noexcept nogil
 cdef void frame_abort(string& out, const string& why) noexcept nogil
 cdef string read_abort(Reader& rd) noexcept nogil
-cdef void frame_abort_all(string& out, int who, int kind, const string& why) noexcept nogil
-cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why) noexcept nogil
+cdef void frame_abort_all(string& out, int who, int kind, const string& why,
+                          bint lost=*) noexcept nogil
+cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why, bint* lost) noexcept nogil
 cdef void frame_signal(string& out, uint8_t msg_type) noexcept nogil
 cdef uint8_t read_type(Reader& rd) noexcept nogil
 cdef uint32_t read_count(Reader& rd) noexcept nogil

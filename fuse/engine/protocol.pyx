@@ -227,18 +227,22 @@ cdef string read_abort(Reader& rd) noexcept nogil:
     return get_str(rd)
 
 
-cdef void frame_abort_all(string& out, int who, int kind, const string& why) noexcept nogil:
+cdef void frame_abort_all(string& out, int who, int kind, const string& why,
+                          bint lost=False) noexcept nogil:
     """MSG_ABORT_ALL (rank 0 to every worker): the job failed because of rank ``who`` (< 0:
-    the job itself, a stall), with ErrorKind ``kind`` and message ``why``."""
+    the job itself, a stall), with ErrorKind ``kind`` and message ``why``; ``lost``: ``who``
+    stopped answering (its host is down or cut off), which the workers keep as data."""
     put[uint8_t](out, MSG_ABORT_ALL)
     put[int](out, who)
     put[int](out, kind)
+    put[uint8_t](out, 1 if lost else 0)
     put_str(out, why)
 
 
-cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why) noexcept nogil:
+cdef void read_abort_all(Reader& rd, int* who, int* kind, string* why, bint* lost) noexcept nogil:
     who[0] = get[int](rd)
     kind[0] = get[int](rd)
+    lost[0] = get[uint8_t](rd) != 0
     why[0] = get_str(rd)
 
 

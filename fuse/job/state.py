@@ -36,6 +36,7 @@ class JobState:
         # number, which is how the layers above know to drop what the old engine held
         self.engine_generation = 0
         self.last_failure: str | None = None    # the engine's failure at the last shutdown
+        self.last_lost: list[int] = []          # ... the rank found unanswering that caused it
         # every rank's probe address (fuse.worker.peer_probe) in the job last formed, by rank
         self.peer_addresses: list = []
         # a forked child: the pid of the parent whose running engine it inherited (see

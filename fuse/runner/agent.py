@@ -77,6 +77,26 @@ def _positive(name: str, text: str, kind=int):
     return value
 
 
+ADDR_ENV, PORT_ENV = "FUSE_GLOO_RENDEZVOUS_ADDR", "FUSE_GLOO_RENDEZVOUS_PORT"
+
+
+def _resolve_store_address(env: dict) -> None:
+    """Give the rank the driver's address as this agent reached it (an IP): a rank started
+    while pods come and go would otherwise ask the cluster's DNS, which answers slowly just
+    then (see fuse.cluster.hosts.resolve)."""
+    from fuse.cluster.hosts import resolve
+    addr, port = env.get(ADDR_ENV, ""), env.get(PORT_ENV, "")
+    if not addr or not port.isdigit():
+        return
+    try:
+        found = [info[4][0] for info in resolve(addr, int(port))]   # (the agent's own lookup)
+    except OSError:
+        return      # the rank resolves the name itself
+    ipv4 = [a for a in found if ":" not in a]
+    if found:
+        env[ADDR_ENV] = (ipv4 or found)[0]
+
+
 def _launcher(environ: Mapping[str, str], zygote: Zygote | None = None):
     def launch(request: dict, n: int) -> RunningWorker:
         given = request["env"]
@@ -85,6 +105,7 @@ def _launcher(environ: Mapping[str, str], zygote: Zygote | None = None):
             raise AgentError("the driver asked for a worker without a command", 1)
         env = dict(environ)
         env.update(worker_env(given, env))
+        _resolve_store_address(env)
         rank = int(given.get("FUSE_RANK", "-1"))
         args = python_command(argv, env) if zygote is not None and zygote.ready else None
         how = "forked from the zygote" if args else "a new process"

@@ -26,7 +26,7 @@ import time
 import numpy as np
 
 from fuse.collectives import calls
-from fuse.worker import lifecycle
+from fuse.worker import heartbeat, lifecycle
 from fuse.cluster.store import StoreUnreachable
 from fuse.job import state as job_state
 from fuse.exceptions import FuseInternalError, HostsUpdatedInterrupt
@@ -227,7 +227,9 @@ def run_fn(func, reset=_reset):
             try:
                 if not skip_sync:
                     state.sync()
-                return func(state, *args, **kwargs)
+                result = func(state, *args, **kwargs)
+                heartbeat.finish()      # trained: what is left is this process's exit
+                return result
             except FuseInternalError:
                 state.restore()
                 skip_sync = False

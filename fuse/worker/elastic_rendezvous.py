@@ -14,6 +14,7 @@ import os
 import sys
 import time
 
+from fuse._log import logger
 from fuse.cluster import elastic_protocol as protocol
 from fuse.cluster.store import store_from_config
 
@@ -87,6 +88,7 @@ def join(config, after: int, lost: list[int] | None = None,
     reach.  Raises :class:`WorkerRemoved` when the newest plan
     leaves this worker out, TimeoutError when the driver forms none for twice
     ``config.elastic_timeout``, StoreUnreachable when the launcher's store does not answer."""
+    began = time.monotonic()
     store = store_from_config(config, timeout=STORE_TIMEOUT_S, attempts=STORE_ATTEMPTS)
     if store is None:
         raise ValueError("FUSE_ELASTIC=1 needs the elastic launcher's rendezvous store: start "
@@ -129,11 +131,15 @@ def join(config, after: int, lost: list[int] | None = None,
                 raise
             store.set(protocol.READY_KEY.format(g=g, worker=me),
                       (incarnation() or "1").encode())
+            ready_at = time.monotonic()
             delay = 0.001
             while True:
                 if store.try_get(protocol.GO_KEY.format(g=g)) is not None:
                     identity = {k: workers[me][k] for k in protocol.IDENTITY_FIELDS}
                     identity["rendezvous_generation"] = g
+                    logger.debug("rendezvous: worker %s joined generation %d: ready %.2f s "
+                                 "after it began, the driver's go %.2f s after that", me, g,
+                                 ready_at - began, time.monotonic() - ready_at)
                     return identity
                 if _int(store.try_get(protocol.GENERATION_KEY)) != g:
                     break               # another worker failed meanwhile: the next plan

@@ -12,6 +12,7 @@ import os
 import pickle
 import socket
 import sys
+import time
 import traceback
 from typing import Sequence
 
@@ -52,7 +53,9 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         if process_sets == "dynamic":
             overrides.setdefault("dynamic_process_sets", True)
             process_sets = None
+        started = time.monotonic()
         config, backend_cls, backend_kwargs = _configure(comm, overrides)
+        joined = time.monotonic()
         log = _log.configure(config.log_level, config.rank, config.log_hide_time)
         from fuse.worker import malloc_tuning
         malloc_tuning.keep_freed_memory(config.malloc_trim_threshold)
@@ -60,10 +63,14 @@ def init(comm=None, process_sets=None, **overrides) -> None:
         _warn_oversubscribed(config, log)
         ignored_knobs.warn_ignored_knobs(config.local_rank, log)
         backend = backend_cls(config, **backend_kwargs)
+        connected = time.monotonic()
         engine = _start_engine(config, backend, log)
         _install_job(engine, config, backend)
-        log.debug("initialized: rank %d of %d, backend %s", config.rank, config.size,
-                  config.backend)
+        # (the phases' times show where a slow start or re-form went)
+        log.debug("initialized: rank %d of %d, backend %s (configuration and rendezvous "
+                  "%.2f s, the backend's connections %.2f s, the engine's %.2f s)", config.rank,
+                  config.size, config.backend, joined - started, connected - joined,
+                  time.monotonic() - connected)
     for ps in process_sets or ():
         _add_process_set(ps)
 
@@ -172,11 +179,13 @@ def _install_job(engine, config: Config, backend) -> None:
 def _join_elastic(config: Config) -> dict:
     """Elastic mode: wait for the driver's next generation and return this worker's identity
     in it (fuse.worker.elastic_rendezvous)."""
-    from fuse.worker import elastic_rendezvous
+    from fuse.worker import elastic_rendezvous, heartbeat
     if _choose_backend(config) != "gloo":
         raise ValueError("elastic mode (FUSE_ELASTIC=1) needs the Gloo backend")
+    heartbeat.start(config, elastic_rendezvous.worker_id(config),
+                    elastic_rendezvous.incarnation())
     from fuse.cluster import elastic_protocol
-    lost = elastic_protocol.unanswering_ranks(job.last_failure)
+    lost = list(job.last_lost)
     identity = elastic_rendezvous.join(
         config, after=job.rendezvous_generation, lost=lost,
         unreachable=_unreachable_peers(lost))
@@ -372,7 +381,7 @@ def _cause_of(exc: BaseException, engine):
     collective = isinstance(exc, FuseInternalError) and \
         not isinstance(exc, (MismatchError, StallError))
     if collective and cfg.size > 1:
-        lost = elastic_protocol.unanswering_ranks(engine.failure)
+        lost = [] if engine.lost_rank is None else [engine.lost_rank]
         cut = peer_probe.unreachable(job.peer_addresses, cfg.rank, skip=lost)
     if lost or cut or (collective and type(exc) in (FuseInternalError, BackendError)):
         kind = "network"
@@ -388,7 +397,6 @@ CAUSE_WAIT_S = 3.5
 
 
 def _await_causes(cfg) -> None:
-    import time
     from fuse.cluster.failure_cause import KEY
     from fuse.cluster.store import store_from_config
     store = store_from_config(cfg, timeout=REPORT_TIMEOUT_S, attempts=REPORT_ATTEMPTS)
@@ -434,7 +442,16 @@ def shutdown() -> None:
     if engine is not None:
         # what failed the job, if anything: an elastic re-init tells the driver who was lost
         job.last_failure = engine.failure if engine.failed else None
+        job.last_lost = [engine.lost_rank] if engine.failed and engine.lost_rank is not None \
+            else []
+        started = time.monotonic()
+        if engine.failed and backend is not None:
+            # the engine thread may still wait in a collective on a peer that vanished without
+            # closing its connections (its host or container gone): fail it now, or stopping
+            # the engine and closing the backend would wait for the backend's timeout
+            backend.abort()
         engine.shutdown()
+        stopped = time.monotonic()
         # the GPU backend's executor runs inside the engine: it goes after the engine stopped
         device_path = sys.modules.get("fuse.job.device_path")
         if device_path is not None:
@@ -446,6 +463,9 @@ def shutdown() -> None:
                 backend.close()
             except Exception:
                 pass
+        from fuse._log import logger
+        logger.debug("shut down: the engine stopped in %.2f s, the backend closed in %.2f s",
+                     stopped - started, time.monotonic() - stopped)
 
 
 def autotune_state(wait: float | None = 0) -> dict | None:

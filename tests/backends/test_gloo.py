@@ -522,6 +522,57 @@ def test_dead_rank_fails_others(tmp_path, size, scenario):
         assert "gloo barrier failed" in again and "earlier failure" in again, again
 
 
+def _abort_rank(rank, path, results):
+    """Rank 1 goes silent with its connections open (as a peer whose host vanished: no FIN
+    ever comes); rank 0 gives the world up while an allreduce waits on it."""
+    try:
+        config = _config(rank, 2, ("file", path), 600.0).replace(peer_timeout_seconds=600.0)
+        backend = GlooBackend(config)
+        backend.world.barrier()
+        if rank == 1:
+            results.put((rank, "silent", ""))
+            threading.Event().wait()        # until the test kills this process
+        failed = queue.Queue()
+
+        def reduce():
+            try:
+                backend.world.allreduce(np.ones(1 << 16, dtype=np.float32), "float32", "sum")
+                failed.put("the allreduce succeeded")
+            except GlooError as err:
+                failed.put(str(err))
+
+        waiter = threading.Thread(target=reduce, daemon=True)
+        waiter.start()
+        backend.abort()
+        message = failed.get()
+        backend.close()             # must not wait for the collective timeout either
+        results.put((rank, "aborted", message))
+    except BaseException:
+        results.put((rank, "error", traceback.format_exc()))
+
+
+def test_abort_fails_a_collective_waiting_on_a_silent_peer(tmp_path):
+    # The collective timeout (the peer timeout) is 600 s: only the abort can end rank 0's
+    # allreduce before the test's wait for its report (60 s) runs out.
+    results = CTX.Queue()
+    procs = [CTX.Process(target=_abort_rank, args=(r, str(tmp_path), results), daemon=True)
+             for r in range(2)]
+    for p in procs:
+        p.start()
+    try:
+        reports = {}
+        while 0 not in reports:
+            rank, what, message = results.get(timeout=60)
+            reports[rank] = (what, message)
+    finally:
+        for p in procs:
+            p.kill()
+            p.join()
+    what, message = reports[0]
+    assert what == "aborted", message
+    assert "gloo allreduce failed on group rank 0 of 2: " in message, message
+
+
 def _iface_rank(rank, path, results):
     os.environ["FUSE_RENDEZVOUS_DIR"] = path
     try:

@@ -85,13 +85,18 @@ def wait(cluster: Cluster, driver: str, predicate, timeout: float, what: str):
         time.sleep(0.1)
 
 
-def elastic_run(shared: Path, workdir: Path, steps: int = 300) -> dict:
+def elastic_run(shared: Path, workdir: Path, steps: int = 300, env: dict | None = None,
+                driver_args: list[str] | None = None) -> dict:
     """Agent mode: 2 worker pods train; one is killed (SIGKILL, as a lost node does); the job
     re-forms on the other; a third pod starts and the job grows.  Returns the timings and the
-    outcome (the caller checks it)."""
-    objects = render(values(shared, "agent", steps,
-                            elastic={"enabled": True, "minReplicas": 1, "maxReplicas": 3,
-                                     "timeout": 120}))
+    outcome (the caller checks it).  ``env``: more variables for every pod (FUSE_LOG_LEVEL);
+    ``driver_args``: more fuserun flags for the driver (--verbose)."""
+    vals = values(shared, "agent", steps,
+                  elastic={"enabled": True, "minReplicas": 1, "maxReplicas": 3, "timeout": 120})
+    vals["env"] += [{"name": k, "value": v} for k, v in (env or {}).items()]
+    if driver_args:
+        vals["driver"] = {"extraArgs": list(driver_args)}
+    objects = render(vals)
     cluster = Cluster(objects, workdir)
     try:
         driver = cluster.start("Job")
@@ -114,6 +119,7 @@ def elastic_run(shared: Path, workdir: Path, steps: int = 300) -> dict:
              "the driver's end")
         return {"driver_exit": cluster.exit_code(driver), "driver_log": cluster.logs(driver),
                 "stamped_logs": {"driver": cluster.stamped_logs(driver),
+                                 "survivor": cluster.stamped_logs(workers[1]),
                                  "added": cluster.stamped_logs(added)},
                 "added_at": joined_at,
                 "recovery_s": after_kill[0][0] - killed_at,

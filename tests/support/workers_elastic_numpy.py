@@ -3,14 +3,15 @@
     workers_elastic_numpy.py OUT_DIR BATCHES [FAULT ...]
 
 A FAULT is ``kind:generation:rank:batch``: in that generation, from that batch on, the worker
-with that rank
-``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or ``killin``: dies with
-its allreduce of the batch in flight; ``killreset`` (batch ignored): dies as soon as that
-generation formed, while the others sync; ``stop``: stops itself (SIGSTOP) before the batch's
-allreduce, alive but silent; ``killguard``: SIGKILLs its parent, the guard process the launcher
-started it under (its pid in OUT_DIR/ghost.pid), and if it is still alive 0.2 s after the
-guard is gone, writes OUT_DIR/ghost.survived and trains on.  ``all`` as rank:
-every worker.
+with that rank ``kill``s itself (SIGKILL) or ``raise``s before the batch's allreduce, or
+``killin``: dies with its allreduce of the batch in flight; ``killreset`` (batch ignored): dies
+as soon as that generation formed, while the others sync; ``stop``: stops itself (SIGSTOP)
+before the batch's allreduce, alive but silent (once: woken up, it goes on); ``stopjoin``
+(batch ignored): stops itself as it re-forms out of that generation, before it says it is
+ready for the next one (silent at the rendezvous); ``killguard``: SIGKILLs its parent, the
+guard process the launcher started it under (its pid in OUT_DIR/ghost.pid), and if it is
+still alive 0.2 s after the guard is gone, writes OUT_DIR/ghost.survived and trains on.
+``all`` as rank: every worker.
 
 ``SLOW_HOST=<host>`` (with ``SLOW_SECONDS``, default 0.1) makes the worker on that host a
 straggler: it sleeps that much longer than the others before each batch's allreduce.
@@ -50,6 +51,32 @@ if os.environ.get("HOLD_ADDED") == "1" and \
     while not os.path.exists(os.path.join(out_dir, "release")):
         time.sleep(0.05)
 
+
+stopped_once = []
+
+
+def stop_here() -> None:
+    """SIGSTOP this process, once: woken up (SIGCONT), it goes on as it would have."""
+    if stopped_once:
+        return
+    stopped_once.append(True)
+    with open(os.path.join(out_dir, "stopped.pid"), "w") as f:
+        f.write(str(os.getpid()))
+    os.kill(os.getpid(), signal.SIGSTOP)
+
+
+if any(f[0] == "stopjoin" for f in faults):
+    from fuse.worker import elastic_rendezvous
+    _join = elastic_rendezvous.join
+
+    def _join_or_stop(config, after, *args, **kwargs):
+        if any(kind == "stopjoin" and int(g) == after and int(r) == config.rank
+               for kind, g, r, _at in faults):
+            stop_here()
+        return _join(config, after, *args, **kwargs)
+
+    elastic_rendezvous.join = _join_or_stop
+
 fuse.init()
 state = fuse.elastic.ObjectState(batch=0, w=np.zeros(DIM), done=[])
 
@@ -61,9 +88,7 @@ def maybe_fail(b: int, partial: np.ndarray) -> None:
             if kind == "kill":
                 os.kill(os.getpid(), signal.SIGKILL)
             if kind == "stop":
-                with open(os.path.join(out_dir, "stopped.pid"), "w") as f:
-                    f.write(str(os.getpid()))
-                os.kill(os.getpid(), signal.SIGSTOP)
+                stop_here()
             if kind == "killguard" and not os.path.exists(os.path.join(out_dir, "ghost.pid")):
                 guard = os.getppid()
                 with open(os.path.join(out_dir, "ghost.pid"), "w") as f:

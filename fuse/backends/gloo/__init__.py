@@ -16,6 +16,7 @@ import itertools
 import socket
 
 from fuse.backends.base import ConnectingBackend, Group
+from fuse.backends.gloo import connections
 from fuse.backends.gloo.errors import GlooError
 from fuse.backends.gloo.peer_proof import prove_peers
 from fuse.backends.gloo.published_keys import PublishedKeys
@@ -120,6 +121,8 @@ class GlooBackend(ConnectingBackend):
         self._prefix = (f"gloo/{next(_epochs)}/" if generation < 0
                         else f"gloo/elastic{generation}/")
         self.groups: dict[int, Group] = {}
+        self._store_port = getattr(config, "rendezvous_port", None)
+        self._connections: dict[int, list[tuple[int, int]]] = {}    # group id -> (fd, inode)
         self.world = self.connect(list(range(self.size)), 0)
 
     @property
@@ -130,9 +133,12 @@ class GlooBackend(ConnectingBackend):
     def connect(self, ranks: list[int], group_id: int) -> Group:
         prefix = f"{self._prefix}g{group_id}/"
         store = PublishedKeys(self._store) if len(ranks) > 1 else None
+        before = connections.Snapshot() if store is not None else None
         context = self._native.GlooContext(
             self._device, ranks.index(self.rank), len(ranks), self.timeout, store, prefix)
         self.groups[group_id] = context
+        if before is not None:
+            self._connections[group_id] = before.new_connections(self._store_port)
         prove_peers(context, ranks, self.rank, prefix, secret_from_env())
         if store is not None:
             # Past this barrier every member has made its context, so has read our address;
@@ -143,8 +149,13 @@ class GlooBackend(ConnectingBackend):
             context.set_timeout(self.collective_timeout)
         return context
 
+    def abort(self) -> None:
+        for group_id in list(self._connections):
+            connections.shut_down(self._connections.pop(group_id, []))
+
     def close(self) -> None:
         super().close()
+        self._connections.clear()
         self._device = None
 
 

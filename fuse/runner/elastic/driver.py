@@ -17,6 +17,11 @@ write to the store poke).  What makes it elastic:
   have not asked yet); workers they report unanswering or unreachable are left out first,
   keeping the largest set of hosts that can all reach each other (:mod:`.partition`);
 * once every worker of a generation said it is ready, the driver lets them connect;
+* a worker whose heartbeat (fuse.worker.heartbeat) stops for the peer timeout
+  (``FUSE_PEER_TIMEOUT_SECONDS``, 15 s) is stopped (SIGSTOP), hung or cut off: it is left out
+  and its host blacklisted as for a lost worker, whether the others wait for it in a
+  collective or at the next generation's rendezvous; the survivors' collectives fail at once
+  (fuse.worker.generation_watch), and should it wake up it is refused at the rendezvous;
 * a worker that a generation leaves out exits by itself (its host left); one that does not
   within ``removed_grace`` seconds is stopped;
 * under ``FUSE_STRAGGLER_POLICY=remove``, rank 0 reports a worker that keeps the others waiting
@@ -148,6 +153,9 @@ class ElasticJob(Job):
         # worker id -> (process, when started)
         self.warming: dict[str, tuple[WorkerRecord, float]] = {}
         self._broken_at = -1            # the last generation a running worker failed in
+        self.peer_timeout = _peer_timeout(env)
+        # worker id -> (its last heartbeat, when it changed)
+        self._heard: dict[str, tuple[bytes, float]] = {}
 
     def _first_hosts(self) -> list[HostSpec]:
         """The hosts to start on: the first discovery must succeed (as in Horovod); then wait
@@ -430,6 +438,7 @@ class ElasticJob(Job):
     def run(self) -> "ElasticResult":
         old_handlers = self.open_loop()
         self.server.on_change = self.wake
+        self.server.quiet_prefix = protocol.ALIVE_PREFIX    # heartbeats: read each turn
         discovery_thread = None
         error: str | None = None
         interrupted: int | None = None
@@ -507,6 +516,7 @@ class ElasticJob(Job):
         # hosts
         self._hosts_changed(now)
         self._check_stragglers(now)
+        self._check_silent(now)
         # reset requests: a collective failed without anyone exiting (yet)
         if self.server.keys(protocol.RESET_PREFIX.format(g=self.generation)):
             if self._reset_seen_at is None:
@@ -567,6 +577,37 @@ class ElasticJob(Job):
             self.say(decision.text)
             if decision.remove:
                 self._replan_reason = decision.reason
+
+    def _check_silent(self, now: float) -> None:
+        """Leave out the running workers of the plan whose heartbeat has not changed for the
+        peer timeout: stopped, hung or cut off from this host.  A worker is judged only once
+        this very process of it has beaten (its start-up is the start timeout's business) and
+        until it says it is exiting (its exit shows by itself)."""
+        if self.succeeded:
+            return
+        for wid, w in list(self.live.items()):
+            if not w.running:
+                continue
+            beat = self.server.get(protocol.ALIVE_KEY.format(worker=wid))
+            if beat is None or \
+                    beat.split(b":")[0] != str(self._incarnations.get(wid, 1)).encode() or \
+                    beat.endswith(b":" + protocol.ALIVE_EXITING.encode()):
+                continue        # not started up yet, another process of its slot, or exiting
+            heard = self._heard.get(wid)
+            if heard is None or heard[0] != beat:
+                self._heard[wid] = (beat, now)
+                continue
+            silent = now - heard[1]
+            if silent < self.peer_timeout:
+                continue
+            del self.live[wid]
+            del self._heard[wid]
+            # left out like a worker whose host left: should it wake up, it finds itself out
+            # of the plan and exits; one that does not within removed_grace is stopped
+            self.leaving[wid] = (w, now + self.elastic.removed_grace)
+            self._record(w, f"stopped answering: no heartbeat for {silent:.0f} s "
+                            f"(FUSE_PEER_TIMEOUT_SECONDS={self.peer_timeout:g}); it is "
+                            "stopped, hung or cut off from this host")
 
     def _reset_reports(self) -> dict[int, tuple[list[int], list[int]]]:
         """This generation's reset requests, by the reporter's rank: (ranks it found
@@ -704,6 +745,15 @@ def _signame(sig: int) -> str:
         return f"{signal.Signals(sig).name} ({sig})"
     except ValueError:
         return str(sig)
+
+
+def _peer_timeout(env: Mapping[str, str] | None) -> float:
+    """FUSE_PEER_TIMEOUT_SECONDS as the workers get it (the job's environment; its bounds are
+    fuse.config's): how long a worker's heartbeat may stop before it counts as lost."""
+    from fuse.config import Config
+    text = (env or {}).get("FUSE_PEER_TIMEOUT_SECONDS", "").strip()
+    return Config.from_env({"FUSE_PEER_TIMEOUT_SECONDS": text} if text else {}) \
+        .peer_timeout_seconds
 
 
 def _straggler_window(env: Mapping[str, str] | None, fallback: float) -> float:
