@@ -31,7 +31,8 @@ fuse/engine/meson.build):
 from cpython.exc cimport PyErr_CheckSignals
 
 from fuse.engine.protocol cimport *
-from fuse.engine.executor cimport Executor, SharedSegments
+from fuse.engine.executor cimport Executor
+from fuse.engine.segments cimport SharedSegments
 from fuse.engine.request cimport RequestSpec
 from fuse.engine.channel cimport ControlChannel
 from fuse.engine.psets cimport ProcessSets

@@ -20,15 +20,6 @@ cdef class FusionBufferManager:
     cdef void* get(self, size_t nbytes) noexcept nogil
 
 
-cdef class SharedSegments:
-    # Used by whoever holds the engine's loop (Engine.loop_lock) once an engine has it
-    # (``installed``: ProcessSets.install_shm); before that, by allreduce() (tests).
-    cdef ShmAllreduce* impl
-    cdef list _segments
-    cdef public bint installed
-    cdef void add_region(self, list maps, list sizes) noexcept
-
-
 cdef class Executor:
     cdef FusionBufferManager fusion
     cdef size_t shm_bytes       # allreduces of at least this size go through shared memory
@@ -67,7 +58,7 @@ cdef class Executor:
     cdef int allgather(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil
     cdef int _allgather_hier(self, PSet* ps, const void* inp, char* out,
                              vector[size_t]& recvbytes, string& err) noexcept nogil
-    cdef bint _gathers_via_shm(self, PSet* ps) noexcept nogil
+    cdef bint gathers_via_shm(self, PSet* ps) noexcept nogil
     cdef int _allgather_shm(self, PSet* ps, const void* inp, char* out,
                             vector[size_t]& recvbytes, string& err) noexcept nogil
     cdef int _gather_shm(self, PSet* ps, char* buf, vector[size_t]& offsets,

@@ -24,6 +24,8 @@ import numpy as np
 
 from fuse.engine.protocol import DTYPE_NAMES, DTYPE_CODES, BACKEND_OPS
 from fuse.backends.base import dtype_name_to_numpy
+# the documented place of the reference reduction for Python backends (docs/plugins.md)
+from fuse.engine.arrays import reduce_arrays  # noqa: F401
 
 cdef extern from "<stdlib.h>" nogil:
     int posix_memalign(void**, size_t, size_t)
@@ -225,11 +227,6 @@ cdef inline int _shm_outcome(int rc) noexcept nogil:
     return EX_STALL if rc == kShmStalled else EX_BACKEND
 
 
-cdef void _warn_late_member(const char* message) noexcept with gil:
-    from fuse._log import logger
-    logger.warning("%s", message.decode(errors="replace"))
-
-
 cdef void _start_cross(Lane* lane, Hierarchy* h, HalfJob* job, char* seg, size_t count,
                        int dtype, int op, double post) noexcept nogil:
     """Start this rank's shard of a segment of ``count`` elements at ``seg`` on the lane:
@@ -243,82 +240,6 @@ cdef void _start_cross(Lane* lane, Hierarchy* h, HalfJob* job, char* seg, size_t
     job.op = op
     job.post = post
     lane.start(_run_half, job)
-
-
-cdef class SharedSegments:
-    """Every member's mapped shared-memory segment (objects exporting the buffer protocol, such
-    as ``mmap.mmap``, kept alive here) and the C++ reducer over them (csrc/shm_allreduce.h).
-    Built by fuse.engine.shm; the engine hands ``impl`` to the executor."""
-
-    def __cinit__(self, list segments, int rank, size_t chunk):
-        cdef vector[char*] bases
-        cdef Py_buffer view
-        self.impl = NULL
-        self._segments = []
-        for seg in segments:
-            PyObject_GetBuffer(seg, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            if <size_t>view.len < kShmHeaderBytes + 2 * chunk:
-                PyBuffer_Release(&view)
-                raise ValueError("shared-memory segment smaller than its header and 2 chunks")
-            bases.push_back(<char*>view.buf)
-            PyBuffer_Release(&view)     # the objects in _segments keep the memory mapped
-            self._segments.append(seg)
-        self.impl = new ShmAllreduce(bases, rank, chunk)
-
-    def __dealloc__(self):
-        del self.impl
-
-    cdef void add_region(self, list maps, list sizes) noexcept:
-        """One more region: ``maps[k]`` is rank k's mapping (writable buffers, kept alive
-        here), ``sizes[k]`` its length.  The caller makes sure no allreduce runs meanwhile."""
-        cdef vector[char*] bases
-        cdef vector[size_t] nbytes
-        cdef Py_buffer view
-        for m, size in zip(maps, sizes):
-            PyObject_GetBuffer(m, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-            bases.push_back(<char*>view.buf)
-            nbytes.push_back(min(<size_t>size, <size_t>view.len))
-            PyBuffer_Release(&view)
-            self._segments.append(m)
-        with nogil:
-            self.impl.add_region(bases, nbytes)
-
-    def set_patience(self, double warn_s, double fail_s):
-        """How long a barrier waits for a late member: a warning after ``warn_s``, a
-        StallError after ``fail_s`` (0: never; see csrc/shm_allreduce.h)."""
-        self.impl.set_patience(warn_s, fail_s, _warn_late_member)
-
-    @property
-    def direct(self):
-        """Allreduces reduced straight between regions so far."""
-        return self.impl.direct
-
-    def allreduce(self, buf, str dtype, str op, double factor=1.0):
-        """Reduce ``buf`` (contiguous, writable, of wire dtype ``dtype``) in place across the
-        members and multiply it by ``factor``.  For segments no engine uses (tests): an
-        engine's loop calls ``impl`` itself, and a call from another thread would race it."""
-        if self.installed:
-            raise RuntimeError("these shared-memory segments belong to the engine; "
-                               "use fuse.allreduce")
-        cdef int dcode = DTYPE_CODES[dtype]
-        cdef int ocode = BACKEND_OPS.index(op)
-        cdef Py_buffer view
-        cdef char err[ERRLEN]
-        cdef int rc
-        PyObject_GetBuffer(buf, &view, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-        try:
-            err[0] = 0
-            with nogil:
-                rc = self.impl.allreduce(view.buf, <size_t>view.len // dtype_size(dcode), dcode,
-                                         ocode, factor, err, ERRLEN)
-        finally:
-            PyBuffer_Release(&view)
-        if rc != 0:
-            raise RuntimeError(err.decode("utf-8", "replace"))
-
-
-SHM_HEADER_BYTES = kShmHeaderBytes
-SHM_PID_OFFSET = kShmPidOffset
 
 
 cdef class Executor:
@@ -577,7 +498,7 @@ cdef class Executor:
             return EX_OK
         if r.inp != r.out and r.inp != NULL:
             memcpy(r.out, r.inp, nbytes)
-        if self._gathers_via_shm(ps) and nbytes:
+        if self.gathers_via_shm(ps) and nbytes:
             at.push_back(0)
             sizes.push_back(nbytes)
             owner.push_back(_position(ps, resp.root))
@@ -604,7 +525,7 @@ cdef class Executor:
         if (ps.hier != NULL and rows * row != 0
                 and <size_t>(rows * row) >= ps.hier.gather_min_bytes):
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
-        if self._gathers_via_shm(ps) and rows * row:
+        if self.gathers_via_shm(ps) and rows * row:
             return self._allgather_shm(ps, r.inp, <char*>out, recvbytes, err)
         if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
@@ -653,7 +574,7 @@ cdef class Executor:
             return _shm_outcome(rc_local)
         return EX_BACKEND if rc else EX_OK
 
-    cdef bint _gathers_via_shm(self, PSet* ps) noexcept nogil:
+    cdef bint gathers_via_shm(self, PSet* ps) noexcept nogil:
         """Whether an allgather, a broadcast or an alltoall among the set's members goes
         through same-host shared memory (every member on this host, shared memory not turned off), at every
         size: Gloo sends each member's data through its TCP pairs, two kernel copies and a
@@ -710,7 +631,7 @@ cdef class Executor:
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
         if out == NULL and rows * row:
             return EX_LOCAL
-        if self._gathers_via_shm(ps):
+        if self.gathers_via_shm(ps):
             return self._alltoall_shm(ps, resp, <const char*>r.inp, sendbytes, <char*>out,
                                       recvbytes, row, err)
         if _b_alltoallv(ps, r.inp, sendbytes, out, recvbytes, err) != 0:
@@ -721,7 +642,7 @@ cdef class Executor:
                            vector[size_t]& sendbytes, char* out, vector[size_t]& recvbytes,
                            size_t row, string& err) noexcept nogil:
         """An alltoall among members on this host: each block goes from the sender's input
-        through its segment into the receiver's output (see _gathers_via_shm)."""
+        through its segment into the receiver's output (see gathers_via_shm)."""
         cdef vector[size_t] send_off, recv_off
         cdef size_t j, spos = 0, rpos = 0, longest = 0
         cdef char errbuf[ERRLEN]
@@ -862,37 +783,3 @@ cdef class Executor:
             err = _str("could not allocate the output: ") + _exc_text(e)
             return NULL
         return ptr
-
-
-def reduce_arrays(dst, src, str dtype, str op):
-    """``dst = dst <op> src`` elementwise for any wire dtype (bfloat16 as uint16 views): the
-    reference reduction, for backends written in Python."""
-    cdef Py_buffer d, s
-    cdef int code = DTYPE_CODES[dtype]
-    cdef int opc = BACKEND_OPS.index(op)
-    cdef size_t count
-    PyObject_GetBuffer(dst, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        PyObject_GetBuffer(src, &s, PyBUF_C_CONTIGUOUS)
-        try:
-            if d.len != s.len:
-                raise ValueError("reduce_arrays: buffers differ in size")
-            count = <size_t>d.len // dtype_size(code)
-            with nogil:
-                reduce_into(d.buf, s.buf, count, code, opc)
-        finally:
-            PyBuffer_Release(&s)
-    finally:
-        PyBuffer_Release(&d)
-
-
-def scale_array(buf, str dtype, double factor):
-    """Multiply a buffer of wire dtype ``dtype`` in place (the engine's own scaling)."""
-    cdef Py_buffer d
-    cdef int code = DTYPE_CODES[dtype]
-    PyObject_GetBuffer(buf, &d, PyBUF_C_CONTIGUOUS | PyBUF_WRITABLE)
-    try:
-        with nogil:
-            scale_buffer(d.buf, <size_t>d.len // dtype_size(code), code, factor)
-    finally:
-        PyBuffer_Release(&d)

@@ -348,7 +348,7 @@ cdef class Loop(CoordinatorLink):
                 r.kind, r.pset, nbytes):
             return True
         if ((r.kind == K_ALLGATHER or r.kind == K_BROADCAST or r.kind == K_ALLTOALL)
-                and self.executor._gathers_via_shm(&self.psets.map[r.pset])):
+                and self.executor.gathers_via_shm(&self.psets.map[r.pset])):
             return True
         return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
 

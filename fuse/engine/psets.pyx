@@ -8,7 +8,7 @@ change the table on every rank at the same point of the response stream."""
 from cpython.pycapsule cimport PyCapsule_IsValid, PyCapsule_GetPointer
 
 from fuse.engine.protocol cimport *
-from fuse.engine.executor cimport SharedSegments
+from fuse.engine.segments cimport SharedSegments
 
 cdef const char* OPS_CAPSULE = FUSE_GROUP_OPS_CAPSULE
 

@@ -54,7 +54,7 @@ import struct
 import tempfile
 from typing import Callable
 
-from fuse.engine.executor import SHM_HEADER_BYTES, SHM_PID_OFFSET, SharedSegments
+from fuse.engine.segments import SHM_HEADER_BYTES, SHM_PID_OFFSET, SharedSegments
 
 # One chunk per barrier pair: large enough that the barriers cost little, small enough that a
 # part is still in cache when its owner reads it (1 MiB was the fastest of 0.25-16 MiB here).

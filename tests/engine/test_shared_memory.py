@@ -15,7 +15,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from fuse.engine.executor import SharedSegments
+from fuse.engine.segments import SharedSegments
 from fuse.engine import shm
 
 

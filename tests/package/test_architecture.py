@@ -62,7 +62,7 @@ def test_the_graph_is_read_whole(graph):
     """Imports in functions, Cython cimports and relative imports are all in the graph."""
     seen = {(a.source, a.target) for a in graph}
     assert ("fuse._core", "fuse.engine.request") in seen            # a cimport in a .pyx
-    assert ("fuse.engine.executor", "fuse._log") in seen            # inside a cdef function
+    assert ("fuse.engine.segments", "fuse._log") in seen            # inside a cdef function
     assert ("fuse", "fuse.runner") in seen                          # inside fuse.run
 
 

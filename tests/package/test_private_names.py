@@ -28,11 +28,14 @@ PENDING: set[tuple[str, str]] = {
 
 # Private attributes of another project's objects whose names a fuse module happens to define
 # too (the check goes by name): MXNet's Parameter._data, gluon.Trainer's _optimizer and
-# _params, which the MXNet adapter reads to save and restore a trainer.
+# _params, which the MXNet adapter reads to save and restore a trainer; TensorFlow's _numpy.
 OTHER_PROJECTS: set[tuple[str, str]] = {
     ("fuse/frameworks/mxnet/elastic.py", "_data"),
     ("fuse/frameworks/mxnet/elastic.py", "_optimizer"),
     ("fuse/frameworks/mxnet/optimizer.py", "_params"),
+    # TensorFlow's EagerTensor._numpy(): a view of the tensor's memory where numpy() copies,
+    # which the TensorFlow adapter reads its inputs through
+    ("fuse/frameworks/tensorflow/tensors.py", "_numpy"),
 }
 
 

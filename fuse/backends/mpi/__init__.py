@@ -225,7 +225,7 @@ class _TypeTable:
 
     def _user_op(self, MPI, dtype: str, op: str):
         """An MPI operation on 2-byte words that reduces them as ``dtype`` with fuse's kernels."""
-        from fuse.engine.executor import reduce_arrays
+        from fuse.engine.arrays import reduce_arrays
 
         def reduce(inbuf, inoutbuf, datatype):
             reduce_arrays(inoutbuf, inbuf, dtype, op)

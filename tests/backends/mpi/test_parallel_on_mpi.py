@@ -54,7 +54,8 @@ import test_timeline
 from test_adasum import (test_adasum_matches_the_pairwise_reference,  # noqa: F401
                          test_adasum_refuses_a_set_that_is_not_a_power_of_two)
 from test_auto_names import test_unnamed_calls_pair_up_after_a_one_rank_error  # noqa: F401
-from test_allreduce import (test_allreduce_all_dtypes_ops_and_paths,  # noqa: F401
+from test_allreduce import (test_a_burst_hands_lone_requests_to_the_engine_thread,  # noqa: F401
+                            test_allreduce_all_dtypes_ops_and_paths,
                             test_allreduce_path_by_size_on_one_host,
                             test_buffers_in_shared_regions_are_reduced_between_them,
                             test_shared_memory_allreduce_on_one_host,
