@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
+import re
 import socket
 import sys
 import time
@@ -342,7 +343,7 @@ def report_failure(exc: BaseException) -> None:
         cause = _cause_of(exc, engine)
         _report_error(text, "".join(traceback.format_exception(type(exc), exc,
                                                                exc.__traceback__)),
-                      consequence=isinstance(exc, ShutdownError), cause=cause)
+                      consequence=_is_consequence(exc, engine), cause=cause)
         if cause is not None and cause.kind == "network" and not job.config.elastic:
             _await_causes(job.config)
     except Exception:
@@ -351,6 +352,28 @@ def report_failure(exc: BaseException) -> None:
         engine.abort(text)
     except Exception:
         pass
+
+
+def _is_consequence(exc: BaseException, engine) -> bool:
+    """Whether this rank fails only because another rank did: a ShutdownError, or an error
+    raised from one (a framework may wrap it: TensorFlow turns the exception of an op's Python
+    function into its own UnknownError and keeps only the text), or any error once this rank's
+    engine was failed by another rank's report ("rank K failed: ...", K not this rank)."""
+    seen = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, ShutdownError):
+            return True
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__
+    try:
+        if not engine.failed:
+            return False
+        failure = engine.failure
+    except Exception:       # noqa: BLE001 -- an engine already torn down: no word of a peer
+        return False
+    # the coordinator's abort frame reads "rank K failed: <K's error>" (Engine.abort)
+    reporter = re.match(r"rank (\d+) failed: ", failure)
+    return reporter is not None and int(reporter.group(1)) != engine.rank
 
 
 def _excepthook(exc_type, exc, tb):
@@ -386,7 +409,7 @@ def _cause_of(exc: BaseException, engine):
     if lost or cut or (collective and type(exc) in (FuseInternalError, BackendError)):
         kind = "network"
     else:
-        kind = "consequence" if isinstance(exc, ShutdownError) else "error"
+        kind = "consequence" if _is_consequence(exc, engine) else "error"
     return Cause(kind, cfg.rank, cfg.hostname, lost, cut)
 
 
