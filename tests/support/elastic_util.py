@@ -109,7 +109,9 @@ def wait_at_gate(out_dir: str, state, committed: int) -> None:
     checking for host updates so that it grows or shrinks as it waits; rank 0 notes
     "generation size committed" in OUT_DIR/waiting.  Collective, as the decision to go on is
     rank 0's reading of the file, broadcast: every rank leaves the gate at the same call.
-    No gate file: no wait."""
+    No gate file: no wait.  Each rank checks on its own whether the file exists, so it must
+    exist for the job's whole life or not at all (Gate writes it before the job starts and
+    never removes it)."""
     import fuse
     from fuse.job.state import rendezvous_generation
     gate, waiting = Path(out_dir) / "gate", Path(out_dir) / "waiting"
@@ -133,16 +135,18 @@ def wait_at_gate(out_dir: str, state, committed: int) -> None:
 
 
 class Gate:
-    """The test's side of wait_at_gate: ``Gate(out_dir, steps)`` lets a job that has not
-    started yet make ``steps`` steps; ``held(...)`` waits until the job waits at the gate in
-    a given shape, ``allow(n)`` lets it make n more steps, ``open()`` lets it finish."""
+    """The test's side of wait_at_gate: ``Gate(out_dir, steps)``, made before the job starts,
+    lets it make ``steps`` steps; ``held(...)`` waits until the job waits at the gate in a
+    given shape, ``allow(n)`` lets it make n more steps, ``limit(steps)`` sets the bound
+    outright, ``open()`` lets it finish."""
 
     def __init__(self, out_dir: Path, steps: int) -> None:
         self.path = Path(out_dir) / "gate"
         self.note = Path(out_dir) / "waiting"
-        self._write(steps)
+        self.limit(steps)
 
-    def _write(self, steps: int) -> None:
+    def limit(self, steps: int) -> None:
+        """Let the job start steps below ``steps`` only."""
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text(str(steps))
         os.replace(tmp, self.path)
@@ -169,11 +173,12 @@ class Gate:
         """Let the job, held at the gate, make ``more`` steps; returns the step it will wait
         before next."""
         until = self.waiting()[2] + more
-        self._write(until)
+        self.limit(until)
         return until
 
     def open(self) -> None:
-        self.path.unlink()
+        """Let the job make every step (the file stays: see wait_at_gate)."""
+        self.limit(2 ** 62)
 
 
 def grow_and_shrink(out_dir: Path, worker: list[str], *, steps: int, unit: str,

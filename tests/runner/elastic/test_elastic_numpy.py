@@ -72,6 +72,7 @@ def test_the_running_workers_train_on_while_an_added_one_starts_up(tmp_path):
     running workers go on committing; released, it joins and the job ends on 3."""
     batches = 300
     script, hosts_file = write_discovery(tmp_path, ["localhost:1", "127.0.0.1:1"])
+    gate = Gate(tmp_path, batches)      # open until the added worker is released
     argv = fuserun("-np", "2", "--min-np", "2", "--max-np", "3", "--host-discovery-script",
                    str(script), sys.executable, WORKER, str(tmp_path), str(batches))
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -85,7 +86,7 @@ def test_the_running_workers_train_on_while_an_added_one_starts_up(tmp_path):
         wait_for(lambda: len(progress(tmp_path)) >= held_at + 20, 60, proc,
                  "20 commits of the running workers while the added one is held")
         assert {g for g, _s, _n in progress(tmp_path)} == {0}
-        gate = Gate(tmp_path, len(progress(tmp_path)) + 1)     # the rest waits for the 3
+        gate.limit(len(progress(tmp_path)) + 1)     # the rest waits for the 3
         (tmp_path / "release").touch()
         gate.held(proc, 60, "the job to grow to 3 workers", size=3)
         gate.open()
