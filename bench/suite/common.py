@@ -119,26 +119,40 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def resnet_layers(blocks: Sequence[int] = (3, 4, 6, 3), image: int = 224
+                  ) -> list[tuple[tuple[int, ...], int]]:
+    """A bottleneck ResNet's parameter tensors in definition order (torchvision's v1.5 layout,
+    the stride in the 3x3 convolution), each with the forward FLOPs per image of the layer it
+    belongs to (2 x multiply-adds of a convolution or the classifier, on the stored weight
+    only; a batch norm's tensors carry 0).  ResNet-50: blocks (3, 4, 6, 3); ResNet-101:
+    (3, 4, 23, 3)."""
+    layers: list[tuple[tuple[int, ...], int]] = []
+
+    def conv_bn(cout, cin, k, size_out):
+        layers.append(((cout, cin, k, k), 2 * cout * cin * k * k * size_out * size_out))
+        layers.extend([((cout,), 0), ((cout,), 0)])
+
+    size = image // 2
+    conv_bn(64, 3, 7, size)
+    size //= 2                                          # the max pool
+    cin = 64
+    for stage, (width, count) in enumerate(zip((64, 128, 256, 512), blocks)):
+        for b in range(count):
+            stride = 2 if stage > 0 and b == 0 else 1
+            conv_bn(width, cin, 1, size)
+            size //= stride
+            conv_bn(width, width, 3, size)
+            conv_bn(width * 4, width, 1, size)
+            if b == 0:
+                conv_bn(width * 4, cin, 1, size)
+            cin = width * 4
+    layers.extend([((1000, 2048), 2 * 1000 * 2048), ((1000,), 0)])
+    return layers
+
+
 def resnet50_shapes() -> list[tuple[int, ...]]:
     """The shapes of ResNet-50's 161 parameter tensors (25.6 M values), in definition order."""
-    shapes: list[tuple[int, ...]] = []
-
-    def conv_bn(cout, cin, k):
-        shapes.append((cout, cin, k, k))
-        shapes.extend([(cout,), (cout,)])
-
-    conv_bn(64, 3, 7)
-    cin = 64
-    for width, blocks in ((64, 3), (128, 4), (256, 6), (512, 3)):
-        for b in range(blocks):
-            conv_bn(width, cin, 1)
-            conv_bn(width, width, 3)
-            conv_bn(width * 4, width, 1)
-            if b == 0:
-                conv_bn(width * 4, cin, 1)
-            cin = width * 4
-    shapes.extend([(1000, 2048), (1000,)])
-    return shapes
+    return [shape for shape, _ in resnet_layers((3, 4, 6, 3))]
 
 
 def transformer_shapes(layers: int = 6, width: int = 512, vocab: int = 32000,

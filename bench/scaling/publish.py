@@ -1,0 +1,117 @@
+"""The scaling model's page (markdown) and plot (PNG)."""
+
+from __future__ import annotations
+
+HOROVOD = (512, 0.90)     # Horovod's published figure: ResNet-101, 512 Pascal GPUs, 25 Gbit/s
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
+
+
+def us(seconds: float) -> str:
+    return f"{seconds * 1e6:.1f} µs"
+
+
+def parameter_rows(engine, shm, link, work, params) -> list[str]:
+    load = params["machine_start"]["load_average"]
+    return [
+        "| parameter | value | measured by |",
+        "|---|---|---|",
+        f"| engine, per collective (2 ranks) | {us(engine.per_collective)} | 4 B allreduce, "
+        "2 ranks, one host |",
+        f"| engine, per extra rank | {us(engine.per_rank)} | 4 B allreduce at 4 ranks less 2 |",
+        f"| engine, per tensor | {us(engine.per_tensor)} | bursts of 1, 32, 161 tiny "
+        "allreduces, slope |",
+        f"| shared memory, per collective | {us(shm.alpha)} | 16 KiB-64 MiB allreduces, "
+        "2 and 4 ranks, least squares |",
+        f"| shared memory, one rank's throughput | {1 / shm.per_byte / 1e9:.2f} GB/s | the same |",
+        f"| link, per message | {us(link.alpha)} | 256 KiB-16 MiB allreduces, 2 hosts x 1 "
+        "rank, least squares |",
+        f"| link, payload bandwidth | {link.bandwidth / 1e6:.1f} MB/s "
+        f"({link.bandwidth * 8 / 1e9 / params['config']['link_GBps'] / 8 * 100:.1f} % of "
+        f"{params['config']['rate']}) | the same |",
+        f"| step: forward, backward, optimizer | {ms(work.forward)}, "
+        f"{ms(sum(t for t, _ in work.backward))} over {len(work.backward)} gradients, "
+        f"{ms(work.optimizer)} | bench/scaling/profile.py, one thread |",
+        "",
+        f"Taken {params['machine_end']['time_utc']} on {params['machine_start']['cores']} cores "
+        f"({params['machine_start']['cpu']}), load average {load[0]} / {load[1]} / {load[2]} "
+        f"at the start; `python bench/scaling/measure.py` ({params['seconds']:.0f} s).",
+    ]
+
+
+def check_rows(points) -> list[str]:
+    rows = ["| point | measured | model | model/measured - 1 | measured in |",
+            "|---|---|---|---|---|"]
+    for p in points:
+        rows.append(f"| {p.name} | {ms(p.measured)} | {ms(p.model)} | {p.error * 100:+.1f} % | "
+                    f"{p.source} |")
+    return rows
+
+
+def prediction_rows(curves: dict[float, list[tuple[int, float]]]) -> list[str]:
+    counts = [n for n, _ in next(iter(curves.values()))]
+    rows = ["| between hosts | " + " | ".join(f"{n} GPUs" for n in counts) + " |",
+            "|---|" + "---|" * len(counts)]
+    for rate, points in curves.items():
+        rows.append(f"| {rate:g} Gbit/s | " + " | ".join(f"{e * 100:.1f} %" for _, e in points)
+                    + " |")
+    return rows
+
+
+def limit_rows(limits: dict[float, dict[str, float]]) -> list[str]:
+    rates = list(limits)
+    rows = ["| 512 GPUs, efficiency | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
+            "|---|" + "---|" * len(rates)]
+    for case in next(iter(limits.values())):
+        rows.append(f"| {case} | " + " | ".join(f"{limits[r][case] * 100:.1f} %" for r in rates)
+                    + " |")
+    return rows
+
+
+def breakdown_rows(parts: dict[float, dict[str, float]]) -> list[str]:
+    rates = list(parts)
+    rows = ["| 512 GPUs, one step | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
+            "|---|" + "---|" * len(rates)]
+    for key in next(iter(parts.values())):
+        cells = []
+        for r in rates:
+            v = parts[r][key]
+            cells.append(f"{v:.0f}" if key in ("fused allreduces", "largest buffer MiB")
+                         else ms(v))
+        rows.append(f"| {key} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def plot(points, curves, path: str) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
+    names = [p.name.split(",")[0] + "\n" + p.name.split(", ", 1)[1] for p in points]
+    xs = range(len(points))
+    left.bar([x - 0.2 for x in xs], [p.measured for p in points], 0.4, label="measured",
+             color="tab:gray")
+    left.bar([x + 0.2 for x in xs], [p.model for p in points], 0.4, label="model",
+             color="tab:blue")
+    left.set_xticks(list(xs))
+    left.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
+    left.set_ylabel("seconds")
+    left.set_title("This machine: model against measured")
+    left.legend()
+    for rate, pts in curves.items():
+        right.plot([n for n, _ in pts], [e * 100 for _, e in pts], marker="o",
+                   label=f"fuse model, {rate:g} Gbit/s between hosts")
+    right.plot(*[HOROVOD[0]], [HOROVOD[1] * 100], marker="*", markersize=14, linestyle="",
+               color="tab:red", label="Horovod's published 90 %")
+    right.set_xscale("log", base=2)
+    right.set_xlabel("GPUs (8 per host)")
+    right.set_ylabel("scaling efficiency, %")
+    right.set_ylim(0, 105)
+    right.set_title("ResNet-101, predicted")
+    right.grid(True, alpha=0.3)
+    right.legend(fontsize=8, loc="lower left")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,129 @@
+"""The scaling model's arithmetic (bench/scaling/), on cases worked by hand.  No timing."""
+
+import math
+import pathlib
+import sys
+
+import pytest
+
+BENCH = pathlib.Path(__file__).resolve().parents[2] / "bench"
+sys.path.insert(0, str(BENCH / "scaling"))
+sys.path.insert(1, str(BENCH / "suite"))
+
+import fit  # noqa: E402
+import gpus  # noqa: E402
+import predict  # noqa: E402
+from model import (MIB, Cluster, Engine, Link, SharedMemory, Workload,  # noqa: E402
+                   allreduce, efficiency, fused_buffers, hierarchical_allreduce,
+                   ring_allreduce, shm_allreduce, simulate_step)
+
+from common import resnet_layers  # noqa: E402
+
+LINK = Link(alpha=1e-4, bandwidth=1e8)          # 100 µs a message, 100 MB/s
+
+
+def test_ring_allreduce_of_two_and_four_ranks():
+    # N = 2: 2 messages of S/2 -> 2 alpha + S / B = 200 µs + 10 ms
+    assert ring_allreduce(1e6, 2, LINK) == pytest.approx(0.0102)
+    # N = 4: 6 messages of S/4 -> 6 alpha + 1.5 S / B = 600 µs + 15 ms
+    assert ring_allreduce(1e6, 4, LINK) == pytest.approx(0.0156)
+    assert ring_allreduce(1e6, 1, LINK) == 0.0
+
+
+def test_shared_memory_stretches_with_the_ranks_per_core():
+    shm = SharedMemory(alpha=1e-5, per_byte=1e-10)
+    assert shm_allreduce(1e6, shm) == pytest.approx(1e-5 + 1e-4)
+    assert shm_allreduce(1e6, shm, stretch=2.0) == pytest.approx(1e-5 + 2e-4)
+    four_on_two = Cluster(hosts=1, local=4, inter=LINK, shm=shm, cores=2)
+    assert four_on_two.oversubscription == 2.0
+    assert allreduce(1e6, four_on_two) == pytest.approx(1e-5 + 2e-4)
+    assert Cluster(1, 4, LINK, shm, cores=None).oversubscription == 1.0
+
+
+def test_hierarchical_allreduce_pipelines_its_segments():
+    shm = SharedMemory(alpha=0.0, per_byte=1e-9)
+    cluster = Cluster(hosts=2, local=2, inter=LINK, shm=shm)
+    # 4 MiB in 4 segments of 1 MiB; per segment: local 1 MiB x 1 ns, across 2 hosts
+    # 2 alpha + 1 MiB / B; the first passes both stages, the 3 others the slower (the link)
+    local = MIB * 1e-9
+    cross = 2e-4 + MIB / 1e8
+    assert hierarchical_allreduce(4 * MIB, cluster) == pytest.approx(local + 4 * cross)
+    assert allreduce(4 * MIB, cluster) == pytest.approx(local + 4 * cross)
+    # below the hierarchical threshold: a flat ring over all 4 ranks
+    assert allreduce(64 << 10, cluster) == pytest.approx(ring_allreduce(64 << 10, 4, LINK))
+    # one rank per host: the ring across hosts
+    assert allreduce(4 * MIB, Cluster(2, 1, LINK, shm)) == pytest.approx(2e-4 + 4 * MIB / 1e8)
+
+
+def test_fusion_takes_what_is_ready_at_the_cycle_and_the_last_at_once():
+    engine = Engine(per_collective=0.0, per_rank=0.0, per_tensor=0.0, cycle_time=1e-3)
+    ready = [(0.2e-3, 100), (0.5e-3, 100), (1.5e-3, 100)]
+    buffers = fused_buffers(ready, engine, lambda n: 1e-3)
+    # the first two wait for the tick at 1 ms and go together; the last goes when the engine
+    # is free again (2 ms), nothing else being pending
+    assert buffers == [(pytest.approx(1e-3), pytest.approx(2e-3), 200),
+                       (pytest.approx(2e-3), pytest.approx(3e-3), 100)]
+
+
+def test_fusion_threshold_splits_the_buffers():
+    engine = Engine(0.0, 0.0, 0.0, fusion_threshold=100, cycle_time=1e-3)
+    buffers = fused_buffers([(0.0, 60), (0.0, 60), (0.0, 30)], engine, lambda n: n * 1e-6)
+    assert [b for *_, b in buffers] == [60, 90]
+    assert buffers[1][0] == pytest.approx(60e-6)      # one after the other
+
+
+def test_a_step_overlaps_backward_and_stretches_on_shared_cores():
+    work = Workload(forward=1.0, backward=[(1.0, 100), (1.0, 100)], optimizer=1.0)
+    engine = Engine(per_collective=0.0, per_rank=0.0, per_tensor=0.0, cycle_time=1.0)
+    link = Link(alpha=0.25, bandwidth=math.inf)     # a ring of 2: 0.5 s a buffer
+    shm = SharedMemory(0.0, 0.0)
+    # gradients ready at 2 and 3 s; the first reduced 2-2.5 s, the last 3-3.5 s; optimizer
+    step = simulate_step(work, Cluster(2, 1, link, shm), engine)
+    assert step.time == pytest.approx(4.5)
+    assert step.exposed_communication == pytest.approx(0.5)
+    # one rank alone: 4 s of compute and no collective
+    assert efficiency(work, Cluster(2, 1, link, shm), engine) == pytest.approx(4.0 / 4.5)
+    # 2 ranks on 1 core: compute takes twice as long, ready at 4 and 6 s; 6.5 + 2
+    assert simulate_step(work, Cluster(2, 1, link, shm, cores=1), engine).time == \
+        pytest.approx(8.5)
+    # the engine's costs: 0.1 s a tensor (on the backward thread), 0.2 s a collective
+    costly = Engine(per_collective=0.2, per_rank=0.0, per_tensor=0.1, cycle_time=1.0)
+    # ready at 2.1 and 3.2; first 3.0 (tick) to 3.7, last 3.7 to 4.4; + 1
+    assert simulate_step(work, Cluster(2, 1, link, shm), costly).time == pytest.approx(5.4)
+
+
+def test_engine_cost_grows_with_the_ranks_rank_0_hears_from():
+    engine = Engine(per_collective=30e-6, per_rank=2e-6, per_tensor=0.0)
+    assert engine.collective(2) == pytest.approx(30e-6)
+    assert engine.collective(64) == pytest.approx(30e-6 + 62 * 2e-6)
+
+
+def test_fits_recover_the_parameters_of_exact_data():
+    assert fit.least_squares([1, 2, 3], [5, 7, 9]) == pytest.approx((3.0, 2.0))
+    with pytest.raises(ValueError, match="2 sizes"):
+        fit.least_squares([4, 4], [1, 2])
+    engine = Engine(per_collective=40e-6, per_rank=0.0, per_tensor=0.0)
+    sizes = [256 << 10, 1 << 20, 16 << 20]
+    params = {"link": {"allreduce": {str(s): 40e-6 + 2 * 80e-6 + s / 1.2e8 for s in sizes}}}
+    got = fit.link(params, engine)
+    assert got.alpha == pytest.approx(80e-6) and got.bandwidth == pytest.approx(1.2e8)
+
+
+def test_resnet_layer_tables():
+    r101 = resnet_layers((3, 4, 23, 3))
+    assert len(r101) == 314
+    assert sum(math.prod(s) for s, _ in r101) == 44_549_160        # torchvision's resnet101
+    r50 = resnet_layers((3, 4, 6, 3))
+    # ResNet-50's 4.09 G multiply-adds per 224x224 image
+    assert sum(f for _, f in r50) / 2 == pytest.approx(4.09e9, rel=0.01)
+
+
+def test_the_gpu_workload_spreads_one_documented_step_over_the_layers():
+    work = gpus.resnet101(images_per_second=128.0)
+    assert work.compute == pytest.approx(64 / 128.0)
+    assert sum(t for t, _ in work.backward) == pytest.approx(2 / 3 * 0.5)
+    assert work.gradient_bytes == 4 * 44_549_160
+    assert work.backward[0][1] == 4 * 1000      # the classifier's bias is ready first
+    nolap = predict.without_overlap(work)
+    assert nolap.compute == pytest.approx(work.compute)
+    assert all(t == 0.0 for t, _ in nolap.backward[1:])
