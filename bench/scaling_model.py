@@ -84,7 +84,7 @@ def main():
         parts[rate] = predict.breakdown(gpu_work, engine, big)
     text = page(params, engine, shm, link, work, checked, curves, limits, parts)
     print(text)
-    outside = [p.name for p in checked if abs(p.error) > TOLERANCE]
+    outside = [p.name for p in checked if p.checked and abs(p.error) > TOLERANCE]
     if outside:
         print(f"outside ±{TOLERANCE:.0%}: {', '.join(outside)}")
     if not args.no_write:

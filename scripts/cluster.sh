@@ -44,7 +44,9 @@ make_keys() {
   ssh-keygen -q -t ed25519 -N '' -C "fuse test cluster client" -f "$DIR/client_key"
   cp "$DIR/client_key.pub" "$DIR/authorized_keys"
   chmod 600 "$DIR/authorized_keys"
-  # sshd: the cluster's key only, root allowed (by key), nothing from the machine's own setup
+  # sshd: the cluster's key only, root allowed (by key), nothing from the machine's own setup;
+  # fuserun opens one ssh per rank at once, so a host of 16 ranks needs more than the default
+  # 10 unauthenticated connections at a time
   cat > "$DIR/sshd_config" <<EOF
 HostKey $DIR/host_key
 AuthorizedKeysFile $DIR/authorized_keys
@@ -55,6 +57,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 StrictModes no
 PidFile none
+MaxStartups 256
 EOF
   # ssh: trust exactly the cluster's host key, log in as root with the cluster's key
   echo "$NET.* $(cut -d' ' -f1-2 "$DIR/host_key.pub")" > "$DIR/known_hosts"

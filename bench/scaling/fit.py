@@ -5,11 +5,13 @@ Each parameter is read off the measurement that isolates it:
 - the engine: a 4-byte allreduce at 2 ranks on one host is one negotiation round trip (it
   travels inline), its cost per collective; at 4 ranks, the extra per rank rank 0 hears from;
   the slope of a burst of K tiny allreduces over K, its cost per tensor;
-- shared memory: same-host allreduces from 16 KiB up at 2 and 4 ranks, least squares of
-  T = per collective + alpha + per_byte * S * max(1, L / cores);
-- the link: a ring of 2 namespace hosts, 256 KiB to 16 MiB, least squares of
-  T = per collective + 2 alpha + S / B;
-- compute: bench/scaling/profile.py's forward, per-gradient backward and optimizer times.
+- shared memory: same-host allreduces from 1 MiB up at 2 and 4 ranks, least squares of
+  T = per collective + alpha + per_byte * S * max(1, L / cores) (smaller ones sit in the
+  caches and take another path);
+- the link: a ring of 2 namespace hosts with nothing inline: the bandwidth from 1-16 MiB, the
+  per-message cost from 4 bytes, less the negotiation across the link (a 4-byte allreduce
+  inline between the same hosts);
+- compute: bench/scaling/step_compute.py's forward, per-gradient backward and optimizer times.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Sequence
 
 from model import Engine, Link, SharedMemory, Workload
 
-SHM_FROM = 16 << 10     # FUSE_SHM_THRESHOLD: same-host shared memory from here up
+LARGE = 1 << 20     # sizes whose time is mostly bandwidth
 
 
 def least_squares(xs: Sequence[float], ys: Sequence[float]) -> tuple[float, float]:
@@ -48,7 +50,7 @@ def shared_memory(params: dict, eng: Engine, cores: int) -> SharedMemory:
     for ranks, run in params["one_host"].items():
         stretch = max(1.0, int(ranks) / cores)
         for size, t in run["allreduce"].items():
-            if int(size) >= SHM_FROM:
+            if int(size) >= LARGE:
                 xs.append(int(size) * stretch)
                 ys.append(t - eng.collective(int(ranks)))
     alpha, per_byte = least_squares(xs, ys)
@@ -56,11 +58,16 @@ def shared_memory(params: dict, eng: Engine, cores: int) -> SharedMemory:
 
 
 def link(params: dict, eng: Engine) -> Link:
-    sizes = params["link"]["allreduce"]
-    xs = [int(s) for s in sizes]
-    ys = [t - eng.collective(2) for t in sizes.values()]
-    twice_alpha, per_byte = least_squares(xs, ys)
-    return Link(alpha=max(0.0, twice_alpha / 2), bandwidth=1 / per_byte)
+    """The ring of 2 across the link (2 messages of S/2: T = negotiation + 2 alpha + S / B),
+    the negotiation over the link being a 4-byte allreduce inline between the same hosts.
+    B is the slope over the large sizes (beyond the link's token bucket, whose 256 KB burst
+    passes at once); alpha is what the 4-byte ring takes beyond the negotiation."""
+    across = params["link_negotiation"]["allreduce"]["4"]
+    sizes = {int(s): t for s, t in params["link"]["allreduce"].items()}
+    large = {s: t for s, t in sizes.items() if s >= LARGE}
+    _, per_byte = least_squares(list(large), list(large.values()))
+    return Link(alpha=max(0.0, (sizes[4] - across - 4 * per_byte) / 2), bandwidth=1 / per_byte,
+                negotiation=max(0.0, across - eng.collective(2)))
 
 
 def step_workload(params: dict) -> Workload:

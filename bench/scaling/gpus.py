@@ -16,7 +16,7 @@ set (``ASSUMPTIONS`` is printed with every prediction and shown on the docs page
   2 (L - 1) / L of the buffer per GPU;
 - between hosts: the stated rate at the fraction of it a TCP stream reached between this
   machine's namespace hosts (measured), plus 5 µs per message for the NIC and the switch on top
-  of the per-message cost measured here.
+  of the per-message cost measured here (a negotiation with rank 0 crosses twice).
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ def cluster(gpus: int, rate_gbit: float, measured: Link, line_rate_bytes: float,
     namespace link measured here at ``line_rate_bytes``, whose payload fraction and
     per-message cost carry over."""
     fraction = measured.bandwidth / line_rate_bytes
-    inter = Link(alpha=measured.alpha + WIRE_ALPHA, bandwidth=rate_gbit * 1e9 / 8 * fraction)
+    inter = Link(alpha=measured.alpha + WIRE_ALPHA, bandwidth=rate_gbit * 1e9 / 8 * fraction,
+                 negotiation=measured.negotiation + 2 * WIRE_ALPHA)
     local = min(local, gpus)
     nvlink = SharedMemory(alpha=NVLINK_ALPHA,
                           per_byte=2 * (local - 1) / local / NVLINK_BYTES_PER_S)

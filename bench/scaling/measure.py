@@ -5,15 +5,16 @@
 In one run, each part its own job:
 
 1. ``compute``: the multihost step's forward, per-gradient backward and optimizer times on one
-   thread (bench/scaling/profile.py);
+   thread (bench/scaling/step_compute.py);
 2. ``one host``: fuserun -np 2 and -np 4 on this host: 4 B to 64 MiB allreduces (same-host
    shared memory from 16 KiB up) and bursts of 1, 32 and 161 tiny allreduces (the engine's
    cost per collective and per tensor);
    ``step``: the multihost workload's step (bench/suite/launched_worker.py) on this host at 2
    and 4 ranks, two check points;
 3. ``link``: 2 network-namespace hosts x 1 rank over links capped at ``--rate`` (the multihost
-   workload's cluster, scripts/cluster.sh): 256 KiB to 16 MiB allreduces, a ring of 2 whose
-   time gives the link's per-message cost and bandwidth;
+   workload's cluster, scripts/cluster.sh): 4 B to 16 MiB allreduces through the ring (nothing
+   inline), whose times give the link's per-message cost and bandwidth, and a 4-byte one
+   inline, the negotiation's round trip over the link;
 4. ``64 ranks``: 4 hosts x 16 ranks, a 16 MiB allreduce (hierarchical) and a 4-byte one.
 
 Every job runs with OMP_NUM_THREADS=1, as the multihost workload's.  Needs root, iproute2 and
@@ -39,9 +40,9 @@ import multihost  # noqa: E402
 
 WORKER = os.path.join(HERE, "worker.py")
 STEP_WORKER = os.path.join(BENCH, "suite", "launched_worker.py")
-PROFILE = os.path.join(HERE, "profile.py")
+PROFILE = os.path.join(HERE, "step_compute.py")
 ONE_HOST_SIZES = "4,16K,256K,1M,4M,16M,64M"
-LINK_SIZES = "256K,1M,4M,16M"
+LINK_SIZES = "4,64K,256K,1M,4M,16M"
 BURSTS = "1,32,161"
 ENV = dict(os.environ, **multihost.THREADS)
 
@@ -77,12 +78,20 @@ def one_host_step(tmp: str, ranks: int) -> float:
     return statistics.median(read(path)["step_seconds"])
 
 
-def across_hosts(cluster, tmp: str, hosts: int, ranks: int, sizes: str, reps: int) -> dict:
+def across_hosts(cluster, tmp: str, hosts: int, ranks: int, sizes: str, reps: int,
+                 extra=()) -> dict:
     path = os.path.join(tmp, f"hosts_{hosts}x{ranks}.json")
     multihost.launch_fuse(cluster, hosts, ranks,
-                          [WORKER, "--sizes", sizes, "--reps", str(reps), "--json", path],
-                          f"scaling {hosts}x{ranks}")
+                          [WORKER, "--sizes", sizes, "--reps", str(reps), "--json", path,
+                           *extra], f"scaling {hosts}x{ranks}")
     return read(path)
+
+
+def save(record: dict, path: str) -> None:
+    """Written after every part, so that a part that fails leaves the others' figures."""
+    with open(path, "w") as f:
+        json.dump(record, f, indent=1)
+        f.write("\n")
 
 
 def main():
@@ -100,10 +109,13 @@ def main():
         os.chmod(tmp, 0o755)
         if "compute" not in skip:
             record["compute"] = compute(tmp, args.reps)
+            save(record, args.json)
         if "one_host" not in skip:
             record["one_host"] = {str(n): one_host(tmp, n, args.reps) for n in (2, 4)}
+            save(record, args.json)
         if "step" not in skip:
             record["one_host_step"] = {str(n): one_host_step(tmp, n) for n in (2, 4)}
+            save(record, args.json)
         reason = multihost.why_not()
         if reason is not None:
             record["notes"].append(f"across hosts skipped: {reason}")
@@ -111,16 +123,18 @@ def main():
             cluster = multihost.Cluster(4, args.rate)
             try:
                 if "link" not in skip:
-                    record["link"] = across_hosts(cluster, tmp, 2, 1, LINK_SIZES, args.reps)
+                    record["link"] = across_hosts(cluster, tmp, 2, 1, LINK_SIZES, args.reps,
+                                                  ["--no-inline"])
+                    record["link_negotiation"] = across_hosts(cluster, tmp, 2, 1, "4",
+                                                              args.reps)
+                    save(record, args.json)
                 if "64" not in skip:
                     record["ranks_64"] = across_hosts(cluster, tmp, 4, 16, "4,16M", args.reps)
             finally:
                 cluster.down()
     record["machine_end"] = machine.describe()
     record["seconds"] = time.monotonic() - started
-    with open(args.json, "w") as f:
-        json.dump(record, f, indent=1)
-        f.write("\n")
+    save(record, args.json)
     print(f"wrote {args.json} ({record['seconds']:.0f} s)")
 
 

@@ -40,9 +40,11 @@ MIB = 1 << 20
 
 @dataclasses.dataclass(frozen=True)
 class Link:
-    """A point-to-point path: per-message cost (s) and payload bandwidth (bytes/s)."""
+    """A path between hosts: per-message cost (s) and payload bandwidth (bytes/s), and what a
+    negotiation with rank 0 costs over it beyond one on the same host (s)."""
     alpha: float
     bandwidth: float
+    negotiation: float = 0.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -80,6 +82,12 @@ class Cluster:
     @property
     def ranks(self) -> int:
         return self.hosts * self.local
+
+    def collective(self, engine: Engine) -> float:
+        """The engine's cost of one collective of the world: its negotiation with rank 0 (over
+        the link when the ranks span hosts)."""
+        remote = self.inter.negotiation if self.hosts > 1 else 0.0
+        return engine.collective(self.ranks) + remote
 
     @property
     def oversubscription(self) -> float:
@@ -203,7 +211,7 @@ def simulate_step(work: Workload, cluster: Cluster, engine: Engine) -> Step:
         comm_end = backward_end
     else:
         buffers = fused_buffers(
-            ready, engine, lambda n: engine.collective(cluster.ranks) + allreduce(n, cluster))
+            ready, engine, lambda n: cluster.collective(engine) + allreduce(n, cluster))
         comm_end = max(backward_end, buffers[-1][1])
     total = comm_end + work.optimizer * stretch
     return Step(total, work.compute * stretch, backward_end, buffers)

@@ -23,17 +23,19 @@ def parameter_rows(engine, shm, link, work, params) -> list[str]:
         f"| engine, per extra rank | {us(engine.per_rank)} | 4 B allreduce at 4 ranks less 2 |",
         f"| engine, per tensor | {us(engine.per_tensor)} | bursts of 1, 32, 161 tiny "
         "allreduces, slope |",
-        f"| shared memory, per collective | {us(shm.alpha)} | 16 KiB-64 MiB allreduces, "
+        f"| shared memory, per collective | {us(shm.alpha)} | 1-64 MiB allreduces, "
         "2 and 4 ranks, least squares |",
         f"| shared memory, one rank's throughput | {1 / shm.per_byte / 1e9:.2f} GB/s | the same |",
-        f"| link, per message | {us(link.alpha)} | 256 KiB-16 MiB allreduces, 2 hosts x 1 "
-        "rank, least squares |",
+        f"| link, per message | {us(link.alpha)} | 4 B allreduce through the ring, 2 hosts x 1 "
+        "rank, less the negotiation |",
+        f"| link, negotiation beyond one host's | {us(link.negotiation)} | 4 B allreduce inline, "
+        "2 hosts x 1 rank |",
         f"| link, payload bandwidth | {link.bandwidth / 1e6:.1f} MB/s "
-        f"({link.bandwidth * 8 / 1e9 / params['config']['link_GBps'] / 8 * 100:.1f} % of "
-        f"{params['config']['rate']}) | the same |",
+        f"({link.bandwidth / 1e9 / params['config']['link_GBps'] * 100:.1f} % of "
+        f"{params['config']['rate']}) | 1-16 MiB allreduces, 2 hosts x 1 rank, slope |",
         f"| step: forward, backward, optimizer | {ms(work.forward)}, "
         f"{ms(sum(t for t, _ in work.backward))} over {len(work.backward)} gradients, "
-        f"{ms(work.optimizer)} | bench/scaling/profile.py, one thread |",
+        f"{ms(work.optimizer)} | bench/scaling/step_compute.py, one thread |",
         "",
         f"Taken {params['machine_end']['time_utc']} on {params['machine_start']['cores']} cores "
         f"({params['machine_start']['cpu']}), load average {load[0]} / {load[1]} / {load[2]} "
@@ -45,8 +47,9 @@ def check_rows(points) -> list[str]:
     rows = ["| point | measured | model | model/measured - 1 | measured in |",
             "|---|---|---|---|---|"]
     for p in points:
-        rows.append(f"| {p.name} | {ms(p.measured)} | {ms(p.model)} | {p.error * 100:+.1f} % | "
-                    f"{p.source} |")
+        note = "" if p.checked else " (shown, not checked: see below)"
+        rows.append(f"| {p.name}{note} | {ms(p.measured)} | {ms(p.model)} | "
+                    f"{p.error * 100:+.1f} % | {p.source} |")
     return rows
 
 
@@ -88,6 +91,7 @@ def plot(points, curves, path: str) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    points = [p for p in points if p.checked]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
     names = [p.name.split(",")[0] + "\n" + p.name.split(", ", 1)[1] for p in points]
     xs = range(len(points))

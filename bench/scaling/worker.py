@@ -5,7 +5,9 @@ framework, so that 64 ranks fit in memory).  Started by bench/scaling/measure.py
         --json out.json
 
 ``--sizes``: one float32 sum allreduce per size, ``--reps`` times after two untimed ones, every
-rank passing a barrier before each; the median time per size.  ``--burst K,...``: K
+rank passing a barrier before each; the median time per size.  ``--no-inline``: every allreduce through the backend's ring
+(FUSE_INLINE_THRESHOLD=0), so that a tiny one shows the ring's per-message cost.  ``--burst
+K,...``: K
 asynchronous 4-byte allreduces started back to back, then waited for: the slope over K is the
 engine's cost per tensor, the time of one its cost per collective.  Rank 0 writes the medians.
 """
@@ -67,8 +69,11 @@ def main():
     ap.add_argument("--sizes", default="")
     ap.add_argument("--burst", default="")
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--no-inline", action="store_true")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
+    if args.no_inline:
+        os.environ["FUSE_INLINE_THRESHOLD"] = "0"    # read by init(), the same on every rank
     fuse.init()
     out = {"ranks": fuse.size(), "local_ranks": fuse.local_size(), "allreduce": {},
            "burst": {}, "load_average": list(os.getloadavg())}

@@ -103,10 +103,18 @@ def test_fits_recover_the_parameters_of_exact_data():
     with pytest.raises(ValueError, match="2 sizes"):
         fit.least_squares([4, 4], [1, 2])
     engine = Engine(per_collective=40e-6, per_rank=0.0, per_tensor=0.0)
-    sizes = [256 << 10, 1 << 20, 16 << 20]
-    params = {"link": {"allreduce": {str(s): 40e-6 + 2 * 80e-6 + s / 1.2e8 for s in sizes}}}
+    sizes = [4, 1 << 20, 4 << 20, 16 << 20]
+    # the negotiation across the link 150 µs (110 more than on one host), 80 µs a message
+    params = {"link": {"allreduce": {str(s): 150e-6 + 2 * 80e-6 + s / 1.2e8 for s in sizes}
+                       | {str(256 << 10): 0.5e-3}},     # within the token bucket's burst
+              "link_negotiation": {"allreduce": {"4": 150e-6}}}
     got = fit.link(params, engine)
     assert got.alpha == pytest.approx(80e-6) and got.bandwidth == pytest.approx(1.2e8)
+    assert got.negotiation == pytest.approx(110e-6)
+    cluster = Cluster(2, 1, got, SharedMemory(0.0, 0.0))
+    assert cluster.collective(engine) == pytest.approx(150e-6)
+    assert Cluster(1, 2, got, SharedMemory(0.0, 0.0)).collective(engine) == \
+        pytest.approx(40e-6)
 
 
 def test_resnet_layer_tables():

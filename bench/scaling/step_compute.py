@@ -3,7 +3,7 @@
 one thread as the multihost runs give each rank: the forward, when each gradient becomes ready
 during backward, and the optimizer step.
 
-    OMP_NUM_THREADS=1 python bench/scaling/profile.py --reps 15 --json out.json
+    OMP_NUM_THREADS=1 python bench/scaling/step_compute.py --reps 15 --json out.json
 """
 
 from __future__ import annotations
