@@ -15,7 +15,7 @@ In one run, each part its own job:
    workload's cluster, scripts/cluster.sh): 4 B to 16 MiB allreduces through the ring (nothing
    inline), whose times give the link's per-message cost and bandwidth, and a 4-byte one
    inline, the negotiation's round trip over the link;
-4. ``64 ranks``: 4 hosts x 16 ranks, a 16 MiB allreduce (hierarchical) and a 4-byte one.
+4. ``64 ranks``: 4 hosts x 16 ranks, 1 to 16 MiB allreduces (hierarchical) and a 4-byte one.
 
 Every job runs with OMP_NUM_THREADS=1, as the multihost workload's.  Needs root, iproute2 and
 openssh-server for parts 3 and 4 (without them they are skipped and say so).
@@ -81,9 +81,11 @@ def one_host_step(tmp: str, ranks: int) -> float:
 def across_hosts(cluster, tmp: str, hosts: int, ranks: int, sizes: str, reps: int,
                  extra=()) -> dict:
     path = os.path.join(tmp, f"hosts_{hosts}x{ranks}.json")
+    # 16 ranks a host start over ssh at once on 2 cores: more than fuserun's default 30 s
     multihost.launch_fuse(cluster, hosts, ranks,
                           [WORKER, "--sizes", sizes, "--reps", str(reps), "--json", path,
-                           *extra], f"scaling {hosts}x{ranks}")
+                           *extra], f"scaling {hosts}x{ranks}",
+                          options=["--start-timeout", "300"])
     return read(path)
 
 
@@ -129,7 +131,8 @@ def main():
                                                               args.reps)
                     save(record, args.json)
                 if "64" not in skip:
-                    record["ranks_64"] = across_hosts(cluster, tmp, 4, 16, "4,16M", args.reps)
+                    record["ranks_64"] = across_hosts(cluster, tmp, 4, 16, "4,1M,4M,16M",
+                                                      args.reps)
             finally:
                 cluster.down()
     record["machine_end"] = machine.describe()

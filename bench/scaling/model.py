@@ -78,6 +78,7 @@ class Cluster:
     inter: Link                 # between hosts
     shm: SharedMemory           # inside a host
     cores: int | None = None
+    hierarchical_threshold: int = 256 << 10     # FUSE_HIERARCHICAL_THRESHOLD's default
 
     @property
     def ranks(self) -> int:
@@ -123,18 +124,16 @@ def hierarchical_allreduce(nbytes: float, cluster: Cluster) -> float:
     return local + cross + (count - 1) * max(local, cross)
 
 
-HIERARCHICAL_THRESHOLD = 256 << 10     # FUSE_HIERARCHICAL_THRESHOLD's default
-
-
 def allreduce(nbytes: float, cluster: Cluster) -> float:
     """The path fuse takes for an allreduce of the world: shared memory on one host; across
-    hosts with L > 1 ranks each, hierarchical from 256 KiB up and below it a flat ring over
-    every rank (the ranks of a host next to each other, so one stream crosses each link)."""
+    hosts with L > 1 ranks each, hierarchical from the threshold (256 KiB) up and below it a
+    flat ring over every rank (the ranks of a host next to each other, so one stream crosses
+    each link)."""
     if cluster.hosts == 1:
         return shm_allreduce(nbytes, cluster.shm, cluster.oversubscription)
     if cluster.local == 1:
         return ring_allreduce(nbytes, cluster.hosts, cluster.inter)
-    if nbytes < HIERARCHICAL_THRESHOLD:
+    if nbytes < cluster.hierarchical_threshold:
         return ring_allreduce(nbytes, cluster.ranks, cluster.inter)
     return hierarchical_allreduce(nbytes, cluster)
 

@@ -3,7 +3,8 @@
 What limits the efficiency is found by taking one cost away at a time and simulating again:
 the per-message latency (the 2 (H - 1) ring steps of every segment, the per-collective and
 per-tensor costs of the engine), the bandwidth (an endless link), the fusion cycle (a cycle of
-zero: every gradient goes as soon as the engine is free) and the overlap with backward
+zero: every gradient goes as soon as the engine is free), the flat ring that buffers below the
+hierarchical threshold take (2 (N - 1) steps over all N ranks) and the overlap with backward
 (without it every allreduce waits for the end of backward).
 """
 
@@ -47,6 +48,8 @@ def limits(work: Workload, engine: Engine, cluster: Cluster) -> dict[str, float]
             work, dataclasses.replace(cluster, inter=fast_link), engine),
         "fusion cycle 0": efficiency(work, cluster,
                                      dataclasses.replace(engine, cycle_time=1e-9)),
+        "every buffer hierarchical (FUSE_HIERARCHICAL_ALLREDUCE=1)": efficiency(
+            work, dataclasses.replace(cluster, hierarchical_threshold=0), engine),
         "no overlap with backward": efficiency(without_overlap(work), cluster, engine),
     }
 

@@ -93,23 +93,27 @@ def plot(points, curves, path: str) -> None:
     import matplotlib.pyplot as plt
     points = [p for p in points if p.checked]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4.2))
-    names = [p.name.split(",")[0] + "\n" + p.name.split(", ", 1)[1] for p in points]
-    xs = range(len(points))
-    left.bar([x - 0.2 for x in xs], [p.measured for p in points], 0.4, label="measured",
-             color="tab:gray")
-    left.bar([x + 0.2 for x in xs], [p.model for p in points], 0.4, label="model",
-             color="tab:blue")
-    left.set_xticks(list(xs))
+    names = [p.name.replace(", ", "\n", 1) for p in points]
+    xs = list(range(len(points)))
+    left.axhspan(-15, 15, color="tab:green", alpha=0.12, label="within ±15 %")
+    left.bar(xs, [p.error * 100 for p in points], 0.6, color="tab:blue")
+    left.axhline(0, color="black", linewidth=0.8)
+    left.set_xticks(xs)
     left.set_xticklabels(names, rotation=60, ha="right", fontsize=7)
-    left.set_ylabel("seconds")
-    left.set_title("This machine: model against measured")
-    left.legend()
+    left.set_ylabel("model / measured - 1, %")
+    worst = max((abs(p.error) * 100 for p in points), default=0)
+    left.set_ylim(-max(30, worst + 5), max(30, worst + 5))
+    left.set_title("This machine: the model against measured points")
+    left.legend(fontsize=8, loc="upper right")
     for rate, pts in curves.items():
         right.plot([n for n, _ in pts], [e * 100 for _, e in pts], marker="o",
                    label=f"fuse model, {rate:g} Gbit/s between hosts")
     right.plot(*[HOROVOD[0]], [HOROVOD[1] * 100], marker="*", markersize=14, linestyle="",
                color="tab:red", label="Horovod's published 90 %")
     right.set_xscale("log", base=2)
+    counts = [n for n, _ in next(iter(curves.values()))]
+    right.set_xticks(counts)
+    right.set_xticklabels([str(n) for n in counts])
     right.set_xlabel("GPUs (8 per host)")
     right.set_ylabel("scaling efficiency, %")
     right.set_ylim(0, 105)

@@ -117,14 +117,16 @@ def run_ddp(cluster: Cluster, hosts: int, ranks: int, model: str, steps: int,
                f"DDP {hosts}x{ranks} {model}")
 
 
-def launch_fuse(cluster: Cluster, hosts: int, ranks: int, worker: list[str], what: str) -> None:
-    """``fuserun -np hosts*ranks -H ...`` of ``python worker...`` from the first host, as fuse's
-    users run it (bench/suite/sharded.py uses it too)."""
+def launch_fuse(cluster: Cluster, hosts: int, ranks: int, worker: list[str], what: str,
+                options=()) -> None:
+    """``fuserun -np hosts*ranks -H ... [options]`` of ``python worker...`` from the first
+    host, as fuse's users run it (bench/suite/sharded.py and bench/scaling/measure.py use it
+    too)."""
     fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
     hostlist = ",".join(f"{a}:{ranks}" for a in cluster.addrs[:hosts])
     env = {"PATH": os.environ.get("PATH", ""), **THREADS,
            "FUSE_SSH_ARGS": f"-F {cluster.dir}/ssh_config"}
-    argv = cluster.argv(1, [fuserun, "-np", str(hosts * ranks), "-H", hostlist,
+    argv = cluster.argv(1, [fuserun, "-np", str(hosts * ranks), "-H", hostlist, *options,
                             sys.executable, *worker], env)
     out = subprocess.run(argv, env=cluster.env, capture_output=True, timeout=JOB_TIMEOUT)
     if out.returncode != 0:

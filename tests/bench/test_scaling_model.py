@@ -51,6 +51,10 @@ def test_hierarchical_allreduce_pipelines_its_segments():
     assert allreduce(4 * MIB, cluster) == pytest.approx(local + 4 * cross)
     # below the hierarchical threshold: a flat ring over all 4 ranks
     assert allreduce(64 << 10, cluster) == pytest.approx(ring_allreduce(64 << 10, 4, LINK))
+    always = Cluster(2, 2, LINK, shm, hierarchical_threshold=0)
+    # 64 KiB: one segment of 64 KiB (a quarter would be under the 1 MiB floor)
+    assert allreduce(64 << 10, always) == pytest.approx((64 << 10) * 1e-9 + 2e-4
+                                                       + (64 << 10) / 1e8)
     # one rank per host: the ring across hosts
     assert allreduce(4 * MIB, Cluster(2, 1, LINK, shm)) == pytest.approx(2e-4 + 4 * MIB / 1e8)
 
