@@ -1,4 +1,4 @@
-"""Take the scaling model's parameters on this machine, and its 64-rank check point.
+"""Take the scaling model's parameters on this machine, and some of its check points.
 
     sudo python bench/scaling/measure.py [--rate 1gbit] [--reps 7] [--json f]
 
@@ -15,10 +15,12 @@ In one run, each part its own job:
    workload's cluster, scripts/cluster.sh): 4 B to 16 MiB allreduces through the ring (nothing
    inline), whose times give the link's per-message cost and bandwidth, and a 4-byte one
    inline, the negotiation's round trip over the link;
-4. ``64 ranks``: 4 hosts x 16 ranks, 1 to 16 MiB allreduces (hierarchical) and a 4-byte one.
+4. ``hosts_step``: the multihost workload's step, fuse only, at 2x1, 4x1 and 2x2 hosts (the
+   suite's multihost workload has them against DDP; these are beside this run's parameters);
+5. ``64 ranks``: 4 hosts x 16 ranks, 1 to 16 MiB allreduces (hierarchical) and a 4-byte one.
 
 Every job runs with OMP_NUM_THREADS=1, as the multihost workload's.  Needs root, iproute2 and
-openssh-server for parts 3 and 4 (without them they are skipped and say so).
+openssh-server for parts 3 to 5 (without them they are skipped and say so).
 """
 
 from __future__ import annotations
@@ -89,6 +91,16 @@ def across_hosts(cluster, tmp: str, hosts: int, ranks: int, sizes: str, reps: in
     return read(path)
 
 
+def step_across_hosts(cluster, tmp: str, hosts: int, ranks: int) -> float:
+    """The median step of the multihost workload's model, fuse across namespace hosts."""
+    path = os.path.join(tmp, f"step_{hosts}x{ranks}.json")
+    multihost.launch_fuse(cluster, hosts, ranks,
+                          [STEP_WORKER, "--side", "fuse", "--model", "step", "--steps", "5",
+                           "--json", path], f"step {hosts}x{ranks}",
+                          options=["--start-timeout", "300"])
+    return statistics.median(read(path)["step_seconds"])
+
+
 def save(record: dict, path: str) -> None:
     """Written after every part, so that a part that fails leaves the others' figures."""
     with open(path, "w") as f:
@@ -100,7 +112,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--skip", default="", help="parts to leave out: compute,one_host,step,link,64")
+    ap.add_argument("--skip", default="", help="parts to leave out: compute,one_host,step,link,hosts_step,64")
     ap.add_argument("--json", default=os.path.join(BENCH, "results", "scaling_params.json"))
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -121,7 +133,7 @@ def main():
         reason = multihost.why_not()
         if reason is not None:
             record["notes"].append(f"across hosts skipped: {reason}")
-        elif not {"link", "64"} <= skip:
+        elif not {"link", "hosts_step", "64"} <= skip:
             cluster = multihost.Cluster(4, args.rate)
             try:
                 if "link" not in skip:
@@ -129,6 +141,10 @@ def main():
                                                   ["--no-inline"])
                     record["link_negotiation"] = across_hosts(cluster, tmp, 2, 1, "4",
                                                               args.reps)
+                    save(record, args.json)
+                if "hosts_step" not in skip:
+                    record["hosts_step"] = {f"{h}x{r}": step_across_hosts(cluster, tmp, h, r)
+                                            for h, r in ((2, 1), (4, 1), (2, 2))}
                     save(record, args.json)
                 if "64" not in skip:
                     record["ranks_64"] = across_hosts(cluster, tmp, 4, 16, "4,1M,4M,16M",

@@ -3,7 +3,8 @@
 The points come from the kept results: the suite's multihost workload (bench/results/
 multihost.json: 2x1, 4x1 and 2x2 namespace hosts at 1 Gbit/s, the ResNet-50-shaped step and
 a 64 MiB allreduce), and bench/scaling/measure.py's run (bench/results/scaling_params.json:
-the same step on one host at 2 and 4 ranks, and 4 hosts x 16 ranks, a 16 MiB allreduce).
+the same step on one host at 2 and 4 ranks and again at 2x1, 4x1 and 2x2 hosts, beside the
+parameters; 4 hosts x 16 ranks, 1 to 16 MiB allreduces).
 All on this machine's 2 cores, which every rank shares.
 """
 
@@ -67,6 +68,10 @@ def measured_points(params: dict, link: Link, shm: SharedMemory, engine: Engine,
         cluster = layout(f"1x{ranks}", link, shm)
         points.append(Point(f"1x{ranks} (one host), {MULTIHOST_CASES['step']}", source,
                             seconds, modelled("step", 0, cluster, engine, work)))
+    for lay, seconds in params.get("hosts_step", {}).items():
+        cluster = layout(lay, link, shm)
+        points.append(Point(f"{lay} hosts, {MULTIHOST_CASES['step']}", source, seconds,
+                            modelled("step", 0, cluster, engine, work)))
     run = params.get("ranks_64")
     if run:
         cluster = layout(f"4x{run['local_ranks']}", link, shm)
