@@ -25,6 +25,16 @@ def curve(work: Workload, engine: Engine, measured: Link, line_rate: float,
             for n in GPU_COUNTS]
 
 
+ALPHAS_US = [5, 10, 25, 50, 100, 200]
+
+
+def by_latency(work: Workload, engine: Engine, cluster: Cluster) -> list[tuple[float, float]]:
+    """The efficiency with other per-message costs between hosts (s, efficiency)."""
+    return [(a * 1e-6, efficiency(work, dataclasses.replace(
+        cluster, inter=dataclasses.replace(cluster.inter, alpha=a * 1e-6)), engine))
+        for a in ALPHAS_US]
+
+
 def without_overlap(work: Workload) -> Workload:
     """The same compute, every gradient ready only when backward ends."""
     total = sum(t for t, _ in work.backward)

@@ -73,6 +73,16 @@ def limit_rows(limits: dict[float, dict[str, float]]) -> list[str]:
     return rows
 
 
+def latency_rows(sweeps: dict[float, list[tuple[float, float]]], gpus: int) -> list[str]:
+    alphas = [a for a, _ in next(iter(sweeps.values()))]
+    rows = [f"| {gpus} GPUs, per message between hosts | " + " | ".join(us(a) for a in alphas)
+            + " |", "|---|" + "---|" * len(alphas)]
+    for rate, pts in sweeps.items():
+        rows.append(f"| {rate:g} Gbit/s | " + " | ".join(f"{e * 100:.1f} %" for _, e in pts)
+                    + " |")
+    return rows
+
+
 def breakdown_rows(parts: dict[float, dict[str, float]]) -> list[str]:
     rates = list(parts)
     rows = ["| 512 GPUs, one step | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
