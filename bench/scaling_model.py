@@ -88,11 +88,15 @@ def main():
     gpu_work = gpus.resnet101(args.images_per_second)
     curves, limits, parts, sweeps = {}, {}, {}, {}
     for rate in predict.RATES_GBIT:
-        curves[rate] = predict.curve(gpu_work, engine, link, line_rate, rate)
+        curves[f"{rate:g} Gbit/s, 8 GPUs a host"] = predict.curve(gpu_work, engine, link,
+                                                                 line_rate, rate)
         big = gpus.cluster(args.gpus, rate, link, line_rate)
         limits[rate] = predict.limits(gpu_work, engine, big)
         parts[rate] = predict.breakdown(gpu_work, engine, big)
         sweeps[rate] = predict.by_latency(gpu_work, engine, big)
+    # Horovod's own layout for its 90 %: 128 hosts of 4 GPUs at 25 Gbit/s
+    curves["25 Gbit/s, 4 GPUs a host (Horovod's layout)"] = predict.curve(
+        gpu_work, engine, link, line_rate, 25, local=4)
     text = page(params, engine, shm, link, work, checked, curves, limits, parts, sweeps,
                 args.gpus)
     print(text)

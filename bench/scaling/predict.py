@@ -20,8 +20,9 @@ RATES_GBIT = [25, 100]
 
 
 def curve(work: Workload, engine: Engine, measured: Link, line_rate: float,
-          rate_gbit: float) -> list[tuple[int, float]]:
-    return [(n, efficiency(work, gpus.cluster(n, rate_gbit, measured, line_rate), engine))
+          rate_gbit: float, local: int = gpus.GPUS_PER_HOST) -> list[tuple[int, float]]:
+    return [(n, efficiency(work, gpus.cluster(n, rate_gbit, measured, line_rate, local),
+                           engine))
             for n in GPU_COUNTS]
 
 

@@ -53,12 +53,12 @@ def check_rows(points) -> list[str]:
     return rows
 
 
-def prediction_rows(curves: dict[float, list[tuple[int, float]]]) -> list[str]:
+def prediction_rows(curves: dict[str, list[tuple[int, float]]]) -> list[str]:
     counts = [n for n, _ in next(iter(curves.values()))]
-    rows = ["| between hosts | " + " | ".join(f"{n} GPUs" for n in counts) + " |",
+    rows = ["| setting | " + " | ".join(f"{n} GPUs" for n in counts) + " |",
             "|---|" + "---|" * len(counts)]
-    for rate, points in curves.items():
-        rows.append(f"| {rate:g} Gbit/s | " + " | ".join(f"{e * 100:.1f} %" for _, e in points)
+    for label, points in curves.items():
+        rows.append(f"| {label} | " + " | ".join(f"{e * 100:.1f} %" for _, e in points)
                     + " |")
     return rows
 
@@ -115,16 +115,16 @@ def plot(points, curves, path: str) -> None:
     left.set_ylim(-max(30, worst + 5), max(30, worst + 5))
     left.set_title("This machine: the model against measured points")
     left.legend(fontsize=8, loc="upper right")
-    for rate, pts in curves.items():
+    for label, pts in curves.items():
         right.plot([n for n, _ in pts], [e * 100 for _, e in pts], marker="o",
-                   label=f"fuse model, {rate:g} Gbit/s between hosts")
+                   label=f"model, {label}")
     right.plot(*[HOROVOD[0]], [HOROVOD[1] * 100], marker="*", markersize=14, linestyle="",
                color="tab:red", label="Horovod's published 90 %")
     right.set_xscale("log", base=2)
     counts = [n for n, _ in next(iter(curves.values()))]
     right.set_xticks(counts)
     right.set_xticklabels([str(n) for n in counts])
-    right.set_xlabel("GPUs (8 per host)")
+    right.set_xlabel("GPUs")
     right.set_ylabel("scaling efficiency, %")
     right.set_ylim(0, 105)
     right.set_title("ResNet-101, predicted")
