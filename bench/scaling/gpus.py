@@ -42,8 +42,9 @@ ASSUMPTIONS = [
     f"{IMAGES_PER_SECOND:.1f} images/s per GPU (Horovod's benchmark page: 1656.82 images/s "
     "on 16 Pascal GPUs)",
     "backward two thirds of the step, spread over the layers by their FLOPs",
-    f"{GPUS_PER_HOST} GPUs per host (4 in Horovod's layout), NVLink {NVLINK_BYTES_PER_S / 1e9:.0f} GB/s per GPU, "
-    f"{NVLINK_ALPHA * 1e6:.0f} µs per collective inside the host",
+    f"{GPUS_PER_HOST} GPUs per host (4 in Horovod's layout), NVLink "
+    f"{NVLINK_BYTES_PER_S / 1e9:.0f} GB/s per GPU, {NVLINK_ALPHA * 1e6:.0f} µs per collective "
+    "inside the host",
     f"between hosts: the rate at the payload fraction measured here, the per-message cost "
     f"measured here + {WIRE_ALPHA * 1e6:.0f} µs",
 ]
