@@ -112,7 +112,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--reps", type=int, default=7)
-    ap.add_argument("--skip", default="", help="parts to leave out: compute,one_host,step,link,hosts_step,64")
+    ap.add_argument("--skip", default="",
+                    help="parts to leave out: compute,one_host,step,link,hosts_step,64")
     ap.add_argument("--json", default=os.path.join(BENCH, "results", "scaling_params.json"))
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
