@@ -6,8 +6,8 @@ framework, so that 64 ranks fit in memory).  Started by bench/scaling/measure.py
 
 ``--sizes``: one float32 sum allreduce per size, ``--reps`` times after two untimed ones, every
 rank passing a barrier before each; the median time per size. ``--no-inline``: every allreduce
-through the backend's ring (FUSE_INLINE_THRESHOLD=0), so that a tiny one shows the ring's per-
-message cost. ``--burst K,...``: K asynchronous 4-byte allreduces started back to back, then
+through the backend's ring (FUSE_INLINE_THRESHOLD=0), so that a tiny one shows the ring's
+per-message cost. ``--burst K,...``: K asynchronous 4-byte allreduces started back to back, then
 waited for: the slope over K is the engine's cost per tensor, the time of one its cost per
 collective. Rank 0 writes the medians.
 """
