@@ -47,7 +47,7 @@ def check_rows(points) -> list[str]:
     rows = ["| point | measured | model | model/measured - 1 | measured in |",
             "|---|---|---|---|---|"]
     for p in points:
-        note = "" if p.checked else " (shown, not checked: see below)"
+        note = "" if p.checked else " (shown, not checked)"
         rows.append(f"| {p.name}{note} | {ms(p.measured)} | {ms(p.model)} | "
                     f"{p.error * 100:+.1f} % | {p.source} |")
     return rows
