@@ -250,7 +250,7 @@ class ShardedOptimizer(HookedOptimizer):
     def _stepping(self):
         """The wrapped optimizer's param groups holding this rank's blocks in place of the
         split parameters (what it steps, saves and loads), then the parameters again."""
-        if not self._blocks:
+        if not self._plan.split:
             yield
             return
         self._point_blocks()
@@ -471,7 +471,7 @@ class ShardedOptimizer(HookedOptimizer):
     def remove_hooks(self) -> None:
         super().remove_hooks()
         self.__dict__["_hooks_removed"] = True     # and off they stay when an elastic job re-forms
-        if self._blocks:    # a plain optimizer from now on steps whole parameters
+        if self._plan.split:    # a plain optimizer from now on steps whole parameters
             self._replan()
 
     # ---- checkpoints: the full state, in the wrapped optimizer's format
@@ -487,7 +487,7 @@ class ShardedOptimizer(HookedOptimizer):
         self._follow_engine()
         with self._stepping():
             local = self.wrapped_optimizer.state_dict()
-        if not self._active and not self._blocks:
+        if not self._active and not self._plan.split:
             return local
         # the param groups as the parameters (not this rank's blocks) number them
         groups = [dict(packed, params=[self._index[id(p)] for p in group["params"]])
