@@ -229,6 +229,14 @@ def four_workers(bucket_bytes):
         errors["adafactor"] = None
     except ValueError as err:
         errors["adafactor"] = str(err)
+    # a split parameter's other blocks are other ranks': without its hooks, no step
+    opt = hvd.DistributedOptimizer(_adamw(lm.parameters()), sharded=True)
+    opt.remove_hooks()
+    try:
+        opt.step()
+        errors["removed_hooks"] = None
+    except RuntimeError as err:
+        errors["removed_hooks"] = str(err)
     emb = torch.nn.Embedding(10, 4, sparse=True)
     opt = hvd.DistributedOptimizer(torch.optim.SGD(emb.parameters(), lr=0.1),
                                    named_parameters=emb.named_parameters(), sharded=True)

@@ -409,6 +409,12 @@ class ShardedOptimizer(HookedOptimizer):
         return total
 
     def step(self, closure=None):
+        if self._hooks_removed and self._plan.split:
+            raise RuntimeError(
+                "this sharded optimizer split parameters into blocks owned by different "
+                f"ranks ({', '.join(self._names[i] for i in sorted(self._plan.split))}) and "
+                "its hooks were removed: it cannot step them alone; keep the hooks, or make "
+                "it with split_parameters=False")
         with self._stepping():
             return super().step(closure)
 
@@ -471,8 +477,6 @@ class ShardedOptimizer(HookedOptimizer):
     def remove_hooks(self) -> None:
         super().remove_hooks()
         self.__dict__["_hooks_removed"] = True     # and off they stay when an elastic job re-forms
-        if self._plan.split:    # a plain optimizer from now on steps whole parameters
-            self._replan()
 
     # ---- checkpoints: the full state, in the wrapped optimizer's format
 

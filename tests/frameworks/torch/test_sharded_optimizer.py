@@ -74,6 +74,7 @@ def test_sharded_on_four_workers_process_set_broadcast_and_errors():
         assert "groups" in errors["groups"], errors
         assert "Adafactor" in errors["adafactor"] and "row and column" in errors["adafactor"]
         assert res["adafactor_split"] == [], res["adafactor_split"]
+        assert "(noname.10)" in errors["removed_hooks"], errors   # no named_parameters
         assert "weight" in errors["sparse"] and "sparse_as_dense" in errors["sparse"], errors
         assert torch.equal(res["sparse_as_dense_weight"], results[0]["sparse_as_dense_weight"])
     # rank r looked up rows r and r + 5: their gradient, averaged over 4 ranks, is 1/4
