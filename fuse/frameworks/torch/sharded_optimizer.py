@@ -156,9 +156,9 @@ class ShardedOptimizer(HookedOptimizer):
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
         # per bucket, kept from step to step (a bucket's padding stays zero): its gradients'
-        # buffer, laid out for the reduce-scatter, and this rank's parameters for the allgather
+        # buffer, laid out for the reduce-scatter; once reduced, this rank's segment of it
+        # carries this rank's updated parameters to the allgather
         d["_grad_flats"] = {}
-        d["_param_segs"] = {}
         d["_synchronized"] = False
         self.pass_counter.reset()
 
@@ -435,13 +435,16 @@ class ShardedOptimizer(HookedOptimizer):
     def _allgather_parameters(self) -> None:
         """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
         parameters of it, not padded: an allgather takes parts of any size), all in one
-        grouped allgather."""
+        grouped allgather.  They travel from this rank's segment of the bucket's gradient
+        buffer, free once reduced (no buffer of their own: 1/size of the model less held),
+        which the next step's gradients overwrite whole (the padding is left alone)."""
         buckets, pieces = self._plan.buckets, self._plan.pieces
         if not buckets:
             return
         mine = []
         for b, bucket in enumerate(buckets):
-            seg = self._bucket_buffer(self._param_segs, b, bucket.segment)
+            base = self._bases[b][self._rank]
+            seg = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])[base:]
             for k in bucket.segments[self._rank]:
                 piece = pieces[k]
                 at = bucket.offsets[k]
