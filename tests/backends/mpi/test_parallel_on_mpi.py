@@ -76,7 +76,8 @@ from test_hierarchical import (test_a_layout_that_does_not_fit_stays_flat,  # no
                                test_automatic_choice_and_off,
                                test_every_dtype_and_op_on_two_hosts_of_two)
 from test_join_barrier import test_join_uneven_steps_and_barrier  # noqa: F401
-from test_process_sets import test_dynamic_process_sets, test_static_process_sets  # noqa: F401
+from test_process_sets import (test_collectives_are_not_held_for_requests_they_cannot_fuse_with,  # noqa: F401
+                               test_dynamic_process_sets, test_static_process_sets)
 from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
 from test_timeline import (test_dynamic_start_stop_inline, test_env_timeline_phases,  # noqa
                            test_no_timeline_without_env)
