@@ -12,7 +12,8 @@ other test function of those modules is imported here):
 - ``test_bfloat16_available``: it checks the test environment (ml_dtypes), not a backend; the
   bfloat16 cases themselves run here in the dtype matrices.
 - The tests that start their job with ``run_script`` (fuserun's own launcher) and check its
-  report: ``test_uncaught_exception_*``, ``test_sigkill_does_not_hang_the_others``,
+  report: ``test_uncaught_exception_*`` and ``test_the_engines_name_the_failed_rank_as_data``
+  (the same job), ``test_sigkill_does_not_hang_the_others``,
   ``test_stall_warning_names_missing_rank_and_tensor``, and test_stopped_ranks.py's three
   (a stopped rank 0, a rank stopped inside a shared-memory allreduce: what they check is the
   engine's and backend-neutral, but their job ends by fuserun's clean-up of the stopped
@@ -89,6 +90,7 @@ PARALLEL_MODULES = (test_adasum, test_allreduce, test_auto_names, test_autotune,
 LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_available",
             "test_uncaught_exception_reaches_the_waiting_ranks",
             "test_uncaught_exception_message_reaches_every_rank",
+            "test_the_engines_name_the_failed_rank_as_data",
             "test_sigkill_does_not_hang_the_others",
             "test_stall_warning_names_missing_rank_and_tensor",
             "test_a_stopped_coordinator_is_named_by_the_waiting_workers",
