@@ -13,7 +13,9 @@ The TCP round trip is rank 0 sending 16 bytes and rank 1 answering, from Python,
 the receiver polling (``MSG_DONTWAIT`` in a loop: what a rank driving its own collective
 does) and once with a blocking ``recv`` (a thread woken by the data).  A fuse allreduce that
 goes to rank 0 and back cannot take less than the polling round trip; what it takes beyond is
-the engine's own work and its Python call.
+the engine's own work and its Python call.  The shared-memory round trip is the same exchange
+through a counter each in a page both processes map, the receiver polling it, also from
+Python: what a same-host mailbox for negotiation would cost instead of the socket.
 """
 
 from __future__ import annotations
@@ -75,6 +77,42 @@ def round_trips(sock, first: bool):
     return polling, blocking
 
 
+def shm_round_trip(comm):
+    """A polling round trip through a shared page: rank 0 bumps its counter and waits for rank
+    1's to follow; rank 1 waits for rank 0's, then bumps its own."""
+    import mmap
+    import struct
+    import tempfile
+    if comm.Get_rank() == 0:
+        fd, path = tempfile.mkstemp(dir="/dev/shm" if os.path.isdir("/dev/shm") else None)
+        os.ftruncate(fd, mmap.PAGESIZE)
+        comm.bcast(path, 0)
+    else:
+        path = comm.bcast(None, 0)
+        fd = os.open(path, os.O_RDWR)
+    page = mmap.mmap(fd, mmap.PAGESIZE)
+    os.close(fd)
+    comm.Barrier()
+    if comm.Get_rank() == 0:
+        os.unlink(path)
+    mine, theirs = (0, 64) if comm.Get_rank() == 0 else (64, 0)
+    count = [0]
+
+    def wait_for(value):
+        while struct.unpack_from("q", page, theirs)[0] < value:
+            pass
+
+    def trip():
+        count[0] += 1
+        if comm.Get_rank() == 0:
+            struct.pack_into("q", page, mine, count[0])
+            wait_for(count[0])
+        else:
+            wait_for(count[0])
+            struct.pack_into("q", page, mine, count[0])
+    return trip, page
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -92,12 +130,14 @@ def main() -> int:
     comm = MPI.COMM_WORLD
     sock = tcp_pair(comm)
     polling, blocking = round_trips(sock, comm.Get_rank() == 0)
+    shm_trip, page = shm_round_trip(comm)
     ours, theirs = np.zeros(1, np.float32), np.zeros(1, np.float32)
     sides = {"mpi4py Allreduce 4 B": lambda: comm.Allreduce(MPI.IN_PLACE, theirs, MPI.SUM),
              "fuse allreduce 4 B": lambda: fuse.allreduce_(ours, op=fuse.Sum, name="small"),
              "fuse barrier": fuse.barrier,
              "TCP round trip, polling": polling,
-             "TCP round trip, blocking": blocking}
+             "TCP round trip, blocking": blocking,
+             "shared-memory round trip": shm_trip}
     samples = {label: [] for label in sides}
     for rnd in range(args.rounds):
         for label in (list(sides) if rnd % 2 == 0 else list(sides)[::-1]):
@@ -119,6 +159,7 @@ def main() -> int:
             "mpi_small", rows, machine.describe(),
             vars(args) | {"workers": 2, "mpi_library": allreduce.mpi_library_version()}))
     sock.close()
+    page.close()
     fuse.shutdown()
     return 0
 
