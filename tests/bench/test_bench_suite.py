@@ -191,7 +191,7 @@ def test_collectives_page_has_a_table_per_collective_and_a_column_per_setting():
          "jobs": [job("collectives_2_world", [ag, rs], False),
                   job("collectives_4_pset", [ag], False)]}
     text = report.page("collectives", w, "2 cores")
-    assert "### allgather" in text and "### reducescatter" in text
+    assert "## allgather" in text and "## reducescatter" in text
     assert "| 4 KiB | 100.0 µs | 200.0 µs | 0.50x | – | – | – | 100.0 µs | 200.0 µs | 0.50x |" \
         in text                                   # 4 ranks, world: not run
     assert "| 4 KiB | 300.0 µs | 100.0 µs | **3.00x** |" in text
