@@ -192,9 +192,9 @@ class Config:
                                     "recent spins run out idle); 0 turns this off",
                                 bounds=(0.0, 1e6))
     cycle_time_ms: float = _knob(1.0, "CYCLE_TIME", "CYCLE_TIME",
-                                 doc="ms the coordinator holds ready tensors while others are "
-                                     "partly submitted, to fuse them (never when nothing else "
-                                     "is pending)", bounds=(0.0, 60000.0))
+                                 doc="ms the coordinator holds ready allreduces while others of "
+                                     "the same process set are partly submitted, to fuse them "
+                                     "(never for anything else)", bounds=(0.0, 60000.0))
     cache_capacity: int = _knob(1024, "CACHE_CAPACITY", "CACHE_CAPACITY",
                                 doc="response cache entries; 0 disables the cache",
                                 bounds=(0, 1 << 24))

@@ -135,7 +135,12 @@ def collectives_section(w: dict) -> str:
         header = ["size"]
         for _job, label in COLLECTIVE_JOBS:
             header += [f"fuse, {label}", f"torch, {label}", "fuse/torch"]
-        out += [f"### {op}", "", _table(header, rows), ""]
+        out += [f"## {op}", "", _table(header, rows), ""]
+    runs = [f"{label}: {job['config'].get('rounds', '?')} rounds, sizes "
+            + ", ".join(format_bytes(b) for b in job["config"].get("sizes", []))
+            for name, label in COLLECTIVE_JOBS for job in w.get("jobs", []) if job["job"] == name]
+    if runs:
+        out += ["Settings as run: " + "; ".join(runs) + ".", ""]
     notes = {job["job"]: job["config"].get("torch_reduce_scatter") for job in w.get("jobs", [])}
     if any(v is False for v in notes.values()):
         out += ["torch.distributed's gloo has no reduce-scatter here: its reducescatter column is "

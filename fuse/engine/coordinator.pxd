@@ -86,6 +86,7 @@ cdef class Coordinator:
     cdef Request* _first(self, Pending* entry) noexcept nogil
     cdef Response _make_response(self, Pending* entry) noexcept nogil
     cdef bint _fusable(self, Response* r, Pending* entry) noexcept nogil
+    cdef bint _could_fuse_more(self) noexcept nogil
     cdef void _assign_cache(self, Response* resp, size_t idx, Pending* entry,
                             const string& key) noexcept nogil
     cdef void _emit(self) noexcept nogil

@@ -26,6 +26,14 @@ from fuse.engine.straggler cimport StragglerMeter
 from fuse.engine.validate cimport validate
 
 
+cdef inline bint _has(const vector[int]& v, int x) noexcept nogil:
+    cdef size_t i
+    for i in range(v.size()):
+        if v[i] == x:
+            return True
+    return False
+
+
 cdef class CoordinatorLink:
     """What the coordinator needs from the engine it runs in; :class:`fuse.engine.loop.Loop`
     implements it.  (This body is never called.)"""
@@ -173,10 +181,38 @@ cdef class Coordinator:
             self._send_alive()
         if self.ready.size():
             if (self.table.size() > self.ready.size()
-                    and now - self.last_emit < self.tuning.cycle_time_s):
+                    and now - self.last_emit < self.tuning.cycle_time_s
+                    and self._could_fuse_more()):
                 return False               # others are partly submitted: give them a moment
             self._emit()
             return True
+        return False
+
+    cdef bint _could_fuse_more(self) noexcept nogil:
+        """Whether a request some ranks have not submitted yet could join a ready response:
+        only allreduces fuse, and only within one process set.  Anything else waits for
+        nothing by being held: a world barrier that the ranks outside a process set sat in
+        held every collective of that set back by the cycle time (1.25 ms each, against
+        23 us, 4 ranks with a set of 2)."""
+        cdef vector[int] sets
+        cdef string key
+        cdef Request* a
+        cdef unordered_map[string, Pending].iterator it
+        if self.tuning.fusion_threshold == 0:
+            return False
+        for key in self.ready:
+            a = self._first(&self.table[key])
+            if a != NULL and a.kind == K_ALLREDUCE:
+                sets.push_back(a.pset)
+        if sets.size() == 0:
+            return False
+        it = self.table.begin()
+        while it != self.table.end():
+            if not deref_pending(it).is_ready:
+                a = self._first(&deref_pending(it))
+                if a != NULL and a.kind == K_ALLREDUCE and _has(sets, a.pset):
+                    return True
+            inc_pending(it)
         return False
 
     cdef void rank_left(self, int rank) noexcept nogil:

@@ -28,6 +28,7 @@ cdef extern from "core_support.h" namespace "fuse" nogil:
     int wake_fd_new()
     void wake_fd_signal(int)
     int reduce_into(void*, const void*, size_t, int, int)
+    void advise_huge_pages(void*, size_t)
     void put[T](string&, T)
     void put_str(string&, const string&)
     cppclass Reader:

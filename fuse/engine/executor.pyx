@@ -779,6 +779,7 @@ cdef class Executor:
             if spec is None:
                 raise RuntimeError(f"no record for handle {handle}")
             ptr = (<RequestSpec>spec).take_output(tuple(shape), nbytes)
+            advise_huge_pages(ptr, nbytes)
         except BaseException as e:
             err = _str("could not allocate the output: ") + _exc_text(e)
             return NULL

@@ -182,7 +182,8 @@ def test_pages_and_index_are_built_from_records():
 
 def test_collectives_page_has_a_table_per_collective_and_a_column_per_setting():
     def job(name, rows, native_rs):
-        return {"job": name, "rows": rows, "config": {"torch_reduce_scatter": native_rs}}
+        return {"job": name, "rows": rows, "config": {"torch_reduce_scatter": native_rs,
+                                                      "rounds": 3, "sizes": [4, 4096]}}
 
     ag = _row("allgather 4 KiB", 1e-4, 2e-4, "torch.distributed", size_bytes=4096)
     rs = _row("reducescatter 4 KiB", 3e-4, 1e-4, "torch.distributed", size_bytes=4096)
@@ -190,11 +191,12 @@ def test_collectives_page_has_a_table_per_collective_and_a_column_per_setting():
          "jobs": [job("collectives_2_world", [ag, rs], False),
                   job("collectives_4_pset", [ag], False)]}
     text = report.page("collectives", w, "2 cores")
-    assert "### allgather" in text and "### reducescatter" in text
+    assert "## allgather" in text and "## reducescatter" in text
     assert "| 4 KiB | 100.0 µs | 200.0 µs | 0.50x | – | – | – | 100.0 µs | 200.0 µs | 0.50x |" \
         in text                                   # 4 ranks, world: not run
     assert "| 4 KiB | 300.0 µs | 100.0 µs | **3.00x** |" in text
     assert "no reduce-scatter here" in text
+    assert "Settings as run: 2 ranks: 3 rounds, sizes 4 B, 4 KiB; 2 of 4 ranks: 3 rounds" in text
 
 
 def test_suite_jobs_and_unknown_workload():

@@ -4,6 +4,9 @@ the object collectives."""
 
 from __future__ import annotations
 
+import os
+
+import needs
 import numpy as np
 import pytest
 
@@ -241,3 +244,45 @@ def gather_scatter_suite() -> int:
 def test_gather_broadcast_alltoall_reducescatter(np_, config):
     results = run_job(gather_scatter_suite, np_, CONFIGS[config])
     assert_counts(results, minimum=500)
+
+
+def _vm_flags_at(address: int) -> list[str]:
+    """The VmFlags of this process's mapping that holds ``address`` (/proc/self/smaps)."""
+    inside = False
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and not head.endswith(":"):
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                inside = lo <= address < hi
+            elif inside and head == "VmFlags:":
+                return line.split()[1:]
+    return []
+
+
+def large_outputs_ask_for_huge_pages() -> int:
+    """A large allgather's freshly allocated output (a torch tensor: torch, unlike NumPy, asks
+    for no huge pages itself) is marked for transparent huge pages (VmFlags ``hg``) before the
+    collective writes it."""
+    import torch
+
+    import fuse.torch as hvd
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    c = Checker(r)
+    rows = 3 << 20                      # 12 MiB of float32 per rank
+    ins = [torch.full((rows,), float(k + 1)) for k in range(n)]
+    out = hvd.allgather(ins[r], name="huge")
+    c.true(torch.equal(out, torch.cat(ins)), "a large allgather's result")
+    middle = out.data_ptr() + out.numel() * 4 // 2
+    c.true("hg" in _vm_flags_at(middle), "its output asks for huge pages",
+           f"VmFlags {_vm_flags_at(middle)}")
+    hvd.shutdown()
+    return c.finish()
+
+
+@pytest.mark.skipif(not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"),
+                    reason="this kernel has no transparent huge pages")
+def test_large_outputs_ask_for_huge_pages():
+    needs.module("torch")
+    assert_counts(run_job(large_outputs_ask_for_huge_pages, 2), minimum=2)

@@ -213,3 +213,35 @@ def test_static_process_sets():
 
 def test_dynamic_process_sets():
     assert_counts(run_job(dynamic_sets, 3), minimum=40)
+
+
+def not_held_by_requests_they_cannot_fuse_with() -> int:
+    """Rank 0 submits a world allreduce that the others submit only at the end; meanwhile
+    the set {0,1} allreduces and the world broadcasts.  Neither can fuse with that pending
+    allreduce, so neither may wait for it: with a cycle time of a minute (FUSE_CYCLE_TIME),
+    waiting would outlast the job's time limit."""
+    import fuse
+    ps01 = fuse.ProcessSet([0, 1])
+    fuse.init(process_sets=[ps01])
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    late = [rank_array("float32", (4,), k, "late") for k in range(n)]
+    pending = fuse.allreduce_async(late[r], name="late", op=fuse.Sum) if r == 0 else None
+    if r in (0, 1):
+        for i in range(3):
+            ins = {k: rank_array("float32", (5,), k, f"set.{i}") for k in (0, 1)}
+            c.array(fuse.allreduce(ins[r], name=f"set.{i}", op=fuse.Sum, process_set=ps01),
+                    reduce_ref([ins[0], ins[1]], "sum"), f"set allreduce {i}")
+    for i in range(3):
+        ins = [rank_array("int32", (3,), k, f"bc.{i}") for k in range(n)]
+        c.array(fuse.broadcast(ins[r], 0, name=f"bc.{i}"), ins[0], f"world broadcast {i}")
+    got = (fuse.synchronize(pending) if r == 0
+           else fuse.allreduce(late[r], name="late", op=fuse.Sum))
+    c.array(got, reduce_ref(late, "sum"), "the late allreduce")
+    fuse.shutdown()
+    return c.finish()
+
+
+def test_collectives_are_not_held_for_requests_they_cannot_fuse_with():
+    assert_counts(run_job(not_held_by_requests_they_cannot_fuse_with, 3,
+                          env={"FUSE_CYCLE_TIME": "60000"}, timeout=50), minimum=4)

@@ -14,6 +14,7 @@
 
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -128,6 +129,21 @@ inline int reduce_into(void* dst, const void* src, size_t count, int dtype, int 
   if (fn == nullptr) return -1;
   fn(dst, dst, src, count);
   return 0;
+}
+
+// A large output that is about to be written for the first time (a fresh allocation of
+// allgather, alltoall or reduce-scatter): ask for transparent huge pages where the kernel grants
+// them on request only (transparent_hugepage=madvise).  Its pages are otherwise faulted in 4 KiB
+// at a time as the collective writes them: writing a fresh 64 MiB took 50-69 ms, with huge
+// pages 18 ms (2-core VM).  Only whole 2 MiB pages inside the buffer; a no-op elsewhere.
+inline void advise_huge_pages(void* p, size_t nbytes) {
+#ifdef MADV_HUGEPAGE
+  const uintptr_t huge = uintptr_t(2) << 20;
+  if (p == nullptr || nbytes < 4 * huge) return;
+  uintptr_t lo = (reinterpret_cast<uintptr_t>(p) + huge - 1) & ~(huge - 1);
+  uintptr_t hi = (reinterpret_cast<uintptr_t>(p) + nbytes) & ~(huge - 1);
+  if (hi > lo) ::madvise(reinterpret_cast<void*>(lo), hi - lo, MADV_HUGEPAGE);
+#endif
 }
 
 // ---- the wire: little-endian scalars and length-prefixed strings appended to a std::string ----

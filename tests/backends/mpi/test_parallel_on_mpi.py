@@ -12,7 +12,8 @@ other test function of those modules is imported here):
 - ``test_bfloat16_available``: it checks the test environment (ml_dtypes), not a backend; the
   bfloat16 cases themselves run here in the dtype matrices.
 - The tests that start their job with ``run_script`` (fuserun's own launcher) and check its
-  report: ``test_uncaught_exception_*``, ``test_sigkill_does_not_hang_the_others``,
+  report: ``test_uncaught_exception_*`` and ``test_the_engines_name_the_failed_rank_as_data``
+  (the same job), ``test_sigkill_does_not_hang_the_others``,
   ``test_stall_warning_names_missing_rank_and_tensor``, and test_stopped_ranks.py's three
   (a stopped rank 0, a rank stopped inside a shared-memory allreduce: what they check is the
   engine's and backend-neutral, but their job ends by fuserun's clean-up of the stopped
@@ -71,12 +72,14 @@ from test_failures import (stalled,  # noqa: F401
                            test_exception_in_fuse_run_function_reaches_the_waiting_ranks,
                            test_stall_shutdown_raises_stall_error,
                            test_stall_shutdown_reaches_other_ranks_as_stall_error)
-from test_gather_scatter import test_gather_broadcast_alltoall_reducescatter  # noqa: F401
+from test_gather_scatter import (test_gather_broadcast_alltoall_reducescatter,  # noqa: F401
+                                 test_large_outputs_ask_for_huge_pages)
 from test_hierarchical import (test_a_layout_that_does_not_fit_stays_flat,  # noqa: F401
                                test_automatic_choice_and_off,
                                test_every_dtype_and_op_on_two_hosts_of_two)
 from test_join_barrier import test_join_uneven_steps_and_barrier  # noqa: F401
-from test_process_sets import test_dynamic_process_sets, test_static_process_sets  # noqa: F401
+from test_process_sets import (test_collectives_are_not_held_for_requests_they_cannot_fuse_with,  # noqa: F401
+                               test_dynamic_process_sets, test_static_process_sets)
 from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
 from test_timeline import (test_dynamic_start_stop_inline, test_env_timeline_phases,  # noqa
                            test_no_timeline_without_env)
@@ -87,6 +90,7 @@ PARALLEL_MODULES = (test_adasum, test_allreduce, test_auto_names, test_autotune,
 LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_available",
             "test_uncaught_exception_reaches_the_waiting_ranks",
             "test_uncaught_exception_message_reaches_every_rank",
+            "test_the_engines_name_the_failed_rank_as_data",
             "test_sigkill_does_not_hang_the_others",
             "test_stall_warning_names_missing_rank_and_tensor",
             "test_a_stopped_coordinator_is_named_by_the_waiting_workers",
