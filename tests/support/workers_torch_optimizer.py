@@ -107,6 +107,9 @@ def gradient_layout():
     the fused 320 KiB is above FUSE_SHM_THRESHOLD); training still
     equals 1 process with batch 2B, with zero_grad(set_to_none=True) (the hook copies each
     new gradient into its slot) and set_to_none=False (autograd accumulates into the slot).
+    With set_to_none=True, once the layout is built, the hook before accumulation has backward
+    write each slotted gradient into its slot and autograd keep it there: the hook after
+    accumulation copies nothing.
     Per-parameter hooks fuse whatever is ready together (timing decides); ``groups=1``
     submits everything as one group, which always fuses the two weights."""
     from fuse.worker import lifecycle
@@ -124,14 +127,17 @@ def gradient_layout():
                                                        momentum=0.9),
                                        named_parameters=model.named_parameters(), groups=groups)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-        copied, adjacent, direct = [], [], []
+        copied, adjacent, direct, placed, received = [], [], [], [], []
         for step in range(20):
             g = torch.Generator().manual_seed(step)
             x = torch.randn(n * B, 64, generator=g)
             y = torch.randint(0, 3, (n * B,), generator=g)
             before = engine.stats()
+            layout_before = (opt._layout.copied, opt._layout.received)
             opt.zero_grad(set_to_none=step < 10)
             loss_fn(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+            placed.append(opt._layout.copied - layout_before[0])
+            received.append(opt._layout.received - layout_before[1])
             opt.step()
             after = engine.stats()
             copied.append(after["fused"] - before["fused"])
@@ -143,7 +149,7 @@ def gradient_layout():
         weights = [model.l1.weight, model.l2.weight]
         out[label] = {
             "diff": _max_diff(model, ref), "copied": copied, "adjacent": adjacent,
-            "direct": direct,
+            "direct": direct, "placed": placed, "received": received,
             "storages": len({p.grad.untyped_storage().data_ptr() for p in weights}),
             "fusable": [engine.goes_through_fusion_buffer(p.numel() * 4, 0)
                         for p in model.parameters()],

@@ -13,11 +13,18 @@ per dtype holding, in that order, the gradients the engine would put through its
 (:meth:`fuse._core.Engine.goes_through_fusion_buffer`: the small ones travel inline with the
 negotiation and the large ones are reduced where they lie anyway, so they would only leave gaps).
 
-From then on :meth:`place` copies each new gradient into its slot and makes ``p.grad`` that
-slot: one copy, on the backward thread while earlier gradients are on the wire, instead of two
-on the engine thread.  If ``zero_grad(set_to_none=False)`` keeps the slot in ``p.grad``, autograd
-accumulates into it directly and nothing is copied.  A backward pass in another order only
-costs the copies again (the engine falls back to its fusion buffer); results never depend on it.
+From then on backward writes each new gradient straight into its slot: :meth:`receive`, a
+hook that autograd runs on the gradient before accumulating it, writes the gradient into a
+fresh view of the slot and hands that view to autograd, which takes it as ``p.grad`` as it is
+(a tensor nothing else holds is taken without a copy).  That write is the only pass over the
+gradient after the operation that computed it: autograd would otherwise copy a gradient it
+cannot take (a broadcast one, say, from ``sum``), and the hook after accumulation would copy
+it once more.  If ``zero_grad(set_to_none=False)`` keeps the slot in ``p.grad`` (or the pass
+accumulates into a gradient already there), autograd adds into the slot and nothing is copied.
+Whatever autograd did not put in the slot (a pass with ``create_graph=True``, a gradient of
+another layout) :meth:`place` copies in after accumulation, on the backward thread while
+earlier gradients are on the wire.  A backward pass in another order only costs the copies
+again (the engine falls back to its fusion buffer); results never depend on it.
 
 When every rank is on one host, ``build`` takes ``share``: the flat buffers are then allocated in
 memory that every rank maps (:func:`fuse.engine.shm.share_regions`), so the engine reduces a
@@ -42,6 +49,9 @@ class GradientLayout:
         self._slots: dict[int, torch.Tensor] = {}
         self._flats: list[torch.Tensor] = []
         self.built = False
+        # gradients written into their slots before accumulation and copied in after it
+        self.received = 0
+        self.copied = 0
 
     def record(self, i: int) -> None:
         """Parameter ``i``'s gradient was submitted (learning step only)."""
@@ -92,6 +102,21 @@ class GradientLayout:
         self._seen.clear()
         self.built = True
 
+    def receive(self, i: int, p: torch.Tensor, grad: torch.Tensor):
+        """Before autograd accumulates ``grad`` into ``p.grad``: when ``p.grad`` is None and
+        parameter ``i`` has a slot, ``grad`` written into a new view of the slot (returned, for
+        autograd to take as ``p.grad``); otherwise None (autograd goes on with ``grad``)."""
+        if p.grad is not None:
+            return None
+        slot = self._slots.get(i)
+        if (slot is None or grad.layout != torch.strided or grad.dtype != slot.dtype
+                or grad.device != slot.device or grad.requires_grad):
+            return None
+        view = slot.view(slot.shape)    # a tensor of its own, so autograd may take it
+        view.copy_(grad)
+        self.received += 1
+        return view
+
     def place(self, i: int, p: torch.Tensor) -> None:
         """Make ``p.grad`` parameter ``i``'s slot, copying the gradient in if it is elsewhere."""
         slot = self._slots.get(i)
@@ -106,6 +131,7 @@ class GradientLayout:
             return
         else:
             slot.copy_(grad)
+            self.copied += 1
         p.grad = slot
 
     @property

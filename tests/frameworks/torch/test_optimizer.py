@@ -29,6 +29,11 @@ def test_gradient_layout_spares_the_fusion_buffer():
         assert res["slot_bytes"] == (64 * 256 + 256 * 256) * 4, res
         assert res["storages"] == 1, res           # their gradients share one buffer
         assert sum(res["copied"][1:]) == 0, res      # after the first step nothing is copied
+        # from the second step on, backward writes the two weights' gradients into their
+        # slots (set_to_none=True: steps 1-9) or accumulates into them (steps 10-19), and
+        # the hook after accumulation never copies one in
+        assert res["received"] == [0] + [2] * 9 + [0] * 10, res
+        assert res["placed"] == [0] * 20, res
     grouped = [r["one group"] for r in results]
     for res in grouped:
         assert res["copied"][0] == 1, res            # the first step learns the order...
