@@ -157,6 +157,44 @@ def gradient_layout():
     return out
 
 
+def in_place_gradient_slot():
+    """Run with FUSE_ZERO_COPY_THRESHOLD=128 KiB: WideNet's 256 KiB l2.weight is then reduced
+    where it lies, and the ranks sharing a host, it gets a slot of its own in shared memory
+    (l1.weight, fused alone, gets none), so from the second step on the engine reduces it
+    straight between the ranks' slots instead of staging it through its segments; training
+    still equals 1 process with batch 2B."""
+    from fuse.worker import lifecycle
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    B = 4
+    loss_fn = torch.nn.functional.cross_entropy
+    engine = lifecycle.engine()
+    torch.manual_seed(0)
+    model = WideNet()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    direct, received = [], []
+    for step in range(4):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(n * B, 64, generator=g)
+        y = torch.randint(0, 3, (n * B,), generator=g)
+        before, got = engine.stats()["shm_direct"], opt._layout.received
+        opt.zero_grad()
+        loss_fn(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+        opt.step()
+        direct.append(engine.stats()["shm_direct"] - before)
+        received.append(opt._layout.received - got)
+        ref_opt.zero_grad()
+        loss_fn(ref(x), y).backward()
+        ref_opt.step()
+    return {"diff": _max_diff(model, ref), "slot_bytes": opt._layout.nbytes,
+            "direct": direct, "received": received,
+            "in_slot": model.l2.weight.grad.untyped_storage().data_ptr()
+            != model.l1.weight.grad.untyped_storage().data_ptr()}
+
+
 def batched_hooks():
     """The hooks queue ready gradients in batches (FUSE_GRAD_BATCH_BYTES): WideNet's 6
     gradients as one batch at the end of backward (one coordinator cycle a step on rank 0),

@@ -29,7 +29,11 @@ again (the engine falls back to its fusion buffer); results never depend on it.
 When every rank is on one host, ``build`` takes ``share``: the flat buffers are then allocated in
 memory that every rank maps (:func:`fuse.engine.shm.share_regions`), so the engine reduces a
 fused span straight from the ranks' buffers into them instead of staging it through its own
-segments.  ``share`` is collective; ``build`` calls it exactly once on every rank.
+segments.  ``share`` is collective; ``build`` calls it exactly once on every rank.  In shared
+memory the gradients the engine reduces where they lie (above its zero-copy threshold) get
+slots too: staged through the segments, each would be copied out and back in (twice the
+memory traffic of the reduction itself), where from its slot it is reduced straight between
+the ranks' buffers like a fused span.
 
 CUDA gradients get slots too when the GPU backend serves them (``on_device``): flat buffers on
 their device, one per device and dtype, for gradients the device path would fuse
@@ -59,10 +63,13 @@ class GradientLayout:
             self._seen.add(i)
             self._order.append(i)
 
-    def build(self, params, fuses, share=None, on_device=None, device_fuses=None) -> None:
+    def build(self, params, fuses, share=None, on_device=None, device_fuses=None,
+              in_place=None) -> None:
         """Allocate the slots.  ``fuses(nbytes)``: whether the engine would fuse an allreduce
         of that size through its fusion buffer.  ``share(sizes)``: buffers of those sizes in
-        memory shared by all ranks, or None (then ordinary memory).  ``on_device(p)``: whether
+        memory shared by all ranks, or None (then ordinary memory); with it, ``in_place(nbytes)``
+        says which sizes the engine reduces where they lie, which get slots as well (None:
+        none).  ``on_device(p)``: whether
         ``p`` is reduced by the GPU backend, and ``device_fuses(nbytes)`` whether the device
         path would fuse it (None: device parameters get no slots)."""
         by_key: dict[tuple, list[int]] = {}
@@ -75,17 +82,24 @@ class GradientLayout:
                 if device_fuses(nbytes):
                     by_key.setdefault((p.device, p.dtype), []).append(i)
             elif p.device.type == "cpu" and fuses(nbytes):
-                by_key.setdefault((None, p.dtype), []).append(i)
-        # a lone tensor gains nothing from a slot
-        groups = [(key, members) for key, members in by_key.items() if len(members) > 1]
+                by_key.setdefault((None, p.dtype, "fused"), []).append(i)
+            elif (p.device.type == "cpu" and share is not None and in_place is not None
+                  and in_place(nbytes)):
+                # a buffer of their own: between the fused ones they would break the runs
+                # the engine finds adjacent
+                by_key.setdefault((None, p.dtype, "in place"), []).append(i)
+        # a lone tensor gains nothing from a fusing slot (in shared memory it does: it is
+        # reduced straight between the ranks' buffers)
+        groups = [(key, members) for key, members in by_key.items()
+                  if len(members) > 1 or key[-1] == "in place"]
         numels = [sum(params[i].numel() for i in members) for _key, members in groups]
-        host = [k for k, ((device, _d), _m) in enumerate(groups) if device is None]
+        host = [k for k, ((device, *_), _m) in enumerate(groups) if device is None]
         shared = None
         if share is not None:       # called even with nothing to share: it is collective
             sizes = [numels[k] * torch.empty((), dtype=groups[k][0][1]).element_size()
                      for k in host]
             shared = dict(zip(host, share(sizes)))
-        for k, ((device, dtype), members) in enumerate(groups):
+        for k, ((device, dtype, *_), members) in enumerate(groups):
             if device is not None:
                 flat = torch.zeros(numels[k], dtype=dtype, device=device)
             elif shared is not None:    # (new shared memory is zeroed)

@@ -432,11 +432,13 @@ class DistributedOptimizer(HookedOptimizer):
         if self._layout is not None and not self._layout.built:
             engine, pset = lifecycle.engine(), self._process_set.process_set_id
             threshold = engine.tuning.values()[0]      # the coordinator's, autotuned or not
+            zero_copy = job_state.config().zero_copy_threshold
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
                                _shared_allocator(engine) if pset == 0 else None,
                                on_device=lambda p: _device.routes([p]),
-                               device_fuses=lambda nbytes: nbytes <= threshold)
+                               device_fuses=lambda nbytes: nbytes <= threshold,
+                               in_place=lambda nbytes: nbytes > zero_copy)
         self.pass_counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True

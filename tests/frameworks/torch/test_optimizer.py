@@ -42,6 +42,20 @@ def test_gradient_layout_spares_the_fusion_buffer():
         assert res["direct"][0] == 0 and all(d == 1 for d in res["direct"][1:]), res
 
 
+def test_gradient_reduced_in_place_gets_a_shared_slot():
+    import workers_torch_optimizer as w
+    results = run_job(w.in_place_gradient_slot,
+                      env={"FUSE_ZERO_COPY_THRESHOLD": str(128 * 1024)})
+    for res in results:
+        assert res["diff"] < 2e-5, res
+        assert res["slot_bytes"] == 256 * 256 * 4, res      # l2.weight's slot alone
+        # backward writes it into the slot, and the engine reduces it straight between the
+        # ranks' slots, from the second step (the first learns the layout)
+        assert res["received"] == [0, 1, 1, 1], res
+        assert res["direct"] == [0, 1, 1, 1], res
+        assert res["in_slot"], res
+
+
 def test_hooks_queue_gradients_in_batches():
     import workers_torch_optimizer as w
     results = run_job(w.batched_hooks)
