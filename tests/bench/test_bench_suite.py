@@ -48,6 +48,9 @@ def test_job_record_carries_machine_and_config():
     rec = common.job_record("j", [{"case": "x"}], {"cores": 2}, {"rounds": 3}, extra=1)
     assert rec == {"job": "j", "machine": {"cores": 2}, "config": {"rounds": 3},
                    "rows": [{"case": "x"}], "extra": 1}
+    # where the record goes (a scratch path under the suite) is not a setting of the run
+    rec = common.job_record("j", [], {}, {"rounds": 3, "json": "/tmp/fuse-bench.x/j.json"})
+    assert rec["config"] == {"rounds": 3}
 
 
 def test_resnet50_shape_list():
