@@ -249,7 +249,8 @@ cdef class Engine:
         cdef bint failed_now
         with nogil:
             failed_now = self.table.fail_if_running(
-                _str("rank ") + _int_str(self.rank) + _str(" failed: ") + msg, ERR_INTERNAL)
+                _str("rank ") + _int_str(self.rank) + _str(" failed: ") + msg, ERR_INTERNAL,
+                self.rank)
         if not failed_now:          # the engine had already stopped or failed
             return
         if self.rank == 0:
@@ -305,6 +306,13 @@ cdef class Engine:
         """The rank whose silence failed this engine (rank 0's keep-alive found it unanswering:
         its host is down or cut off; every rank is told which), or None."""
         return self.table.lost_rank if self.table.lost_rank >= 0 else None
+
+    @property
+    def failed_by(self):
+        """The rank whose failure failed this engine first (this rank's own abort, or another
+        rank's report relayed by the coordinator), or None (not failed, or failed otherwise:
+        a lost connection, a shutdown, bad input)."""
+        return self.table.failed_by if self.table.failed_by >= 0 else None
 
     def stats(self):
         """Counters since start: allreduce responses executed (``allreduces``), how many of

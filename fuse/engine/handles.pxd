@@ -23,6 +23,7 @@ cdef class HandleTable:
     cdef string failure                 # why, once not running
     cdef int failure_kind               # an ErrorKind
     cdef int lost_rank                  # the rank found unanswering that failed it, or -1
+    cdef int failed_by                  # the rank whose failure failed it first, or -1
     cdef ControlChannel channel         # to wake the engine thread on failure
 
     cdef void complete_locked(self, int64_t handle, int status, const string& error,
@@ -52,6 +53,6 @@ cdef class HandleTable:
                      int error_kind) noexcept nogil
     cdef bint begin_stop(self) noexcept nogil
     cdef void end_stop(self) noexcept nogil
-    cdef bint fail_if_running(self, const string& why, int kind) noexcept nogil
+    cdef bint fail_if_running(self, const string& why, int kind, int who=*) noexcept nogil
     cdef bint is_failed(self) noexcept nogil
     cdef void fail_or_amend(self, const string& why, const string& detail, int kind) noexcept nogil

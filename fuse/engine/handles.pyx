@@ -36,6 +36,7 @@ cdef class HandleTable:
         self.state = S_RUNNING
         self.next_handle = 1
         self.lost_rank = -1
+        self.failed_by = -1
 
     cdef void complete_locked(self, int64_t handle, int status, const string& error,
                               int error_kind, bint notify=True) noexcept nogil:
@@ -58,7 +59,7 @@ cdef class HandleTable:
         if lost:
             self.note_lost(who)
         if who >= 0:
-            self.fail(_str("rank ") + _int_str(who) + _str(" failed: ") + msg, kind)
+            self.fail_if_running(_str("rank ") + _int_str(who) + _str(" failed: ") + msg, kind, who)
         else:
             self.fail(msg, kind)
 
@@ -297,12 +298,14 @@ cdef class HandleTable:
         self.fail_pending_locked()
         lock_release(self.lock)
 
-    cdef bint fail_if_running(self, const string& why, int kind) noexcept nogil:
+    cdef bint fail_if_running(self, const string& why, int kind, int who=-1) noexcept nogil:
         """Fail with ``why`` unless the engine already stopped or failed (a later, lesser
-        reason must not replace the first).  Whether this call failed it."""
+        reason must not replace the first); ``who``: the rank whose failure it is, kept in
+        ``failed_by``.  Whether this call failed it."""
         cdef bint failed_now = False
         lock_acquire(self.lock)
         if self.state == S_RUNNING:
+            self.failed_by = who
             self.fail_locked(why, kind)
             failed_now = True
         lock_release(self.lock)

@@ -10,7 +10,6 @@ from __future__ import annotations
 import atexit
 import os
 import pickle
-import re
 import socket
 import sys
 import time
@@ -358,7 +357,7 @@ def _is_consequence(exc: BaseException, engine) -> bool:
     """Whether this rank fails only because another rank did: a ShutdownError, or an error
     raised from one (a framework may wrap it: TensorFlow turns the exception of an op's Python
     function into its own UnknownError and keeps only the text), or any error once this rank's
-    engine was failed by another rank's report ("rank K failed: ...", K not this rank)."""
+    engine was failed by another rank's report (``Engine.failed_by``)."""
     seen = set()
     while exc is not None and id(exc) not in seen:
         if isinstance(exc, ShutdownError):
@@ -366,14 +365,10 @@ def _is_consequence(exc: BaseException, engine) -> bool:
         seen.add(id(exc))
         exc = exc.__cause__ or exc.__context__
     try:
-        if not engine.failed:
-            return False
-        failure = engine.failure
+        reporter = engine.failed_by
     except Exception:       # noqa: BLE001 -- an engine already torn down: no word of a peer
         return False
-    # the coordinator's abort frame reads "rank K failed: <K's error>" (Engine.abort)
-    reporter = re.match(r"rank (\d+) failed: ", failure)
-    return reporter is not None and int(reporter.group(1)) != engine.rank
+    return reporter is not None and reporter != engine.rank
 
 
 def _excepthook(exc_type, exc, tb):

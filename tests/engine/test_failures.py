@@ -53,6 +53,8 @@ try:
 except BaseException as e:
     result["error"] = str(e)
     result["types"] = [k.__name__ for k in type(e).__mro__]
+from fuse.job.state import job
+result["failed_by"] = job.engine.failed_by   # who the engine holds to blame, as data
 result["elapsed"] = time.monotonic() - t0
 with open(os.path.join(out_dir, f"rank{r}.json"), "w") as f:
     json.dump(result, f)
@@ -102,6 +104,13 @@ def test_uncaught_exception_reaches_the_waiting_ranks(uncaught):
 def test_uncaught_exception_message_reaches_every_rank(uncaught):
     _proc, reports, token = uncaught
     _check_survivors(reports, 1, must_mention=(token,))
+
+
+def test_the_engines_name_the_failed_rank_as_data(uncaught):
+    """The launcher blames the rank that failed first by whether each rank's error is its own
+    or a consequence: the engine carries the reporting rank beside its message."""
+    _proc, reports, _token = uncaught
+    assert {r: rep["failed_by"] for r, rep in reports.items()} == {0: 1, 2: 1}
 
 
 @pytest.mark.parametrize("mode,victim,env", [
