@@ -271,7 +271,8 @@ def sharded_section(w: dict) -> str:
         "`torchrun --nnodes H` per host, one thread per worker (the hosts share this "
         "machine's cores)."]
         + [f"\n\nNot measured in this run: {job['skipped']}."
-           for job in w.get("jobs", []) if job.get("job") == "sharded" and job.get("skipped")])
+           for job in w.get("jobs", []) if job.get("job", "").startswith("sharded")
+           and job.get("skipped")])
 
 
 def multihost_section(w: dict) -> str:

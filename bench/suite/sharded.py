@@ -4,7 +4,7 @@ network-namespace hosts.
 
     python bench/suite/sharded.py [--sizes 2,4] [--models resnet50,transformer] [--rounds 2]
                                   [--steps 5] [--loads 0,1] [--layouts 2x2] [--rate 1gbit]
-                                  [--json f]
+                                  [--job-name sharded] [--json f]
 
 For each model (bench/suite/models.py: the ResNet-50-shaped and the transformer-shaped
 parameter sets) and each setting, every side (bench/suite/sharded_worker.py) runs as its own
@@ -147,6 +147,8 @@ def main():
                     "one setting per level")
     ap.add_argument("--layouts", default="", help="HOSTSxRANKS on namespace hosts (root)")
     ap.add_argument("--rate", default="1gbit", help="the hosts' link rate, tc syntax")
+    ap.add_argument("--job-name", default="sharded",
+                    help="the name of the record (the suite runs one job per setting)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     models = args.models.split(",")
@@ -186,7 +188,7 @@ def main():
                 cluster.down()
     extra = {"skipped": "; ".join(skipped)} if skipped else {}
     common.write_json(args.json, common.job_record(
-        "sharded", rows, machine.describe(),
+        args.job_name, rows, machine.describe(),
         vars(args) | {"optimizer": "AdamW", "launchers": {"fuse": "fuserun -np N",
                                                           "DDP": "torchrun --nproc_per_node N"},
                       "threads_on_hosts": multihost.THREADS}, **extra))

@@ -121,12 +121,21 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
         return [Job("loaded", ["loaded.py", "--load", str(load), *args], launcher="self",
                     timeout=600 if quick else 1800)]
     if workload == "sharded":
-        args = (["--sizes", "2", "--rounds", "1", "--steps", "2"] if quick
-                else ["--rounds", "1", "--steps", "5", "--loads", "0,1", "--layouts", "2x2"])
-        # 2 models x (2 sizes x 2 loads + 1 layout) x 4 sides x rounds jobs, each ~10-30 s
-        # (start-up included; on the 1 Gbit/s hosts up to a minute)
-        return [Job("sharded", ["sharded.py", *args], launcher="self",
-                    timeout=600 if quick else 2400)]
+        if quick:
+            return [Job("sharded", ["sharded.py", "--sizes", "2", "--rounds", "1", "--steps",
+                                    "2"], launcher="self", timeout=600)]
+        # one job per setting, each under 8 minutes, so that each can be rerun alone (--jobs):
+        # 2 models x 2 sizes x 4 sides x rounds launches, each ~10-30 s (start-up included;
+        # on the 1 Gbit/s hosts up to a minute)
+        steps = ["--steps", "5"]
+        return [Job("sharded", ["sharded.py", "--rounds", "2", *steps], launcher="self",
+                    timeout=1200),
+                Job("sharded_loaded", ["sharded.py", "--job-name", "sharded_loaded",
+                                       "--loads", "1", "--rounds", "1", *steps],
+                    launcher="self", timeout=1200),
+                Job("sharded_hosts", ["sharded.py", "--job-name", "sharded_hosts", "--loads",
+                                      "", "--layouts", "2x2", "--rounds", "1", *steps],
+                    launcher="self", timeout=1800)]
     if workload == "multihost":
         args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
                 else ["--rounds", "3", "--steps", "5"])

@@ -17,9 +17,15 @@ by ``1/size`` or the largest parameter; the buckets are then cut again so that e
 segment of a bucket holds about ``bucket_bytes / size`` (cut by bytes alone, the dominant
 parameter's bucket and every bucket of the others' parameters would be padded to one rank's
 share: 1.67 times the model's bytes on the wire for that transformer on 2 ranks, 1.0 now),
-which delays the buckets until the dominant parameter's gradient is ready.  Ownership is per
-parameter: no plan gives a rank less than its largest parameter.  The plan depends only on
-the parameters' sizes and dtypes, their order and ``size``: every rank computes the same.
+which delays the buckets until the dominant parameter's gradient is ready.  That bounds a
+rank's share by its largest parameter, so the plan splits the parameters it may split (an
+element-wise optimizer steps each element on its own: a block of a parameter is as good as
+the whole) into ``size`` blocks of equal length, one piece each: from the start those larger
+than ``1/size`` of the bytes (no rank could own one whole within its share), then, largest
+first, more while some rank would still own more than ``(1 + STATE_SLACK) / size``.  A split
+parameter's blocks land on different ranks of the same bucket, so its bucket stays even.  The plan depends only on
+the parameters' sizes, dtypes and splittability, their order and ``size``: every rank
+computes the same.
 """
 
 from __future__ import annotations
@@ -32,11 +38,26 @@ from typing import Hashable, Sequence
 STATE_SLACK = 0.1
 
 
+@dataclasses.dataclass(frozen=True)
+class Piece:
+    """Elements ``start:stop`` of parameter ``param`` (flattened): what one rank owns.  A
+    parameter is one piece, or ``size`` blocks when it was split."""
+
+    param: int
+    start: int
+    stop: int
+
+    @property
+    def numel(self) -> int:
+        return self.stop - self.start
+
+
 @dataclasses.dataclass
 class Bucket:
-    """Parameters (indices, in backward order) that travel as one flat buffer of
-    ``size * segment`` elements; ``segments[r]`` are rank ``r``'s, in their order in the
-    buffer, ``offsets[i]`` the element offset of parameter ``i`` inside its segment."""
+    """Pieces (indices into ``ShardPlan.pieces``, in backward order) that travel as one flat
+    buffer of ``size * segment`` elements; ``segments[r]`` are rank ``r``'s, in their order in
+    the buffer, ``offsets[k]`` the element offset of piece ``k`` inside its segment.  The
+    blocks of a split parameter are all in one bucket."""
 
     members: list[int]
     segments: list[list[int]]
@@ -47,11 +68,14 @@ class Bucket:
 @dataclasses.dataclass
 class ShardPlan:
     buckets: list[Bucket]
-    owner: dict[int, int]       # parameter index -> rank
+    pieces: list[Piece]         # in the parameters' order, a split one's blocks in a row
+    owner: dict[int, int]       # piece index -> rank
     bucket_of: dict[int, int]   # parameter index -> bucket index
+    split: set[int]             # the parameters cut into blocks
 
     def owned_by(self, rank: int) -> list[int]:
-        return sorted(i for i, r in self.owner.items() if r == rank)
+        """The pieces ``rank`` owns, in order."""
+        return sorted(k for k, r in self.owner.items() if r == rank)
 
 
 def _by_bucket(cut: list[list[int]], nbytes: Sequence[int], size: int) -> dict[int, int]:
@@ -86,60 +110,91 @@ def _largest_share(owner: dict[int, int], nbytes: Sequence[int], size: int) -> f
     return max(load) / max(sum(load), 1)
 
 
-def _cut(numels: Sequence[int], nbytes: Sequence[int], kinds: Sequence[Hashable],
+def _cut(pieces: Sequence[Piece], nbytes: Sequence[int], kinds: Sequence[Hashable],
          bucket_bytes: int, owner_of, size: int) -> list[list[int]]:
-    """Buckets in backward order, one dtype at a time: a bucket is cut once each of the
-    ``size`` ranks' segments (``owner_of(i)``: the rank whose segment holds ``i``) holds
-    ``bucket_bytes / size``; what is left ends in one last bucket per kind."""
+    """Buckets of piece indices in backward order, one dtype at a time: a bucket is cut, at a
+    parameter's end (its blocks travel together), once each of the ``size`` ranks' segments
+    (``owner_of(k)``: the rank whose segment holds piece ``k``) holds ``bucket_bytes /
+    size``; what is left ends in one last bucket per kind."""
     quota = bucket_bytes / size
     open_: dict[Hashable, list[int]] = {}
     open_bytes: dict[Hashable, list[int]] = {}
     cut: list[list[int]] = []
-    for i in reversed(range(len(numels))):
-        if numels[i] == 0:
+    for k in reversed(range(len(pieces))):
+        piece = pieces[k]
+        if piece.numel == 0:
             continue
-        k = kinds[i]
-        open_.setdefault(k, []).append(i)
-        per_rank = open_bytes.setdefault(k, [0] * size)
-        per_rank[owner_of(i)] += nbytes[i]
-        if min(per_rank) >= quota:
-            cut.append(open_.pop(k))
-            del open_bytes[k]
+        kind = kinds[piece.param]
+        open_.setdefault(kind, []).append(k)
+        per_rank = open_bytes.setdefault(kind, [0] * size)
+        per_rank[owner_of(k)] += nbytes[k]
+        if piece.start == 0 and min(per_rank) >= quota:
+            cut.append(open_.pop(kind))
+            del open_bytes[kind]
     cut.extend(open_.values())      # what is left, in the order the kinds appeared
     return cut
 
 
+def _pieces(numels: Sequence[int], split: set[int], size: int) -> list[Piece]:
+    """Every parameter as one piece, or as ``size`` blocks of (nearly) equal length."""
+    pieces = []
+    for i, n in enumerate(numels):
+        if i not in split:
+            pieces.append(Piece(i, 0, n))
+            continue
+        step = -(-n // size)
+        pieces.extend(Piece(i, a, min(a + step, n)) for a in range(0, n, step))
+    return pieces
+
+
 def plan(numels: Sequence[int], itemsizes: Sequence[int], kinds: Sequence[Hashable],
-         size: int, bucket_bytes: int) -> ShardPlan:
+         size: int, bucket_bytes: int, splittable: Sequence[bool] | None = None) -> ShardPlan:
     """The plan for parameters of ``numels`` elements of ``itemsizes`` bytes each, of dtype
-    (or device and dtype) ``kinds``, over ``size`` ranks.  Parameters of no element are owned
-    by rank 0 and travel in no bucket."""
+    (or device and dtype) ``kinds``, over ``size`` ranks.  ``splittable[i]``: parameter ``i``
+    may be cut into blocks owned by different ranks (None: none may).  Parameters of no
+    element are owned by rank 0 and travel in no bucket."""
     if size < 1:
         raise ValueError(f"a shard plan needs at least one rank, got size {size}")
     if bucket_bytes < 1:
         raise ValueError(f"bucket_bytes must be positive, got {bucket_bytes}")
-    nbytes = [n * s for n, s in zip(numels, itemsizes)]
-    cut = _cut(numels, nbytes, kinds, bucket_bytes, lambda i: 0, 1)
-    owner = _by_bucket(cut, nbytes, size)
-    if _largest_share(owner, nbytes, size) > (1 + STATE_SLACK) / size:
+    splittable = splittable or [False] * len(numels)
+    total = sum(n * s for n, s in zip(numels, itemsizes))
+    # what no rank can own whole and stay near its share is split from the start
+    split = {i for i, n in enumerate(numels)
+             if splittable[i] and n >= size and n * itemsizes[i] > total / size}
+    bound = (1 + STATE_SLACK) / size
+    while True:
+        pieces = _pieces(numels, split, size)
+        nbytes = [p.numel * itemsizes[p.param] for p in pieces]
+        cut = _cut(pieces, nbytes, kinds, bucket_bytes, lambda k: 0, 1)
+        owner = _by_bucket(cut, nbytes, size)
+        if _largest_share(owner, nbytes, size) <= bound:
+            break
         owner = _over_model(cut, nbytes, size)
-        # cut again, now that the owners are known, so that every rank's segment of a bucket
-        # holds about as much (the cut by bytes alone would pad most segments to the size of
-        # one rank's: the dominant parameter's bucket, and the rest owned by the others)
-        cut = _cut(numels, nbytes, kinds, bucket_bytes, owner.__getitem__, size)
+        candidates = [i for i, n in enumerate(numels)
+                      if splittable[i] and i not in split and n >= size]
+        if _largest_share(owner, nbytes, size) <= bound or not candidates:
+            # cut again, now that the owners are known, so that every rank's segment of a
+            # bucket holds about as much (the cut by bytes alone would pad most segments to
+            # the size of one rank's: the dominant parameter's bucket, and the rest owned by
+            # the others)
+            cut = _cut(pieces, nbytes, kinds, bucket_bytes, owner.__getitem__, size)
+            break
+        # the largest parameter not yet split, into blocks
+        split.add(max(candidates, key=lambda i: (numels[i] * itemsizes[i], -i)))
     buckets, bucket_of = [], {}
     for b, members in enumerate(cut):
-        segments = [[i for i in members if owner[i] == r] for r in range(size)]
+        segments = [[k for k in members if owner[k] == r] for r in range(size)]
         offsets = {}
         for seg in segments:
             at = 0
-            for i in seg:
-                offsets[i] = at
-                bucket_of[i] = b
-                at += numels[i]
+            for k in seg:
+                offsets[k] = at
+                bucket_of[pieces[k].param] = b
+                at += pieces[k].numel
         buckets.append(Bucket(members, segments, offsets,
-                              max(sum(numels[i] for i in seg) for seg in segments)))
-    for i, n in enumerate(numels):
-        if n == 0:
-            owner[i] = 0
-    return ShardPlan(buckets, owner, bucket_of)
+                              max(sum(pieces[k].numel for k in seg) for seg in segments)))
+    for k, piece in enumerate(pieces):
+        if piece.numel == 0:
+            owner[k] = 0
+    return ShardPlan(buckets, pieces, owner, bucket_of, split)

@@ -73,3 +73,40 @@ def test_a_dominant_parameter_does_not_pad_the_buckets():
     for b in p.buckets:
         assert [i for seg in b.segments for i in seg] == sorted(b.members, key=lambda i: (
             p.owner[i], b.members.index(i)))
+
+
+def test_a_dominant_parameter_that_may_be_split_is_cut_into_a_block_per_rank():
+    """An element-wise optimizer's dominant parameter is split, so that no rank holds more
+    than 1/size of the bytes + 10 %; its blocks travel in one bucket, one per rank."""
+    # an embedding of more than a rank's share of the bytes: 62 % at 2 ranks, 46 % at 4
+    for size, numels in ((2, [6000] + [450] * 8), (4, [4600] + [450] * 12)):
+        count = len(numels)
+        p = plan(numels, [4] * count, ["f32"] * count, size, 4 * 2000, [True] * count)
+        assert p.split == {0}
+        blocks = [k for k, piece in enumerate(p.pieces) if piece.param == 0]
+        length = numels[0] // size
+        assert [(p.pieces[k].start, p.pieces[k].stop) for k in blocks] == [
+            (a, a + length) for a in range(0, numels[0], length)]
+        assert sorted(p.owner[k] for k in blocks) == list(range(size))
+        (bucket,) = {p.bucket_of[0]}
+        assert set(blocks) <= set(p.buckets[bucket].members)
+        per_rank = [sum(p.pieces[k].numel for k in p.owned_by(r)) for r in range(size)]
+        assert max(per_rank) <= 1.1 * sum(numels) / size, (size, per_rank)
+        # every element in exactly one piece
+        assert sum(piece.numel for piece in p.pieces) == sum(numels)
+
+
+def test_only_what_is_needed_is_split():
+    # balanced without a split: nothing is (46 % at 2 ranks: the rest balances it; 4 layers
+    # over 4 ranks); a parameter that may not be split stays whole
+    numels = [4600] + [450] * 12
+    assert plan(numels, [4] * 13, ["f32"] * 13, 2, 4 * 2000, [True] * 13).split == set()
+    assert plan([1000] * 4, [4] * 4, ["f32"] * 4, 4, 10**9, [True] * 4).split == set()
+    numels = [4600] + [450] * 12
+    p = plan(numels, [4] * 13, ["f32"] * 13, 4, 4 * 2000, [False] + [True] * 12)
+    assert 0 not in p.split
+    assert p.owned_by(p.owner[0]) == [0]
+    # blocks of nearly equal length when size does not divide the parameter
+    p = plan([10, 1], [4, 4], ["f32"] * 2, 4, 10**9, [True, True])
+    assert [(x.start, x.stop) for x in p.pieces if x.param == 0] == [
+        (0, 3), (3, 6), (6, 9), (9, 10)]

@@ -6,7 +6,9 @@ Sum over ranks) and an ElasticSampler, trained on exact arithmetic (elastic_util
 The loop, the faults and the result are workers_elastic_sampled's.  This worker adds the fault
 ``raisefirst:generation:rank:step`` (see fail_before_backward).  With SHARDED=1 in the
 environment the optimizer is ``DistributedOptimizer(..., sharded=True)`` and the weight is cut
-into pieces (Pieces), so that every rank owns a shard of the momentum.
+into pieces (Pieces), so that every rank owns a shard of the momentum: the first piece is too
+large for one rank's share, so it is split into blocks (a block per rank, re-cut at each
+change of size).
 """
 
 import os
@@ -25,16 +27,19 @@ SHARDED = os.environ.get("SHARDED") == "1"
 
 
 class Pieces(torch.nn.Module):
-    """``x @ w`` for a weight of DIM elements held as DIM / 2 parameters of 2 elements: the
+    """``x @ w`` for a weight of DIM elements held as parameters of ``LENGTHS`` elements: the
     same arithmetic as a Linear without bias, element by element."""
+
+    LENGTHS = (DIM - 2, 2)
 
     def __init__(self):
         super().__init__()
         self.pieces = torch.nn.ParameterList(
-            torch.nn.Parameter(torch.zeros(2, dtype=torch.float64)) for _ in range(DIM // 2))
+            torch.nn.Parameter(torch.zeros(n, dtype=torch.float64)) for n in self.LENGTHS)
 
     def forward(self, x):
-        return sum(x[:, 2 * k:2 * k + 2] @ p for k, p in enumerate(self.pieces))
+        starts = [sum(self.LENGTHS[:k]) for k in range(len(self.LENGTHS))]
+        return sum(x[:, a:a + p.numel()] @ p for a, p in zip(starts, self.pieces))
 
     @property
     def weight(self):
@@ -48,7 +53,8 @@ else:
     model = torch.nn.Linear(DIM, 1, bias=False).double()
     with torch.no_grad():
         model.weight.zero_()
-# sharded: buckets of one piece (16 bytes), each its own reduce-scatter
+# sharded: buckets of about 16 bytes (a parameter, or a split one's blocks), each its own
+# reduce-scatter
 optimizer = hvd.DistributedOptimizer(
     torch.optim.SGD(model.parameters(), lr=0.125, momentum=0.5),
     named_parameters=model.named_parameters(), op=hvd.Sum,

@@ -105,7 +105,8 @@ class DistributedOptimizer(HookedOptimizer):
             otherwise their indices and values are allgathered.
         process_set: the workers this optimizer averages over.
         sharded: shard the optimizer state and the gradients over the process set (ZeRO
-            stage 2): see :mod:`.sharded_optimizer`, which also takes ``bucket_bytes``.
+            stage 2): see :mod:`.sharded_optimizer`, which also takes ``bucket_bytes`` and
+            ``split_parameters``.
     """
 
     def __new__(cls, optimizer, named_parameters=None, compression=Compression.none,

@@ -5,7 +5,11 @@ How a step goes:
 
 * The parameters are planned once (:mod:`fuse.collectives.shard_plan`): each is owned by one
   rank, chosen so that every rank owns about ``1/size`` of the bytes, and they are cut, in
-  backward order, into buckets of about ``bucket_bytes``.
+  backward order, into buckets of about ``bucket_bytes``.  Where one parameter is too large
+  for that (a transformer's token embedding), it is split into ``size`` blocks owned by
+  different ranks, if the optimizer is element-wise (:mod:`.shard_state`): the wrapped
+  optimizer steps a rank's block as a tensor of its own, a view of the parameter's elements,
+  and keeps state for that block only.
 * A ``Tensor.register_post_accumulate_grad_hook`` per parameter counts backward passes (as the
   unsharded optimizer does, :class:`fuse.collectives.grad_sync.PassCounter`).  When the last
   gradient of a bucket is complete, the hook copies the bucket's gradients into one flat buffer,
@@ -18,17 +22,19 @@ How a step goes:
   rank waits for one another rank never makes), waits, and leaves ``p.grad`` set to the
   averaged gradient for owned parameters and to None for the others.
 * ``step()`` runs the wrapped optimizer, which skips parameters without a gradient, so it
-  updates and keeps state for the owned parameters only; then every rank's updated parameters
+  updates and keeps state for the owned parameters only (while it steps, its param groups
+  hold this rank's blocks in place of the split parameters); then every rank's updated parameters
   are allgathered (one grouped call, one tensor per bucket, not padded) so every rank holds the
   full model.
 
 ``state_dict()`` gathers the full state from every rank (a collective: call it on every rank),
-in the format of the wrapped optimizer class; ``load_state_dict()`` of a full state keeps this
-rank's part.  :meth:`clip_grad_norm_` clips by the global norm of the sharded gradients.
+in the format of the wrapped optimizer class (a split parameter's blocks joined);
+``load_state_dict()`` of a full state keeps this rank's part.  :meth:`clip_grad_norm_` clips by the global norm of the sharded gradients.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -38,7 +44,7 @@ from fuse.collectives import shard_plan
 from fuse.collectives.grad_sync import scaling
 from fuse.collectives.ops import Adasum, Average, Max, Sum
 from fuse.collectives.powersgd import PowerSGD
-from fuse.frameworks.torch import mpi_ops
+from fuse.frameworks.torch import mpi_ops, shard_state
 from fuse.frameworks.torch.optimizer_checks import parameter_names, unique_params
 from fuse.frameworks.torch.optimizer_wrapper import HookedOptimizer
 from fuse.frameworks.torch.tensors import Compression
@@ -62,12 +68,18 @@ ALLREDUCE_PAST_PADDING = 1.5
 class ShardedOptimizer(HookedOptimizer):
     """``optimizer`` with its state and gradients sharded over ``process_set``; made by
     ``DistributedOptimizer(optimizer, ..., sharded=True)``, which documents the arguments.
-    ``bucket_bytes``: about how many gradient bytes travel in one reduce-scatter."""
+    ``bucket_bytes``: about how many gradient bytes travel in one reduce-scatter.
+    ``split_parameters``: whether a parameter too large for a rank's share may be split into
+    blocks owned by different ranks; by default when ``optimizer`` is one of torch's
+    element-wise optimizers (:data:`.shard_state.ELEMENTWISE`: SGD, Adam, AdamW, ...), never
+    for optimizers with statistics over a parameter (ValueError when asked for torch's
+    Adafactor, LBFGS, SparseAdam)."""
 
     def __init__(self, optimizer, named_parameters=None, compression=Compression.none,
                  backward_passes_per_step=1, op=Average, gradient_predivide_factor=1.0,
                  num_groups=0, groups=None, sparse_as_dense=False,
-                 process_set=global_process_set, bucket_bytes=DEFAULT_BUCKET_BYTES):
+                 process_set=global_process_set, bucket_bytes=DEFAULT_BUCKET_BYTES,
+                 split_parameters=None):
         if op == Adasum:
             raise ValueError("DistributedOptimizer(sharded=True) does not support op=Adasum "
                              "(Adasum combines whole optimizer steps; a sharded step has "
@@ -93,6 +105,11 @@ class ShardedOptimizer(HookedOptimizer):
                        enumerate(parameter_names(params, named_parameters))]
         d["_loaded"] = None         # the full state last loaded, until the next step
         d["_hooks_removed"] = False
+        d["_split_ok"] = shard_state.splits_parameters(optimizer, split_parameters)
+        # state this rank holds outside the wrapped optimizer, ((param, start, stop), state):
+        # what a re-plan or a split took from it, for state_dict() until the next step or load
+        d["_stale"] = []
+        d["_blocks"] = {}
         self._replan()
         self._drop_foreign_state()
         d["_hook_handles"] = [p.register_post_accumulate_grad_hook(self._hook)
@@ -115,27 +132,33 @@ class ShardedOptimizer(HookedOptimizer):
         d["_active"] = (not self._hooks_removed and self._included
                         and (size > 1 or job_state.config().elastic))
         trainable = [p if p.requires_grad else None for p in self._params]
-        d["_plan"] = shard_plan.plan(
+        self._stash_blocks()
+        d["_plan"] = plan = shard_plan.plan(
             [p.numel() if p is not None else 0 for p in trainable],
             [p.element_size() if p is not None else 1 for p in trainable],
             [(p.device, p.dtype) if p is not None else None for p in trainable],
-            size, self._bucket_bytes)
-        d["_owned"] = set(self._plan.owned_by(self._rank))
+            size, self._bucket_bytes,
+            [self._split_ok and self._active and p is not None and p.is_contiguous()
+             for p in trainable])
+        d["_owned_pieces"] = set(plan.owned_by(self._rank))
+        d["_owned"] = {plan.pieces[k].param for k in self._owned_pieces}
+        d["_params_in"] = [len({plan.pieces[k].param for k in b.members}) for b in plan.buckets]
+        self._make_blocks()
         # per bucket: where each rank's segment begins in the flat gradient buffer, and
         # whether the bucket is allreduced (segments packed) rather than reduce-scattered
         # (segments padded to the largest)
         d["_allreduced"] = [size * b.segment > ALLREDUCE_PAST_PADDING
-                            * sum(_filled(b, r, self._params) for r in range(size))
+                            * sum(_filled(b, r, plan.pieces) for r in range(size))
                             for b in self._plan.buckets]
-        d["_bases"] = [_packed_bases(b, size, self._params) if packed
+        d["_bases"] = [_packed_bases(b, size, plan.pieces) if packed
                        else [r * b.segment for r in range(size + 1)]
                        for b, packed in zip(self._plan.buckets, self._allreduced)]
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
         # per bucket, kept from step to step (a bucket's padding stays zero): its gradients'
-        # buffer, laid out for the reduce-scatter, and this rank's parameters for the allgather
+        # buffer, laid out for the reduce-scatter; once reduced, this rank's segment of it
+        # carries this rank's updated parameters to the allgather
         d["_grad_flats"] = {}
-        d["_param_segs"] = {}
         d["_synchronized"] = False
         self.pass_counter.reset()
 
@@ -146,6 +169,101 @@ class ShardedOptimizer(HookedOptimizer):
         for i, p in enumerate(self._params):
             if i not in self._owned and p in state:
                 del state[p]
+
+    # ---- split parameters: this rank's blocks, stepped as tensors of their own
+
+    def _make_blocks(self) -> None:
+        """A tensor per block of a split parameter this rank owns: a view of the parameter's
+        elements (made with ``set_``: a tensor of its own, so that the wrapped optimizer
+        keys its state by it, sharing the parameter's memory), and the state this rank holds
+        moved to the pieces it now owns."""
+        plan = self._plan
+        blocks = {}
+        for k in sorted(self._owned_pieces):
+            piece = plan.pieces[k]
+            if piece.param in plan.split:
+                p = self._params[piece.param].detach()
+                blocks[k] = torch.empty(0, dtype=p.dtype, device=p.device)
+        self.__dict__["_blocks"] = blocks
+        self._point_blocks()
+        # per param group, the tensors the wrapped optimizer steps (see _stepping), and the
+        # piece each is, as (parameter, start, stop)
+        steppers, keys = [], []
+        for group in self.wrapped_optimizer.param_groups:
+            tensors = []
+            for p in group["params"]:
+                i = self._index[id(p)]
+                if i in plan.split:
+                    mine = [k for k in self._blocks if plan.pieces[k].param == i]
+                    tensors.extend(self._blocks[k] for k in mine)
+                    keys.extend(_key(plan.pieces[k]) for k in mine)
+                else:
+                    tensors.append(p)
+                    keys.append((i, 0, p.numel()))
+            steppers.append(tensors)
+        self.__dict__["_steppers"], self.__dict__["_stepper_keys"] = steppers, keys
+        self._adopt_state()
+
+    def _point_blocks(self) -> None:
+        """Aim each block at its parameter's memory again (a parameter whose ``.data`` was
+        replaced, by ``model.to()`` for one, lives elsewhere since)."""
+        for k, block in self._blocks.items():
+            piece = self._plan.pieces[k]
+            p = self._params[piece.param].detach()
+            offset = p.storage_offset() + piece.start
+            if block.untyped_storage().data_ptr() != p.untyped_storage().data_ptr() \
+                    or block.storage_offset() != offset or block.numel() != piece.numel:
+                with torch.no_grad():
+                    block.set_(p.untyped_storage(), offset, (piece.numel,), (1,))
+
+    def _stash_blocks(self) -> None:
+        """Before a re-plan: the blocks' state out of the wrapped optimizer, kept as pieces."""
+        state = self.wrapped_optimizer.state
+        for k, block in self._blocks.items():
+            if block in state:
+                self._stale.append((_key(self._plan.pieces[k]), state.pop(block)))
+
+    def _adopt_state(self) -> None:
+        """The state this rank holds (a split parameter's whole state, made before the split
+        or eagerly by the optimizer, as Adagrad does; pieces a re-plan took out) cut or
+        joined into the pieces it owns now."""
+        state, plan = self.wrapped_optimizer.state, self._plan
+        for i in plan.split:
+            p = self._params[i]
+            if p in state:
+                self._stale.append(((i, 0, p.numel()), state.pop(p)))
+        if not self._stale:
+            return
+        for k in self._owned_pieces:
+            piece = plan.pieces[k]
+            p = self._params[piece.param]
+            tensor = self._blocks.get(k, p)
+            if tensor in state:
+                continue
+            held = [(a, b, st) for (i, a, b), st in self._stale if i == piece.param]
+            got = shard_state.assemble(held, piece.start, piece.stop, self._names[piece.param],
+                                       None if k in self._blocks else p.shape)
+            if got is not None:
+                state[tensor] = got
+
+    @contextlib.contextmanager
+    def _stepping(self):
+        """The wrapped optimizer's param groups holding this rank's blocks in place of the
+        split parameters (what it steps, saves and loads), then the parameters again."""
+        if not self._plan.split:
+            yield
+            return
+        self._point_blocks()
+        groups = self.wrapped_optimizer.param_groups
+        originals = [group["params"] for group in groups]
+        for group, tensors in zip(groups, self._steppers):
+            group["params"] = tensors
+        try:
+            yield
+        finally:
+            # (load_state_dict makes new group dicts)
+            for group, params in zip(self.wrapped_optimizer.param_groups, originals):
+                group["params"] = params
 
     def _follow_engine(self) -> None:
         """An elastic job re-formed (shutdown then init): what was in flight is gone with the
@@ -165,7 +283,7 @@ class ShardedOptimizer(HookedOptimizer):
             if b is None:
                 return
             self._ready[b] += 1
-            if self._ready[b] == len(self._plan.buckets[b].members):
+            if self._ready[b] == self._params_in[b]:
                 self._submit(b)
 
     def _dense_grad(self, i, p):
@@ -180,24 +298,32 @@ class ShardedOptimizer(HookedOptimizer):
 
     def _submit(self, b: int) -> None:
         bucket = self._plan.buckets[b]
+        pieces = self._plan.pieces
         bases = self._bases[b]
         flat = self._bucket_buffer(self._grad_flats, b, bases[-1])
+        grads = {}
+        for k in bucket.members:
+            i = pieces[k].param
+            if i not in grads:
+                grads[i] = self._dense_grad(i, self._params[i])
         for r, seg in enumerate(bucket.segments):
             base = bases[r]
-            for i in seg:
-                p = self._params[i]
-                g = self._dense_grad(i, p)
-                at = base + bucket.offsets[i]
+            for k in seg:
+                piece = pieces[k]
+                g = grads[piece.param]
+                at = base + bucket.offsets[k]
                 if g is not None:
-                    flat[at:at + p.numel()].copy_(g.reshape(-1))
+                    flat[at:at + piece.numel].copy_(g.reshape(-1)[piece.start:piece.stop])
                 else:
-                    flat[at:at + p.numel()].zero_()
-                # ZeRO-2: the full gradient is not kept; the owner gets the average back
-                p.grad = None
+                    flat[at:at + piece.numel].zero_()
+        for i in grads:
+            # ZeRO-2: the full gradient is not kept; the owner gets the average back
+            self._params[i].grad = None
         wire, ctx = self._compression.compress(flat)
         collective = "allreduce" if self._allreduced[b] else "reducescatter"
         handle = getattr(mpi_ops, collective + "_async")(
-            wire, name=f"sharded.{collective}.{self._names[bucket.members[0]]}", op=self._op,
+            wire, name=f"sharded.{collective}.{self._names[pieces[bucket.members[0]].param]}",
+            op=self._op,
             process_set=self._process_set, prescale_factor=self._prescale,
             postscale_factor=self._postscale)
         self._handles[b] = (handle, ctx)
@@ -207,7 +333,7 @@ class ShardedOptimizer(HookedOptimizer):
         time: a step writes the same places of it, so its padding stays zero."""
         buf = kept.get(b)
         if buf is None:
-            first = self._params[self._plan.buckets[b].members[0]]
+            first = self._params[self._plan.pieces[self._plan.buckets[b].members[0]].param]
             buf = kept[b] = torch.zeros(numel, dtype=first.dtype, device=first.device)
         return buf
 
@@ -237,10 +363,15 @@ class ShardedOptimizer(HookedOptimizer):
             if self._allreduced[b]:     # this rank's part only, not the whole buffer, kept
                 base = self._bases[b][self._rank]
                 out = out[base:self._bases[b][self._rank + 1]].clone()
-            for i in bucket.segments[self._rank]:
-                p = self._params[i]
-                at = bucket.offsets[i]
-                p.grad = out[at:at + p.numel()].view(p.shape)
+            for k in bucket.segments[self._rank]:
+                piece = self._plan.pieces[k]
+                at = bucket.offsets[k]
+                grad = out[at:at + piece.numel]
+                if k in self._blocks:
+                    self._blocks[k].grad = grad
+                else:
+                    p = self._params[piece.param]
+                    p.grad = grad.view(p.shape)
         self._handles.clear()
         self.pass_counter.reset()
         self.__dict__["_ready"] = [0] * len(self._plan.buckets)
@@ -259,7 +390,7 @@ class ShardedOptimizer(HookedOptimizer):
                                "optimizer.synchronize() first (and step() inside "
                                "optimizer.skip_synchronize())")
         norm_type = float(norm_type)
-        grads = [p.grad for p in self._params if p.grad is not None]
+        grads = [t.grad for t in [*self._params, *self._blocks.values()] if t.grad is not None]
         inf = math.isinf(norm_type)
         if grads:
             norms = torch.stack([g.detach().float().norm(norm_type) for g in grads])
@@ -277,39 +408,71 @@ class ShardedOptimizer(HookedOptimizer):
                 g.detach().mul_(coef)
         return total
 
+    def step(self, closure=None):
+        if self._hooks_removed and self._plan.split:
+            raise RuntimeError(
+                "this sharded optimizer split parameters into blocks owned by different "
+                f"ranks ({', '.join(self._names[i] for i in sorted(self._plan.split))}) and "
+                "its hooks were removed: it cannot step them alone; keep the hooks, or make "
+                "it with split_parameters=False")
+        with self._stepping():
+            return super().step(closure)
+
     def _after_step(self) -> None:
         self.__dict__["_loaded"] = None
+        self._stale.clear()
+        for block in self._blocks.values():
+            block.grad = None
         if self._active:
             self._allgather_parameters()
+
+    def zero_grad(self, set_to_none: bool = True):
+        result = super().zero_grad(set_to_none)
+        for block in self._blocks.values():
+            block.grad = None
+        return result
 
     def _allgather_parameters(self) -> None:
         """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
         parameters of it, not padded: an allgather takes parts of any size), all in one
-        grouped allgather."""
-        buckets = self._plan.buckets
+        grouped allgather.  They travel from this rank's segment of the bucket's gradient
+        buffer, free once reduced (no buffer of their own: 1/size of the model less held),
+        which the next step's gradients overwrite whole (the padding is left alone)."""
+        buckets, pieces = self._plan.buckets, self._plan.pieces
         if not buckets:
             return
         mine = []
         for b, bucket in enumerate(buckets):
-            seg = self._bucket_buffer(self._param_segs, b, bucket.segment)
-            for i in bucket.segments[self._rank]:
-                p = self._params[i]
-                at = bucket.offsets[i]
-                seg[at:at + p.numel()].copy_(p.detach().reshape(-1))
-            mine.append(seg[:_filled(bucket, self._rank, self._params)])
+            base = self._bases[b][self._rank]
+            seg = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])[base:]
+            for k in bucket.segments[self._rank]:
+                piece = pieces[k]
+                at = bucket.offsets[k]
+                flat = self._params[piece.param].detach().reshape(-1)
+                seg[at:at + piece.numel].copy_(flat[piece.start:piece.stop])
+            mine.append(seg[:_filled(bucket, self._rank, pieces)])
         gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
-            mine, name="sharded.allgather." + self._names[buckets[0].members[0]],
+            mine, name="sharded.allgather." + self._names[pieces[buckets[0].members[0]].param],
             process_set=self._process_set))
         with torch.no_grad():
             for bucket, full in zip(buckets, gathered):
                 base = 0
                 for r, seg in enumerate(bucket.segments):
                     if r != self._rank:
-                        for i in seg:
-                            p = self._params[i]
-                            at = base + bucket.offsets[i]
-                            p.copy_(full[at:at + p.numel()].view(p.shape))
-                    base += _filled(bucket, r, self._params)
+                        for k in seg:
+                            piece = pieces[k]
+                            at = base + bucket.offsets[k]
+                            self._write(piece, full[at:at + piece.numel])
+                    base += _filled(bucket, r, pieces)
+
+    def _write(self, piece: shard_plan.Piece, values: torch.Tensor) -> None:
+        """``values`` into the parameter's elements ``piece`` covers (a parameter that is not
+        split may be non-contiguous)."""
+        p = self._params[piece.param]
+        if piece.param in self._plan.split:
+            p.view(-1)[piece.start:piece.stop].copy_(values)
+        else:
+            p.copy_(values.view(p.shape))
 
     def _in_flight(self) -> bool:
         return bool(self._handles)
@@ -322,33 +485,69 @@ class ShardedOptimizer(HookedOptimizer):
 
     @property
     def owned_parameters(self) -> list:
-        """The parameters whose optimizer state this rank holds."""
+        """The parameters whose optimizer state this rank holds, whole or a block of."""
         return [p for i, p in enumerate(self._params) if i in self._owned]
 
     def state_dict(self) -> dict:
         """The full optimizer state, gathered from every rank (call it on every rank): what
         the wrapped optimizer class would return unsharded, loadable by it."""
         self._follow_engine()
-        local = self.wrapped_optimizer.state_dict()
-        if not self._active:
+        with self._stepping():
+            local = self.wrapped_optimizer.state_dict()
+        if not self._active and not self._plan.split:
             return local
-        parts = collectives.allgather_object(local["state"], name="sharded.state_dict",
-                                             process_set=self._process_set)
+        # the param groups as the parameters (not this rank's blocks) number them
+        groups = [dict(packed, params=[self._index[id(p)] for p in group["params"]])
+                  for packed, group in zip(local["param_groups"],
+                                           self.wrapped_optimizer.param_groups)]
+        live = [(self._stepper_keys[pos], st) for pos, st in local["state"].items()]
+        parts = [(live, self._stale)]
+        if self._active:
+            parts = collectives.allgather_object(parts[0], name="sharded.state_dict",
+                                                 process_set=self._process_set)
+        # each parameter's pieces, the live ones of every rank before what a re-plan kept
+        pieces: dict[int, list] = {}
+        for held in [live for live, _ in parts] + [stale for _, stale in parts]:
+            for (i, a, b), st in held:
+                pieces.setdefault(i, []).append((a, b, st))
         full = {}
-        for part in parts:
-            full.update(part)
-        return {"state": dict(sorted(full.items())), "param_groups": local["param_groups"]}
+        for i in sorted(pieces):
+            p = self._params[i]
+            got = shard_state.assemble(pieces[i], 0, p.numel(), self._names[i], p.shape)
+            if got is not None:
+                full[i] = got
+        return {"state": full, "param_groups": groups}
 
     def load_state_dict(self, state_dict: dict) -> None:
         """Load a full optimizer state (from :meth:`state_dict` or from the unsharded
-        optimizer class), keeping the state of the parameters this rank owns."""
+        optimizer class), keeping the state of the parameters this rank owns (of a split
+        parameter, of its blocks)."""
         self._follow_engine()
         # state_dict keys count the parameters over the param groups, in order
         keys = [k for group in state_dict["param_groups"] for k in group["params"]]
-        mine = {k for k, p in zip(keys, [p for g in self.wrapped_optimizer.param_groups for p in g["params"]])
-                if self._index[id(p)] in self._owned}
-        state = {k: v for k, v in state_dict["state"].items() if k in mine}
-        self.wrapped_optimizer.load_state_dict({"state": state, "param_groups": state_dict["param_groups"]})
+        params = [p for group in self.wrapped_optimizer.param_groups for p in group["params"]]
+        if len(keys) != len(params):
+            raise ValueError(f"the state dict's param groups hold {len(keys)} parameters, "
+                             f"this optimizer's {len(params)}")
+        key_of = {self._index[id(p)]: k for k, p in zip(keys, params)}
+        # the state and groups as the wrapped optimizer sees them while it steps
+        state, groups, pos = {}, [], 0
+        for saved_group, tensors in zip(state_dict["param_groups"], self._steppers):
+            positions = list(range(pos, pos + len(tensors)))
+            pos += len(tensors)
+            for at in positions:
+                i, a, b = self._stepper_keys[at]
+                whole = state_dict["state"].get(key_of[i])
+                if whole is None or i not in self._owned:
+                    continue
+                if i in self._plan.split:
+                    whole = shard_state.assemble([(0, self._params[i].numel(), whole)],
+                                                 a, b, self._names[i])
+                state[at] = whole
+            groups.append(dict(saved_group, params=positions))
+        with self._stepping():
+            self.wrapped_optimizer.load_state_dict({"state": state, "param_groups": groups})
+        self._stale.clear()
         # kept until the next step, for broadcast_state (a reference, not a copy)
         self.__dict__["_loaded"] = state_dict
 
@@ -371,15 +570,19 @@ class ShardedOptimizer(HookedOptimizer):
         self.load_state_dict(full)
 
 
-def _filled(bucket: shard_plan.Bucket, rank: int, params: list) -> int:
+def _key(piece: shard_plan.Piece) -> tuple[int, int, int]:
+    return piece.param, piece.start, piece.stop
+
+
+def _filled(bucket: shard_plan.Bucket, rank: int, pieces: list) -> int:
     """Elements of ``rank``'s segment of ``bucket`` that hold parameters (the rest pads it)."""
-    return sum(params[i].numel() for i in bucket.segments[rank])
+    return sum(pieces[k].numel for k in bucket.segments[rank])
 
 
-def _packed_bases(bucket: shard_plan.Bucket, size: int, params: list) -> list[int]:
+def _packed_bases(bucket: shard_plan.Bucket, size: int, pieces: list) -> list[int]:
     """Where each rank's segment of ``bucket`` begins when the segments lie back to back
     unpadded, and (last) where they end."""
     bases = [0]
     for r in range(size):
-        bases.append(bases[-1] + _filled(bucket, r, params))
+        bases.append(bases[-1] + _filled(bucket, r, pieces))
     return bases

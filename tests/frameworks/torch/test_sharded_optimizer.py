@@ -14,7 +14,9 @@ pytestmark = pytest.mark.timeout(240)
 TOL = 1e-5
 
 
-def check_equivalence(results, variants):
+def check_equivalence(results, variants, split=()):
+    """Every rank's results of ``workers_torch_sharded.equivalence``; ``split``: the
+    parameters the plan must have split into blocks."""
     np_ = len(results)
     for r, res in enumerate(results):
         for label in variants:
@@ -32,8 +34,10 @@ def check_equivalence(results, variants):
         assert res["loaded_bytes"] == res["state_bytes"], res
         assert res["continued_diff"] < TOL, (r, res["continued_diff"])
         assert res["loaded_continued_diff"] < TOL, (r, res["loaded_continued_diff"])
-    # every parameter is owned by exactly one rank
-    assert sum(res["owned"] for res in results) == 10
+    # every parameter is owned by exactly one rank, a split one's blocks by every rank
+    params = 11 if split else 10
+    assert sum(res["owned"] for res in results) == params + len(split) * (np_ - 1)
+    assert all(res["split"] == list(split) for res in results), [r["split"] for r in results]
 
 
 def test_sharded_training_matches_unsharded_with_options():
@@ -42,9 +46,12 @@ def test_sharded_training_matches_unsharded_with_options():
     # 6000-byte buckets: the 5 layers' gradients travel in two, one reduce-scattered (its
     # segments nearly even), one allreduced (one rank's segment 1.9 times the other's: padded,
     # it would cost more than an allreduce)
-    results = run_job(w.equivalence, np_=2, args=(6000, variants))
-    check_equivalence(results, variants)
-    assert results[0]["allreduced"] == [False, True], results[0]["allreduced"]
+    results = run_job(w.both_models, np_=2, args=(6000, variants))
+    check_equivalence([res["net"] for res in results], variants)
+    assert results[0]["net"]["allreduced"] == [False, True], results[0]["net"]["allreduced"]
+    # TinyLM: its embedding (61 % of the bytes, parameter 10) split into a block per rank,
+    # so that each rank's state is about half, stepped, saved and loaded as one parameter
+    check_equivalence([res["lm"] for res in results], variants, split=[10])
 
 
 def test_sharded_on_four_workers_process_set_broadcast_and_errors():
@@ -54,6 +61,7 @@ def test_sharded_on_four_workers_process_set_broadcast_and_errors():
     results = run_job(w.four_workers, np_=4, args=(6000,))
     check_equivalence([res["equivalence"] for res in results], [])
     assert results[0]["equivalence"]["allreduced"] == [False], results[0]["equivalence"]
+    check_equivalence([res["lm"] for res in results], ["clip"], split=[10])
     for r, res in enumerate(results):
         if r in (1, 3):
             assert res["pset_diff"] < TOL, (r, res["pset_diff"])
@@ -64,6 +72,9 @@ def test_sharded_on_four_workers_process_set_broadcast_and_errors():
         assert "op=Adasum" in errors["adasum"], errors
         assert "Compression.powersgd" in errors["powersgd"], errors
         assert "groups" in errors["groups"], errors
+        assert "Adafactor" in errors["adafactor"] and "row and column" in errors["adafactor"]
+        assert res["adafactor_split"] == [], res["adafactor_split"]
+        assert "(noname.10)" in errors["removed_hooks"], errors   # no named_parameters
         assert "weight" in errors["sparse"] and "sparse_as_dense" in errors["sparse"], errors
         assert torch.equal(res["sparse_as_dense_weight"], results[0]["sparse_as_dense_weight"])
     # rank r looked up rows r and r + 5: their gradient, averaged over 4 ranks, is 1/4
