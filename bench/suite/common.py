@@ -98,9 +98,11 @@ def comparison(case: str, samples: Mapping[str, Sequence[float]], unit: str,
 
 def job_record(name: str, rows: list[dict], machine: dict, config: Mapping | None = None,
                **extra) -> dict:
-    """What a benchmark job writes: its name, the machine it ran on, its settings and rows."""
-    return {"job": name, "machine": machine, "config": dict(config or {}), "rows": rows,
-            **extra}
+    """What a benchmark job writes: its name, the machine it ran on, its settings and rows.
+    The settings leave out ``json``, where the record is written (a scratch path when the
+    suite runs the job), which says nothing about the measurement."""
+    settings = {k: v for k, v in (config or {}).items() if k != "json"}
+    return {"job": name, "machine": machine, "config": settings, "rows": rows, **extra}
 
 
 def write_json(path: str | None, record: dict) -> None:

@@ -26,7 +26,8 @@ writing one JSON record):
               set and 64 MiB allreduce bandwidth
   tensorflow  bench/suite/tf_step.py: a tf.function GradientTape step (and Keras model.fit),
               fuse.tensorflow vs MultiWorkerMirroredStrategy, 2 workers, a Dense model and
-              ResNet-50, quiet and beside --load busy processes; runs in .venv-tf (made by
+              ResNet-50, quiet and beside --load busy processes, and on 2x1 network-namespace
+              hosts at 1 Gbit/s (needs root); runs in .venv-tf (made by
               scripts/test_tensorflow.sh), skipped when that environment is missing
 
 Writes bench/results/<workload>.json, bench/plots/*.png, bench/results/<workload>.md (the
@@ -146,9 +147,16 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
         # 2 load levels x rounds x 2 sides, each job ~1-2 min (TensorFlow's start included).
         # No --fit: Keras 3's model.fit refuses MWMS's distributed dataset (tf_step.py --fit
         # shows the error), so only the tf.function loop has a competitor to compare with.
+        # Across 2 namespace hosts (root only): one load level, fewer steps (a ResNet-50
+        # step takes seconds at 1 Gbit/s); each job 1-3 min.
+        hosts = (["--rounds", "1", "--steps", "2", "--warmup", "1"] if quick
+                 else ["--rounds", "2", "--steps", "6", "--warmup", "2"])
         return [Job("tensorflow_step", ["tf_step.py", "--load", str(load), *args],
                     launcher="self", needs=(), python=TF_PYTHON,
-                    timeout=900 if quick else 2400)]
+                    timeout=900 if quick else 2400),
+                Job("tensorflow_hosts", ["tf_step.py", "--hosts", "--load", "0", *hosts],
+                    launcher="self", needs=(), python=TF_PYTHON,
+                    timeout=900 if quick else 1800)]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 

@@ -197,8 +197,9 @@ def main():
         if hosts is not None:
             hosts.down()
     described = machine.describe()
+    # the hosts' run is a job of its own in the suite's record (merged beside the local one)
     common.write_json(args.json, common.job_record(
-        "tensorflow_step", rows, described,
+        "tensorflow_hosts" if hosts else "tensorflow_step", rows, described,
         vars(args) | {"workers": 2, "threads": info.get("threads"),
                       "link_GBps": multihost.rate_gbytes(args.rate) if hosts else None,
                       "launchers": {"fuse": "fuserun -np 2",

@@ -48,6 +48,9 @@ def test_job_record_carries_machine_and_config():
     rec = common.job_record("j", [{"case": "x"}], {"cores": 2}, {"rounds": 3}, extra=1)
     assert rec == {"job": "j", "machine": {"cores": 2}, "config": {"rounds": 3},
                    "rows": [{"case": "x"}], "extra": 1}
+    # where the record goes (a scratch path under the suite) is not a setting of the run
+    rec = common.job_record("j", [], {}, {"rounds": 3, "json": "/tmp/fuse-bench.x/j.json"})
+    assert rec["config"] == {"rounds": 3}
 
 
 def test_resnet50_shape_list():
@@ -205,7 +208,8 @@ def test_suite_jobs_and_unknown_workload():
                      "collectives_4_world", "collectives_4_pset", "torch_step_fusion_none",
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
-                     "overhead", "loaded", "sharded", "multihost", "tensorflow_step"]
+                     "overhead", "loaded", "sharded", "multihost", "tensorflow_step",
+                     "tensorflow_hosts"]
     loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
     assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]
@@ -226,6 +230,10 @@ def test_suite_jobs_and_unknown_workload():
     assert suite.command(tf_job, "x.json")[0] == tf_job.python
     assert "the environment scripts/test_tensorflow.sh makes" in \
         suite.missing((), "/nonexistent/.venv-tf/bin/python")[0]
+    # and across two namespace hosts, a job of its own (its record merges beside the local one)
+    hosts_job = suite.jobs_for("tensorflow", quick=False)[1]
+    assert hosts_job.python == tf_job.python and hosts_job.argv[:4] == [
+        "tf_step.py", "--hosts", "--load", "0"]
 
 
 def test_a_run_of_some_jobs_keeps_the_others_latest_records():

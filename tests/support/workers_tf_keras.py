@@ -265,6 +265,25 @@ def keras_features():
                 c.true(f"tape default {mode} keeps IndexedSlices",
                        isinstance(g[2], tf.IndexedSlices))
 
+    # the small dense gradients (v's and u's) cross to the engine packed into one allreduce
+    from fuse.worker import lifecycle
+    engine = lifecycle.engine()
+
+    @tf.function
+    def dense_grads():
+        with tf.GradientTape() as tape:
+            loss = tf.reduce_sum(v * v) * (r + 1) + tf.reduce_sum(u) * (r + 1)
+        return hvdtf.DistributedGradientTape(tape).gradient(loss, [v, u])
+    dense_grads()
+    before = engine.stats()
+    g = dense_grads()
+    after = engine.stats()
+    c.true("tape packs the small dense gradients into one allreduce",
+           (after["tensors"] + after["inline"]) - (before["tensors"] + before["inline"]) == 1,
+           str({k: after[k] - before[k] for k in ("tensors", "inline")}))
+    c.close("packed tape gradients", g[0], expected[0])
+    c.close("packed tape gradients 2", g[1], expected[1])
+
     # fuse.tensorflow.DistributedOptimizer with apply_gradients in tf.function
     opt = hvdtf.DistributedOptimizer(keras.optimizers.SGD(1.0))
     w = tf.Variable([0.0, 0.0])

@@ -107,6 +107,9 @@ def gradient_layout():
     the fused 320 KiB is above FUSE_SHM_THRESHOLD); training still
     equals 1 process with batch 2B, with zero_grad(set_to_none=True) (the hook copies each
     new gradient into its slot) and set_to_none=False (autograd accumulates into the slot).
+    With set_to_none=True, once the layout is built, the hook before accumulation has backward
+    write each slotted gradient into its slot and autograd keep it there: the hook after
+    accumulation copies nothing.
     Per-parameter hooks fuse whatever is ready together (timing decides); ``groups=1``
     submits everything as one group, which always fuses the two weights."""
     from fuse.worker import lifecycle
@@ -124,14 +127,17 @@ def gradient_layout():
                                                        momentum=0.9),
                                        named_parameters=model.named_parameters(), groups=groups)
         ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
-        copied, adjacent, direct = [], [], []
+        copied, adjacent, direct, placed, received = [], [], [], [], []
         for step in range(20):
             g = torch.Generator().manual_seed(step)
             x = torch.randn(n * B, 64, generator=g)
             y = torch.randint(0, 3, (n * B,), generator=g)
             before = engine.stats()
+            layout_before = (opt._layout.copied, opt._layout.received)
             opt.zero_grad(set_to_none=step < 10)
             loss_fn(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+            placed.append(opt._layout.copied - layout_before[0])
+            received.append(opt._layout.received - layout_before[1])
             opt.step()
             after = engine.stats()
             copied.append(after["fused"] - before["fused"])
@@ -143,12 +149,50 @@ def gradient_layout():
         weights = [model.l1.weight, model.l2.weight]
         out[label] = {
             "diff": _max_diff(model, ref), "copied": copied, "adjacent": adjacent,
-            "direct": direct,
+            "direct": direct, "placed": placed, "received": received,
             "storages": len({p.grad.untyped_storage().data_ptr() for p in weights}),
             "fusable": [engine.goes_through_fusion_buffer(p.numel() * 4, 0)
                         for p in model.parameters()],
             "slot_bytes": opt._layout.nbytes}
     return out
+
+
+def in_place_gradient_slot():
+    """Run with FUSE_ZERO_COPY_THRESHOLD=128 KiB: WideNet's 256 KiB l2.weight is then reduced
+    where it lies, and the ranks sharing a host, it gets a slot of its own in shared memory
+    (l1.weight, fused alone, gets none), so from the second step on the engine reduces it
+    straight between the ranks' slots instead of staging it through its segments; training
+    still equals 1 process with batch 2B."""
+    from fuse.worker import lifecycle
+    hvd.init()
+    r, n = hvd.rank(), hvd.size()
+    B = 4
+    loss_fn = torch.nn.functional.cross_entropy
+    engine = lifecycle.engine()
+    torch.manual_seed(0)
+    model = WideNet()
+    ref = copy.deepcopy(model)
+    opt = hvd.DistributedOptimizer(torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9),
+                                   named_parameters=model.named_parameters())
+    ref_opt = torch.optim.SGD(ref.parameters(), lr=0.05, momentum=0.9)
+    direct, received = [], []
+    for step in range(4):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(n * B, 64, generator=g)
+        y = torch.randint(0, 3, (n * B,), generator=g)
+        before, got = engine.stats()["shm_direct"], opt._layout.received
+        opt.zero_grad()
+        loss_fn(model(x[r * B:(r + 1) * B]), y[r * B:(r + 1) * B]).backward()
+        opt.step()
+        direct.append(engine.stats()["shm_direct"] - before)
+        received.append(opt._layout.received - got)
+        ref_opt.zero_grad()
+        loss_fn(ref(x), y).backward()
+        ref_opt.step()
+    return {"diff": _max_diff(model, ref), "slot_bytes": opt._layout.nbytes,
+            "direct": direct, "received": received,
+            "in_slot": model.l2.weight.grad.untyped_storage().data_ptr()
+            != model.l1.weight.grad.untyped_storage().data_ptr()}
 
 
 def batched_hooks():

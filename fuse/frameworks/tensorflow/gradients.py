@@ -130,6 +130,11 @@ class GradientReducer:
         wires, ctxs = zip(*(self.compression.compress(tf.convert_to_tensor(t))
                             for t in tensors))
         names = [f"{self.prefix}.{i}" for i in indices]
+        wires, names, groups, unpack = pack_small(list(wires), names, groups)
+        outs = self._reduce_wires(wires, names, groups, postscale)
+        return [self.compression.decompress(o, c) for o, c in zip(unpack(outs), ctxs)]
+
+    def _reduce_wires(self, wires, names, groups, postscale):
         op, pre, post = self.op, self.prescale, self.postscale * postscale
         ps = self.process_set
 
@@ -167,6 +172,54 @@ class GradientReducer:
                 raise first_error
             return results
 
-        outs = run_host(host, list(wires), [w.dtype for w in wires], [w.shape for w in wires],
+        return run_host(host, list(wires), [w.dtype for w in wires], [w.shape for w in wires],
                         "allreduce_gradients")
-        return [self.compression.decompress(o, c) for o, c in zip(outs, ctxs)]
+
+
+# Ungrouped gradients up to this size travel packed into one flat tensor per dtype
+PACK_BYTES = 64 * 1024
+
+
+def pack_small(wires: list, names: list, groups: list):
+    """The small ungrouped gradients packed into one flat tensor per dtype, so that they cross
+    into the host function and the engine as one allreduce (concatenated and split again by
+    TensorFlow, in the graph) instead of one each: the fixed cost of a gradient, about as
+    much as a collective of a few KiB (a TensorFlow output tensor made on the host, a request
+    negotiated and waited for), is paid once per dtype instead of once per bias or norm.
+    Every rank builds the same step, so the packs match; their names are their first
+    member's.  Returns ``(wires, names, groups, unpack)``: the tensors to reduce (the packs
+    after the rest), their names, the groups over them, and ``unpack(reduced)``, the reduced
+    values in the original order and shapes."""
+    packs: dict = {}
+    for members in groups:
+        if len(members) != 1:
+            continue
+        w = wires[members[0]]
+        n = w.shape.num_elements() if w.shape.is_fully_defined() else None
+        if n and n * w.dtype.size <= PACK_BYTES:
+            packs.setdefault(w.dtype, []).append(members[0])
+    packs = {dtype: ks for dtype, ks in packs.items() if len(ks) > 1}
+    if not packs:
+        return wires, names, groups, lambda outs: outs
+    packed = {k for ks in packs.values() for k in ks}
+    kept = [k for k in range(len(wires)) if k not in packed]
+    at = {k: j for j, k in enumerate(kept)}
+    new_wires = [wires[k] for k in kept]
+    new_names = [names[k] for k in kept]
+    new_groups = [[at[k] for k in members] for members in groups
+                  if not (len(members) == 1 and members[0] in packed)]
+    for ks in packs.values():
+        new_groups.append([len(new_wires)])
+        new_wires.append(tf.concat([tf.reshape(wires[k], [-1]) for k in ks], 0))
+        new_names.append(f"{names[ks[0]]}.packed{len(ks)}")
+
+    def unpack(outs):
+        result = [None] * len(wires)
+        for k, j in at.items():
+            result[k] = outs[j]
+        for p, ks in enumerate(packs.values()):
+            parts = tf.split(outs[len(kept) + p], [wires[k].shape.num_elements() for k in ks])
+            for k, part in zip(ks, parts):
+                result[k] = tf.reshape(part, wires[k].shape)
+        return result
+    return new_wires, new_names, new_groups, unpack

@@ -25,7 +25,9 @@ How it works:
   in one more allreduce).  The other gradients (biases, norms: small) are held back and
   allreduced from ``synchronize`` as one grouped call beside the P and Q messages.
 * Without compression, after the first step the gradients the engine would fuse live back to
-  back in one buffer, in backward order (:mod:`.grad_layout`), so it reduces them in place.
+  back in one buffer, in backward order (:mod:`.grad_layout`), so it reduces them in place;
+  a second hook per parameter, which autograd runs before accumulating, has backward write
+  each such gradient straight into its place there.
 
 The wrapper is a composition (:mod:`.optimizer_wrapper`, shared with the sharded and Adasum
 optimizers): it holds the user's optimizer and forwards everything it does not define to it.
@@ -35,6 +37,7 @@ optimizers): it holds the user's optimizer and forwards everything it does not d
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any
 
 import torch
@@ -185,6 +188,11 @@ class DistributedOptimizer(HookedOptimizer):
                                 if p.requires_grad and p.device.type == "cpu"}
         d["_hook_handles"] = [p.register_post_accumulate_grad_hook(self._hook)
                               for p in params if p.requires_grad] if self._active else []
+        if self._layout is not None:
+            # and one before accumulation, for backward to write straight into the slots
+            self._hook_handles.extend(
+                p.register_hook(functools.partial(self._receive, i))
+                for i, p in enumerate(params) if p.requires_grad)
 
     def __repr__(self):
         return f"DistributedOptimizer({self.wrapped_optimizer!r})"
@@ -212,6 +220,14 @@ class DistributedOptimizer(HookedOptimizer):
         self.pass_counter.reset()
         if self._layout is not None:
             d["_layout"] = GradientLayout()
+
+    def _receive(self, i, grad):
+        """Before autograd accumulates parameter ``i``'s gradient: once the layout is built,
+        the gradient written into its slot (see :meth:`.GradientLayout.receive`)."""
+        self._follow_engine()
+        if not self._layout.built:
+            return None
+        return self._layout.receive(i, self._params[i], grad)
 
     def _hook(self, p):
         self._follow_engine()
@@ -417,11 +433,13 @@ class DistributedOptimizer(HookedOptimizer):
         if self._layout is not None and not self._layout.built:
             engine, pset = lifecycle.engine(), self._process_set.process_set_id
             threshold = engine.tuning.values()[0]      # the coordinator's, autotuned or not
+            zero_copy = job_state.config().zero_copy_threshold
             self._layout.build(self._params,
                                lambda nbytes: engine.goes_through_fusion_buffer(nbytes, pset),
                                _shared_allocator(engine) if pset == 0 else None,
                                on_device=lambda p: _device.routes([p]),
-                               device_fuses=lambda nbytes: nbytes <= threshold)
+                               device_fuses=lambda nbytes: nbytes <= threshold,
+                               in_place=lambda nbytes: nbytes > zero_copy)
         self.pass_counter.reset()
         self.__dict__["_group_ready"] = [0] * len(self._groups)
         self.__dict__["_synchronized"] = True

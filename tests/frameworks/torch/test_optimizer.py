@@ -29,12 +29,31 @@ def test_gradient_layout_spares_the_fusion_buffer():
         assert res["slot_bytes"] == (64 * 256 + 256 * 256) * 4, res
         assert res["storages"] == 1, res           # their gradients share one buffer
         assert sum(res["copied"][1:]) == 0, res      # after the first step nothing is copied
+        # from the second step on, backward writes the two weights' gradients into their
+        # slots (set_to_none=True: steps 1-9) or accumulates into them (steps 10-19), and
+        # the hook after accumulation never copies one in
+        assert res["received"] == [0] + [2] * 9 + [0] * 10, res
+        assert res["placed"] == [0] * 20, res
     grouped = [r["one group"] for r in results]
     for res in grouped:
         assert res["copied"][0] == 1, res            # the first step learns the order...
         assert all(a == 1 for a in res["adjacent"][1:]), res   # ...then reduces in place
         # ...straight between the ranks' shared gradient buffers, from the second step on
         assert res["direct"][0] == 0 and all(d == 1 for d in res["direct"][1:]), res
+
+
+def test_gradient_reduced_in_place_gets_a_shared_slot():
+    import workers_torch_optimizer as w
+    results = run_job(w.in_place_gradient_slot,
+                      env={"FUSE_ZERO_COPY_THRESHOLD": str(128 * 1024)})
+    for res in results:
+        assert res["diff"] < 2e-5, res
+        assert res["slot_bytes"] == 256 * 256 * 4, res      # l2.weight's slot alone
+        # backward writes it into the slot, and the engine reduces it straight between the
+        # ranks' slots, from the second step (the first learns the layout)
+        assert res["received"] == [0, 1, 1, 1], res
+        assert res["direct"] == [0, 1, 1, 1], res
+        assert res["in_slot"], res
 
 
 def test_hooks_queue_gradients_in_batches():
