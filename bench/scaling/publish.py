@@ -53,48 +53,45 @@ def check_rows(points) -> list[str]:
     return rows
 
 
+def _grid(corner: str, columns: list[str], rows: dict[str, list[str]]) -> list[str]:
+    """A markdown table: ``corner`` above the row labels, one column per ``columns``."""
+    lines = [f"| {corner} | " + " | ".join(columns) + " |", "|---|" + "---|" * len(columns)]
+    lines += [f"| {label} | " + " | ".join(cells) + " |" for label, cells in rows.items()]
+    return lines
+
+
+def _pct(efficiency: float) -> str:
+    return f"{efficiency * 100:.1f} %"
+
+
 def prediction_rows(curves: dict[str, list[tuple[int, float]]]) -> list[str]:
     counts = [n for n, _ in next(iter(curves.values()))]
-    rows = ["| setting | " + " | ".join(f"{n} GPUs" for n in counts) + " |",
-            "|---|" + "---|" * len(counts)]
-    for label, points in curves.items():
-        rows.append(f"| {label} | " + " | ".join(f"{e * 100:.1f} %" for _, e in points)
-                    + " |")
-    return rows
+    return _grid("setting", [f"{n} GPUs" for n in counts],
+                 {label: [_pct(e) for _, e in points] for label, points in curves.items()})
 
 
 def limit_rows(limits: dict[float, dict[str, float]]) -> list[str]:
     rates = list(limits)
-    rows = ["| 512 GPUs, efficiency | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
-            "|---|" + "---|" * len(rates)]
-    for case in next(iter(limits.values())):
-        rows.append(f"| {case} | " + " | ".join(f"{limits[r][case] * 100:.1f} %" for r in rates)
-                    + " |")
-    return rows
+    return _grid("512 GPUs, efficiency", [f"{r:g} Gbit/s" for r in rates],
+                 {case: [_pct(limits[r][case]) for r in rates]
+                  for case in next(iter(limits.values()))})
 
 
 def latency_rows(sweeps: dict[float, list[tuple[float, float]]], gpus: int) -> list[str]:
     alphas = [a for a, _ in next(iter(sweeps.values()))]
-    rows = [f"| {gpus} GPUs, per message between hosts | " + " | ".join(us(a) for a in alphas)
-            + " |", "|---|" + "---|" * len(alphas)]
-    for rate, pts in sweeps.items():
-        rows.append(f"| {rate:g} Gbit/s | " + " | ".join(f"{e * 100:.1f} %" for _, e in pts)
-                    + " |")
-    return rows
+    return _grid(f"{gpus} GPUs, per message between hosts", [us(a) for a in alphas],
+                 {f"{rate:g} Gbit/s": [_pct(e) for _, e in pts] for rate, pts in sweeps.items()})
+
+
+COUNTS = ("fused allreduces", "largest buffer MiB")    # breakdown entries that are not times
 
 
 def breakdown_rows(parts: dict[float, dict[str, float]]) -> list[str]:
     rates = list(parts)
-    rows = ["| 512 GPUs, one step | " + " | ".join(f"{r:g} Gbit/s" for r in rates) + " |",
-            "|---|" + "---|" * len(rates)]
-    for key in next(iter(parts.values())):
-        cells = []
-        for r in rates:
-            v = parts[r][key]
-            cells.append(f"{v:.0f}" if key in ("fused allreduces", "largest buffer MiB")
-                         else ms(v))
-        rows.append(f"| {key} | " + " | ".join(cells) + " |")
-    return rows
+    return _grid("512 GPUs, one step", [f"{r:g} Gbit/s" for r in rates],
+                 {key: [f"{parts[r][key]:.0f}" if key in COUNTS else ms(parts[r][key])
+                        for r in rates]
+                  for key in next(iter(parts.values()))})
 
 
 def plot(points, curves, path: str) -> None:
