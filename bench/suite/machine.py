@@ -63,6 +63,7 @@ def describe() -> dict:
         "torch_gloo": "bundled with torch" if _version("torch") else None,
         "tensorflow": _version("tensorflow"),
         "keras": _version("keras"),
+        "mxnet": _version("mxnet"),
         "fuse": _version("fuse-dl"),       # the distribution; the import name is fuse
         "fuse_gloo": debian_gloo_version(),
         "mpi4py": _version("mpi4py"),
@@ -74,10 +75,14 @@ def describe() -> dict:
 
 def summary_line(m: dict) -> str:
     """One line for a report header."""
-    # the framework the figures are about: TensorFlow's environment has no torch (and no MPI)
-    framework = (f"TensorFlow {m['tensorflow']}, Keras {m.get('keras')}"
-                 if m.get("tensorflow") and not m.get("torch")
-                 else f"torch {m['torch']} (its bundled Gloo)")
+    # the framework the figures are about: TensorFlow's and MXNet's environments have no torch
+    # (and no MPI)
+    if m.get("tensorflow") and not m.get("torch"):
+        framework = f"TensorFlow {m['tensorflow']}, Keras {m.get('keras')}"
+    elif m.get("mxnet") and not m.get("torch"):
+        framework = f"MXNet {m['mxnet']}"
+    else:
+        framework = f"torch {m['torch']} (its bundled Gloo)"
     line = (f"{m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, Linux {m['kernel']}, "
             f"Python {m['python']}, numpy {m['numpy']}, {framework}, fuse {m['fuse']} on "
             f"Debian Gloo {m['fuse_gloo']}")

@@ -317,46 +317,97 @@ def multihost_section(w: dict) -> str:
         "it from each host.", "", "![across hosts](plots/multihost.png)"])
 
 
+def _tf_job_settings(job: dict) -> str:
+    """What one TensorFlow job ran with (the workload's jobs run with settings of their own)."""
+    c, m = job.get("config", {}), job.get("machine", {})
+    threads = c.get("threads") or {}
+    if c.get("hosts"):
+        layouts = " and ".join(c.get("layouts") or ["2x1"])
+        where = f"the {layouts} layout(s) of network-namespace hosts at {c.get('rate', '?')}"
+    else:
+        where = f"{c.get('workers', 2)} workers on this machine"
+    size = " (the tiny stand-in models)" if c.get("size") == "tiny" else ""
+    loads = ([] if c.get("no_quiet") else [0]) + ([c["load"]] if c.get("load") else [])
+    return (f"`{job['job']}`: {where}{size}, load {' and '.join(map(str, loads))}; "
+            f"{c.get('steps', '?')} timed steps after "
+            f"{c.get('warmup', '?')} warm-up steps per job (median), {c.get('rounds', '?')} "
+            f"round(s); TensorFlow {threads.get('intra_op', '?')} intra-op and "
+            f"{threads.get('inter_op', '?')} inter-op thread(s) per worker on both sides; "
+            f"TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}, NumPy "
+            f"{m.get('numpy', '?')}, Python {m.get('python', '?')} (the .venv-tf environment); "
+            f"load average at the job's end {_load(m)}.")
+
+
 def tensorflow_section(w: dict) -> str:
     jobs = [job for job in w.get("jobs", []) if job["job"].startswith("tensorflow")]
     if not jobs:
         return "Not measured in this run (see the notes above)."
-    m, config = jobs[0].get("machine", {}), jobs[0].get("config", {})
-    threads = config.get("threads") or {}
     rows = [[r["case"], fmt_time(r["median"]["fuse"]), fmt_time(r["median"]["MWMS"]),
              _ratio_cell(r["ratio"])] for r in job_rows(w, "tensorflow")]
     notes = [f"- {n}" for job in jobs for n in job.get("notes", [])]
     return "\n".join([
-        _table(["case", "fuse (fuserun -np 2)", "MultiWorkerMirroredStrategy", "fuse/MWMS"],
+        _table(["case", "fuse (fuserun)", "MultiWorkerMirroredStrategy", "fuse/MWMS"],
                rows), "",
-        f"TensorFlow {m.get('tensorflow', '?')}, Keras {m.get('keras', '?')}, NumPy "
-        f"{m.get('numpy', '?')}, Python {m.get('python', '?')} (the .venv-tf environment). "
-        "2 workers on this machine, "
-        f"{config.get('steps', '?')} timed steps after {config.get('warmup', '?')} warm-up "
-        f"steps per job (median), {config.get('rounds', '?')} rounds alternating which side's "
-        "job starts first; the figure is the median over rounds. Both sides' workers run "
-        f"TensorFlow with {threads.get('intra_op', '?')} intra-op and "
-        f"{threads.get('inter_op', '?')} inter-op thread(s). fuse: `fuserun -np 2`, a "
-        "`tf.function` step with `fuse.tensorflow.DistributedGradientTape`; MWMS: two "
-        "processes whose TF_CONFIG names two localhost ports, "
+        "Each job's settings:", "", *[f"- {_tf_job_settings(job)}" for job in jobs], "",
+        "Rounds alternate which side's job starts first; the figure is the median over "
+        "rounds. fuse: `fuserun -np N`, a "
+        "`tf.function` step with `fuse.tensorflow.DistributedGradientTape`; MWMS: one "
+        "process per worker whose TF_CONFIG names every worker's address, "
         "`CommunicationImplementation.RING`, the same step under `strategy.run`. Both: "
         "forward, the tape's gradient, gradients averaged over the workers, Keras SGD with "
-        "momentum, 16 samples per worker. Keras `model.fit` is not compared: under MWMS "
-        "Keras 3's `fit` fails on the strategy's distributed dataset (Keras 3.15: `ValueError: "
-        "Attempt to convert a value (PerReplica:...) with an unsupported type`); "
+        "momentum, 16 samples per worker. \"tiny\": a 64-wide Dense model and a one-"
+        "convolution stand-in for ResNet-50 (a few thousand parameters each), where the "
+        "per-step cost of the collectives' machinery shows. Keras `model.fit` is not compared: "
+        "under MWMS Keras 3's `fit` fails on the strategy's distributed dataset (Keras 3.15: "
+        "`ValueError: Attempt to convert a value (PerReplica:...) with an unsupported type`); "
         "`tf_step.py --fit` tries it again and times it where both sides run (one `fit` call "
         "of the same number of steps over a repeated in-memory batch; fuse: "
         "`fuse.tensorflow.keras.DistributedOptimizer`), its time over the steps. \"load N\": "
         "N `while True: pass` processes beside the jobs. "
-        "\"2x1 hosts\": one worker on each of two network-namespace hosts of this machine "
+        "\"HxR hosts\": R workers on each of H network-namespace hosts of this machine "
         "(scripts/cluster.sh), their links capped in both directions (tbf); fuse started as "
-        "`fuserun -np 2 -H a:1,b:1` from the first, MWMS with the hosts' addresses in "
+        "`fuserun -np N -H a:R,b:R` from the first, MWMS with the hosts' addresses in "
         "TF_CONFIG (`tf_step.py --hosts`).",
         *(["", "Notes from the workers:", "", *notes] if notes else []), "",
         "Run it: `bash scripts/test_tensorflow.sh` once (it makes .venv-tf), then "
         "`bash scripts/bench.sh --only tensorflow`, or by hand "
         "`PATH=$PWD/.venv-tf/bin:$PATH .venv-tf/bin/python bench/suite/tf_step.py` (quiet and "
-        "beside one busy process; `--hosts` for the two hosts, as root)."])
+        "beside one busy process; `--hosts` for the namespace hosts, as root)."])
+
+
+def mxnet_section(w: dict) -> str:
+    jobs = [job for job in w.get("jobs", []) if job["job"].startswith("mxnet")]
+    if not jobs:
+        return "Not measured in this run (see the notes above)."
+    c, m = jobs[0].get("config", {}), jobs[0].get("machine", {})
+    sides = c.get("sides", {})
+    rows = [[r["case"], fmt_time(r["median"]["fuse"]), fmt_time(r["median"]["Horovod"]),
+             _ratio_cell(r["ratio"])] for r in job_rows(w, "mxnet")]
+    env = " ".join(f"{k}={v}" for k, v in (c.get("thread_env") or {}).items())
+    package = {label: side.get("package", "?") for label, side in sides.items()}
+    return "\n".join([
+        _table(["case", "fuse (fuserun -np 2)", "Horovod (horovodrun -np 2 --gloo)",
+                "fuse/Horovod"], rows), "",
+        f"MXNet {m.get('mxnet', '?')}, NumPy {m.get('numpy', '?')}, Python "
+        f"{m.get('python', '?')}; fuse side: {package.get('fuse', '?')} (the .venv-mxnet "
+        f"environment); Horovod side: {package.get('Horovod', '?')}, built from its PyPI sdist "
+        "with MXNet 1.9.1 and Gloo, without MPI, TensorFlow or PyTorch, in an environment of "
+        "its own (`scripts/build_horovod_mxnet.sh`). 2 workers on this machine, "
+        f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up steps per job "
+        f"(median), {c.get('rounds', '?')} rounds alternating which side's job starts first; "
+        f"the figure is the median over rounds. Both sides' workers run with {env}. The same "
+        "Gluon network on both sides, hybridized, parameters broadcast from rank 0, "
+        "`DistributedTrainer` with SGD (momentum 0.9), 16 samples per worker; a step is "
+        "forward and backward under `autograd.record`, `trainer.step` and `mx.nd.waitall()` "
+        "(Horovod's collectives run on MXNet's asynchronous engine, so the step ends when "
+        "they and the update are done). Dense: four 2560x2560 layers and a 10-way head "
+        "(gradient-heavy); ResNet-50: Gluon's model-zoo `resnet50_v1` on 32x32 images (its "
+        "parameter set, little compute). \"load N\": N `while True: pass` processes beside "
+        "the jobs.", "",
+        "Run it: `bash scripts/test_mxnet.sh` once (it makes .venv-mxnet) and "
+        "`bash scripts/build_horovod_mxnet.sh` (it makes .venv-horovod-mxnet), then "
+        "`bash scripts/bench.sh --only mxnet`, or by hand "
+        "`PATH=$PWD/.venv-mxnet/bin:$PATH .venv-mxnet/bin/python bench/suite/mxnet_step.py`."])
 
 
 SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
@@ -372,7 +423,8 @@ SECTIONS = (("allreduce", "Allreduce latency and bandwidth", allreduce_section),
             ("multihost", "Across hosts (network namespaces, capped links)",
              multihost_section),
             ("tensorflow", "TensorFlow: fuse.tensorflow against MultiWorkerMirroredStrategy",
-             tensorflow_section))
+             tensorflow_section),
+            ("mxnet", "MXNet Gluon: fuse.mxnet against Horovod", mxnet_section))
 
 METHOD = ("Every comparison runs fuse and its competitor in the same job, alternating which goes "
           "first from round to round with a barrier before each measurement, and reports "

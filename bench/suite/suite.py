@@ -26,9 +26,15 @@ writing one JSON record):
               set and 64 MiB allreduce bandwidth
   tensorflow  bench/suite/tf_step.py: a tf.function GradientTape step (and Keras model.fit),
               fuse.tensorflow vs MultiWorkerMirroredStrategy, 2 workers, a Dense model and
-              ResNet-50, quiet and beside --load busy processes, and on 2x1 network-namespace
-              hosts at 1 Gbit/s (needs root); runs in .venv-tf (made by
+              ResNet-50, quiet and beside --load busy processes, on 2x1 and 2x2
+              network-namespace hosts at 1 Gbit/s (needs root), and the tiny stand-in models
+              quiet and beside --load busy processes; runs in .venv-tf (made by
               scripts/test_tensorflow.sh), skipped when that environment is missing
+  mxnet       bench/suite/mxnet_step.py: a Gluon training step, fuse.mxnet's DistributedTrainer
+              vs Horovod 0.28.1's (built with MXNet 1.9.1 and Gloo by
+              scripts/build_horovod_mxnet.sh), 2 workers, a Dense model and ResNet-50, quiet and
+              beside --load busy processes; runs in .venv-mxnet (made by scripts/test_mxnet.sh),
+              skipped when that environment or Horovod's is missing
 
 Writes bench/results/<workload>.json, bench/plots/*.png, bench/results/<workload>.md (the
 workload's page: setting, rerun command, latest table) and the index in bench/RESULTS.md, from
@@ -64,9 +70,17 @@ RESULTS_DIR = os.path.join(BENCH, "results")
 PLOTS_DIR = os.path.join(BENCH, "plots")
 RESULTS_MD = os.path.join(BENCH, "RESULTS.md")
 WORKLOADS = ("allreduce", "collectives", "many_small", "training", "overhead", "loaded",
-             "sharded", "multihost", "tensorflow")
-# TensorFlow needs NumPy >= 1.26 and lives in an environment of its own
+             "sharded", "multihost", "tensorflow", "mxnet")
+# TensorFlow needs NumPy >= 1.26, MXNet NumPy < 1.24: each lives in an environment of its own
 TF_PYTHON = os.path.join(os.path.dirname(BENCH), ".venv-tf", "bin", "python")
+MXNET_PYTHON = os.path.join(os.path.dirname(BENCH), ".venv-mxnet", "bin", "python")
+# the baseline of the mxnet workload, built by scripts/build_horovod_mxnet.sh
+HOROVOD_MXNET_PYTHON = os.path.join(os.path.dirname(BENCH), ".venv-horovod-mxnet", "bin",
+                                    "python")
+# what makes each environment (by its folder's name), for the note when one is missing
+ENVIRONMENT_SCRIPTS = {".venv-tf": "scripts/test_tensorflow.sh",
+                       ".venv-mxnet": "scripts/test_mxnet.sh",
+                       ".venv-horovod-mxnet": "scripts/build_horovod_mxnet.sh"}
 
 
 @dataclasses.dataclass
@@ -80,6 +94,7 @@ class Job:
     timeout: float | None = None  # seconds before it is killed, when it needs more than the rest
     np: int = 2                  # workers under fuserun or mpiexec
     python: str | None = None    # the interpreter to run the script with (default: this one)
+    needs_pythons: tuple[str, ...] = ()   # other environments the job starts workers from
 
 
 def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
@@ -148,23 +163,48 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
         # No --fit: Keras 3's model.fit refuses MWMS's distributed dataset (tf_step.py --fit
         # shows the error), so only the tf.function loop has a competitor to compare with.
         # Across 2 namespace hosts (root only): one load level, fewer steps (a ResNet-50
-        # step takes seconds at 1 Gbit/s); each job 1-3 min.
+        # step takes seconds at 1 Gbit/s); 2x1 and 2x2 are jobs of their own, each under
+        # 8 minutes (2x1 jobs 1-3 min, 2x2's four TensorFlow workers per job longer).
         hosts = (["--rounds", "1", "--steps", "2", "--warmup", "1"] if quick
                  else ["--rounds", "2", "--steps", "6", "--warmup", "2"])
+        hosts_2x2 = (["--rounds", "1", "--steps", "2", "--warmup", "1"] if quick
+                     else ["--rounds", "2", "--steps", "4", "--warmup", "2"])
+        # The tiny stand-in models: the per-step cost of each side's collective machinery
+        # (fuse packs the small ungrouped gradients into one tensor per dtype); many steps,
+        # each job ~20 s
+        tiny = (["--rounds", "1", "--steps", "5", "--warmup", "2"] if quick
+                else ["--rounds", "3", "--steps", "20", "--warmup", "3"])
+        tf = dict(launcher="self", needs=(), python=TF_PYTHON)
         return [Job("tensorflow_step", ["tf_step.py", "--load", str(load), *args],
-                    launcher="self", needs=(), python=TF_PYTHON,
-                    timeout=900 if quick else 2400),
+                    timeout=900 if quick else 2400, **tf),
                 Job("tensorflow_hosts", ["tf_step.py", "--hosts", "--load", "0", *hosts],
-                    launcher="self", needs=(), python=TF_PYTHON,
-                    timeout=900 if quick else 1800)]
+                    timeout=900 if quick else 1800, **tf),
+                Job("tensorflow_hosts_2x2",
+                    ["tf_step.py", "--hosts", "--per-host", "2", "--load", "0",
+                     "--job-name", "tensorflow_hosts_2x2", *hosts_2x2],
+                    timeout=900 if quick else 1800, **tf),
+                Job("tensorflow_tiny",
+                    ["tf_step.py", "--size", "tiny", "--load", str(load),
+                     "--job-name", "tensorflow_tiny", *tiny],
+                    timeout=600 if quick else 1200, **tf)]
+    if workload == "mxnet":
+        args = (["--rounds", "1", "--steps", "3", "--warmup", "2"] if quick
+                else ["--rounds", "3", "--steps", "10"])
+        # 2 load levels x rounds x 2 sides, each job ~20-60 s (MXNet's start included)
+        return [Job("mxnet_step", ["mxnet_step.py", "--load", str(load), *args],
+                    launcher="self", needs=(), python=MXNET_PYTHON,
+                    needs_pythons=(HOROVOD_MXNET_PYTHON,), timeout=900 if quick else 1800)]
     raise ValueError(f"unknown workload {workload!r}; choose from {', '.join(WORKLOADS)}")
 
 
-def missing(needs: tuple[str, ...], python: str | None = None) -> list[str]:
+def missing(needs: tuple[str, ...], python: str | None = None,
+            pythons: tuple[str, ...] = ()) -> list[str]:
     out = []
-    if python is not None and not os.path.exists(python):
-        out.append(f"{os.path.relpath(python)} (the environment scripts/test_tensorflow.sh "
-                   "makes)")
+    for env_python in ([python] if python is not None else []) + list(pythons):
+        if not os.path.exists(env_python):
+            venv = os.path.basename(os.path.dirname(os.path.dirname(env_python)))
+            made_by = ENVIRONMENT_SCRIPTS.get(venv, "its setup script")
+            out.append(f"{os.path.relpath(env_python)} (the environment {made_by} makes)")
     for need in needs:
         if need == "mpiexec":
             if not (shutil.which("mpiexec") or shutil.which("mpirun")):
@@ -223,7 +263,7 @@ def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
     for job in jobs_for(workload, quick, load):
         if only_jobs is not None and job.name not in only_jobs:
             continue
-        lacking = missing(job.needs, job.python)
+        lacking = missing(job.needs, job.python, job.needs_pythons)
         if lacking:
             record["notes"].append(f"{job.name} skipped: {', '.join(lacking)} not installed")
             print(f"--- {job.name}: skipped, {', '.join(lacking)} not installed", flush=True)
@@ -271,10 +311,27 @@ def load_results() -> dict[str, dict]:
     return {w: found[w] for w in WORKLOADS if w in found}
 
 
+def machine_line(record: dict) -> str:
+    """The Machine line of a workload's page: the software its jobs ran with, from the jobs'
+    own records (a job may run in another environment than the suite, as TensorFlow's and
+    MXNet's do), one line when they agree, each job's otherwise; the suite's own description
+    where no job carries one."""
+    lines: dict[str, list[str]] = {}
+    for job in record.get("jobs", []):
+        if job.get("machine"):
+            lines.setdefault(machine.summary_line(job["machine"]), []).append(job["job"])
+    if not lines:
+        return machine.summary_line(record["machine_end"])
+    if len(lines) == 1:
+        return next(iter(lines))
+    return "; ".join(f"{', '.join(f'`{j}`' for j in jobs)}: {line}"
+                     for line, jobs in lines.items())
+
+
 def rewrite_results_md(results: dict[str, dict], command_line: str) -> None:
     """Each workload's page (bench/results/<workload>.md) and the index in RESULTS.md."""
     for key, record in results.items():
-        line = machine.summary_line(record["machine_end"])
+        line = machine_line(record)
         with open(os.path.join(RESULTS_DIR, f"{key}.md"), "w") as f:
             f.write(report.page(key, record, line))
     text = open(RESULTS_MD).read() if os.path.exists(RESULTS_MD) else "# Benchmark results\n"

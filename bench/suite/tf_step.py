@@ -12,10 +12,11 @@ whose TF_CONFIG names two localhost ports (RING collectives). Both sides' worker
 same TensorFlow intra-op and inter-op thread counts (each worker's share of the cores). A job
 times ``--steps`` steps of each model after a warm-up and reports the median; the figure is
 the median over rounds and the ratio fuse/MWMS. Load levels: 0 and ``--load`` (that many
-``while True: pass`` processes beside the jobs). ``--hosts``: one worker on each of two
-network-namespace hosts joined by links capped at ``--rate`` (bench/suite/multihost.py's
-hosts; needs root): fuse as ``fuserun -np 2 -H a:1,b:1`` from the first host, MWMS with the
-hosts' addresses in TF_CONFIG.
+``while True: pass`` processes beside the jobs). ``--hosts``: R workers (``--per-host``, a
+list: 1 for the 2x1 layout, 2 for 2x2) on each of two network-namespace hosts joined by links
+capped at ``--rate`` (bench/suite/multihost.py's hosts; needs root): fuse as
+``fuserun -np 2R -H a:R,b:R`` from the first host, MWMS with every worker's host address and
+port in TF_CONFIG.
 """
 
 from __future__ import annotations
@@ -76,12 +77,12 @@ def _wait(procs: list[subprocess.Popen], what: str) -> None:
         raise RuntimeError(f"the {what} job failed (exit {failed[0]}): see its output above")
 
 
-def run_fuse(args, path: str, hosts=None) -> None:
+def run_fuse(args, path: str, hosts=None, per_host: int = 1) -> None:
     if hosts is None:
         argv, env = [fuserun(), "-np", "2"], None
-    else:   # one worker on each of two namespace hosts, started from the first over ssh
-        argv = hosts.argv(1, [fuserun(), "-np", "2", "-H",
-                              ",".join(f"{a}:1" for a in hosts.addrs[:2])],
+    else:   # per_host workers on each of two namespace hosts, started from the first over ssh
+        argv = hosts.argv(1, [fuserun(), "-np", str(2 * per_host), "-H",
+                              ",".join(f"{a}:{per_host}" for a in hosts.addrs[:2])],
                           {"PATH": os.environ["PATH"],
                            "FUSE_SSH_ARGS": f"-F {hosts.dir}/ssh_config"})
         env = hosts.env
@@ -90,46 +91,60 @@ def run_fuse(args, path: str, hosts=None) -> None:
     _wait([proc], "fuse")
 
 
-def run_mwms(args, path: str, hosts=None) -> None:
+def mwms_cluster(hosts, per_host: int) -> tuple[list[str], list[int]]:
+    """MWMS's worker addresses (TF_CONFIG's cluster) and the host (1-based) each runs on:
+    2 workers on localhost, or ``per_host`` on each of the two namespace hosts, a port each."""
     if hosts is None:
-        cluster = {"worker": [f"localhost:{common.free_port()}" for _ in range(2)]}
-    else:
-        port = common.free_port()
-        cluster = {"worker": [f"{a}:{port}" for a in hosts.addrs[:2]]}
+        return [f"localhost:{common.free_port()}" for _ in range(2)], [0, 0]
+    ports = [common.free_port() for _ in range(per_host)]
+    workers = [(h + 1, f"{addr}:{port}") for h, addr in enumerate(hosts.addrs[:2])
+               for port in ports]
+    return [a for _, a in workers], [h for h, _ in workers]
+
+
+def run_mwms(args, path: str, hosts=None, per_host: int = 1) -> None:
+    addresses, on_host = mwms_cluster(hosts, per_host)
+    cluster = {"worker": addresses}
     procs = []
-    for index in range(2):
+    for index, host in enumerate(on_host):
         config = json.dumps({"cluster": cluster, "task": {"type": "worker", "index": index}})
         argv = [sys.executable, "-u", *worker_args(args, path), "--side", "mwms"]
         if hosts is None:
             env = dict(os.environ, TF_CONFIG=config)
         else:
-            argv, env = hosts.argv(index + 1, argv, {"TF_CONFIG": config}), hosts.env
+            argv, env = hosts.argv(host, argv, {"TF_CONFIG": config}), hosts.env
         procs.append(subprocess.Popen(argv, env=env, start_new_session=True))
     _wait(procs, "MultiWorkerMirroredStrategy")
 
 
-def run_side(side: str, args, tmp: str, hosts=None) -> dict:
+def run_side(side: str, args, tmp: str, hosts=None, per_host: int = 1) -> dict:
     path = os.path.join(tmp, f"{side}.json")
     if os.path.exists(path):
         os.unlink(path)
-    (run_fuse if side == "fuse" else run_mwms)(args, path, hosts)
+    (run_fuse if side == "fuse" else run_mwms)(args, path, hosts, per_host)
     with open(path) as f:
         return json.load(f)
 
 
+def settings(args, loads: list[int], hosts) -> list[tuple]:
+    """(load, workers per host or None on this machine, the case's setting text) to measure."""
+    if hosts is None:
+        return [(load, None, "") for load in loads]
+    return [(load, r, f", 2x{r} hosts at {args.rate}") for r in args.per_host for load in loads]
+
+
 def measure(args, models: list[str], loads: list[int], tmp: str, hosts) -> tuple:
-    """(rows, notes, info): for each load level, rounds of both sides' jobs, alternating."""
+    """(rows, notes, info): for each setting, rounds of both sides' jobs, alternating."""
     labels = {"fuse": "fuse", "mwms": "MWMS"}
     rows, notes, info = [], [], {}
-    setting = f", 2x1 hosts at {args.rate}" if hosts else ""
-    for load in loads:
+    for load, per_host, setting in settings(args, loads, hosts):
         busy = loaded.start_busy(load)
         try:
             loop = {m: {"fuse": [], "MWMS": []} for m in models}
             fit = {m: {"fuse": [], "MWMS": []} for m in models}
             for rnd in range(args.rounds):
                 for side in (("fuse", "mwms") if rnd % 2 == 0 else ("mwms", "fuse")):
-                    rec = run_side(side, args, tmp, hosts)
+                    rec = run_side(side, args, tmp, hosts, per_host or 1)
                     for m in models:
                         entry = rec["models"][m]
                         info[m] = {"parameters": entry["parameters"],
@@ -152,7 +167,8 @@ def measure(args, models: list[str], loads: list[int], tmp: str, hosts) -> tuple
                     continue
                 row = common.comparison(f"{name}, {kind}{setting}, load {load}", samples,
                                         unit="s", competitor="MWMS", model=m, kind=kind,
-                                        load=load, hosts=bool(hosts), **info[m])
+                                        load=load, hosts=bool(hosts),
+                                        workers=2 * (per_host or 1), **info[m])
                 rows.append(row)
                 med = row["median"]
                 print(f"load {load}{setting}, {m}, {kind}: fuse {med['fuse'] * 1e3:.1f} ms, "
@@ -177,6 +193,12 @@ def main():
                     help="one worker on each of 2 network-namespace hosts (scripts/cluster.sh, "
                          "needs root) instead of both on this one")
     ap.add_argument("--rate", default="1gbit", help="the hosts' link rate, tc syntax")
+    ap.add_argument("--per-host", default="1",
+                    type=lambda text: [int(r) for r in text.split(",") if r.strip()],
+                    help="with --hosts: workers on each host, a list (1: 2x1, 2: 2x2)")
+    ap.add_argument("--job-name", default=None,
+                    help="the record's job name (default tensorflow_step, or tensorflow_hosts "
+                         "with --hosts)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     # fuserun, and the editable install's rebuild on import, want this environment's tools
@@ -198,13 +220,17 @@ def main():
             hosts.down()
     described = machine.describe()
     # the hosts' run is a job of its own in the suite's record (merged beside the local one)
+    name = args.job_name or ("tensorflow_hosts" if hosts else "tensorflow_step")
+    layouts = [f"2x{r}" for r in args.per_host] if hosts else None
     common.write_json(args.json, common.job_record(
-        "tensorflow_hosts" if hosts else "tensorflow_step", rows, described,
-        vars(args) | {"workers": 2, "threads": info.get("threads"),
+        name, rows, described,
+        vars(args) | {"workers": [2 * r for r in args.per_host] if hosts else 2,
+                      "layouts": layouts, "threads": info.get("threads"),
                       "link_GBps": multihost.rate_gbytes(args.rate) if hosts else None,
-                      "launchers": {"fuse": "fuserun -np 2",
-                                    "MWMS": "2 processes, TF_CONFIG with the 2 workers' "
-                                            "addresses, CommunicationImplementation.RING"}},
+                      "launchers": {"fuse": "fuserun -np N (-H a:R,b:R across hosts)",
+                                    "MWMS": "one process per worker, TF_CONFIG with every "
+                                            "worker's address, "
+                                            "CommunicationImplementation.RING"}},
         notes=notes))
 
 
