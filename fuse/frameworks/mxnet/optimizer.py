@@ -45,8 +45,13 @@ class _GradientReducer:
         wires = [w for w, _ in wired]
         labels = wire_names(names)
         handles, first_error = [], None
+        groups = list(enumerate(assign_groups(grads, num_groups=self.num_groups)))
         try:
-            for g, members in enumerate(assign_groups(grads, num_groups=self.num_groups)):
+            # Last group first: MXNet's backward is still running on its engine's threads
+            # and writes the gradients roughly in the reverse of the parameters' order, so
+            # each submission waits only for its own gradients and the engine reduces the
+            # late layers' gradients while MXNet computes the early layers'.
+            for g, members in reversed(groups):
                 kwargs = dict(op=self.op, prescale_factor=self.prescale,
                               postscale_factor=self.postscale, process_set=self.process_set)
                 if len(members) == 1:

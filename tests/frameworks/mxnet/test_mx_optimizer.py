@@ -44,7 +44,8 @@ def test_trainer_mismatch_names_the_parameter():
     assert text.startswith("MismatchError"), text
     # gradients are named by their index in the (sorted) parameter list, as in Horovod, so
     # that the names agree even when Gluon's automatic parameter names differ between ranks;
-    # index 0 is dense0_bias
-    assert "'allreduce.mismatch.0'" in text and "[3]" in text and "[4]" in text, text
+    # index 1 is dense0_weight (sorted after dense0_bias), submitted first: gradients go in
+    # the reverse of the parameters' order, the order backward writes them
+    assert "'allreduce.mismatch.1'" in text and "[3, 2]" in text and "[4, 2]" in text, text
     assert "rank 0" in text and "rank 1" in text, text
     assert ok == [2.0] and res[1][1] == [2.0]
