@@ -61,6 +61,9 @@ fi
 
 # In this environment MXNet must import: a broken install fails the tests, never skips them.
 # tests/frameworks/contract: the adapters' shared contract, MXNet's checked here.
-FUSE_TEST_REQUIRE=mxnet python -m pytest tests/frameworks/mxnet tests/frameworks/contract "$@"
+# tests/bench/test_mxnet_step.py: the benchmark suite's MXNet workload at tiny size (against
+# Horovod where scripts/build_horovod_mxnet.sh has built it).
+FUSE_TEST_REQUIRE=mxnet python -m pytest tests/frameworks/mxnet tests/frameworks/contract \
+  tests/bench/test_mxnet_step.py "$@"
 # The documentation's MXNet snippets, as a reader runs them (tests/docs/test_doc_snippets.py)
 FUSE_TEST_REQUIRE=mxnet python -m pytest tests/docs/test_doc_snippets.py -k mxnet "$@"

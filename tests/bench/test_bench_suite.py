@@ -209,7 +209,8 @@ def test_suite_jobs_and_unknown_workload():
                      "torch_step_nofusion_none", "torch_step_fusion_fp16",
                      "torch_step_fusion_bf16", "torch_step_mpi_fusion_none", "train_cnn",
                      "overhead", "loaded", "sharded", "multihost", "tensorflow_step",
-                     "tensorflow_hosts"]
+                     "tensorflow_hosts", "tensorflow_hosts_2x2", "tensorflow_tiny",
+                     "mxnet_step"]
     loaded = suite.jobs_for("loaded", quick=False, load=3)[0]
     assert loaded.launcher == "self" and loaded.argv[1:3] == ["--load", "3"]
     nofusion = suite.jobs_for("many_small", quick=False)[1]
@@ -231,9 +232,53 @@ def test_suite_jobs_and_unknown_workload():
     assert "the environment scripts/test_tensorflow.sh makes" in \
         suite.missing((), "/nonexistent/.venv-tf/bin/python")[0]
     # and across two namespace hosts, a job of its own (its record merges beside the local one)
-    hosts_job = suite.jobs_for("tensorflow", quick=False)[1]
+    tf_jobs = {job.name: job for job in suite.jobs_for("tensorflow", quick=False, load=2)}
+    hosts_job = tf_jobs["tensorflow_hosts"]
     assert hosts_job.python == tf_job.python and hosts_job.argv[:4] == [
         "tf_step.py", "--hosts", "--load", "0"]
+    assert tf_jobs["tensorflow_hosts_2x2"].argv[:3] == ["tf_step.py", "--hosts", "--per-host"]
+    tiny = tf_jobs["tensorflow_tiny"].argv
+    assert tiny[tiny.index("--size") + 1] == "tiny" and tiny[tiny.index("--load") + 1] == "2"
+    # every job names itself in its record, so that the suite's merge keeps them apart
+    for name, job in tf_jobs.items():
+        assert name in ("tensorflow_step", "tensorflow_hosts") or \
+            job.argv[job.argv.index("--job-name") + 1] == name
+    # MXNet's runs in .venv-mxnet, and needs Horovod's environment too
+    (mx_job,) = suite.jobs_for("mxnet", quick=True, load=2)
+    assert mx_job.python.endswith(".venv-mxnet/bin/python")
+    assert mx_job.argv[:3] == ["mxnet_step.py", "--load", "2"]
+    lacking = suite.missing((), "/nonexistent/.venv-mxnet/bin/python",
+                            ("/nonexistent/.venv-horovod-mxnet/bin/python",))
+    assert "scripts/test_mxnet.sh makes" in lacking[0]
+    assert "scripts/build_horovod_mxnet.sh makes" in lacking[1]
+
+
+def test_a_page_describes_the_software_its_jobs_ran_with():
+    base = {"cores": 2, "cpu": "x", "memory_gib": 1, "kernel": "k", "python": "3.11",
+            "numpy": "1", "fuse": "0.2", "fuse_gloo": "g"}
+    suite_env = base | {"torch": "2.13"}
+    tf_env = base | {"tensorflow": "2.21", "keras": "3.15"}
+    record = {"machine_end": suite_env, "jobs": [{"job": "a", "machine": tf_env},
+                                                 {"job": "b", "machine": tf_env}]}
+    assert "TensorFlow 2.21" in suite.machine_line(record)
+    assert "torch" not in suite.machine_line(record)
+    record["jobs"][1]["machine"] = base | {"mxnet": "1.9.1"}
+    line = suite.machine_line(record)
+    assert line.startswith("`a`: ") and "; `b`: " in line and "MXNet 1.9.1" in line
+    assert "torch 2.13" in suite.machine_line({"machine_end": suite_env, "jobs": []})
+
+
+def test_tensorflow_page_gives_each_jobs_own_settings():
+    def job(name, **config):
+        return {"job": name, "rows": [], "machine": {"tensorflow": "2.21"}, "config": config}
+    w = {"jobs": [job("tensorflow_step", steps=10, warmup=3, rounds=3, load=1),
+                  job("tensorflow_hosts_2x2", hosts=True, layouts=["2x2"], rate="1gbit",
+                      steps=4, warmup=2, rounds=2, load=0)]}
+    text = report.tensorflow_section(w)
+    assert "`tensorflow_step`: 2 workers on this machine, load 0 and 1; 10 timed steps after " \
+           "3 warm-up" in text
+    assert "`tensorflow_hosts_2x2`: the 2x2 layout(s) of network-namespace hosts at 1gbit, " \
+           "load 0; 4 timed steps after 2 warm-up" in text
 
 
 def test_a_run_of_some_jobs_keeps_the_others_latest_records():
