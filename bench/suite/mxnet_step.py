@@ -13,7 +13,8 @@ Each round launches both sides' 2-worker jobs (bench/suite/mxnet_worker.py), the
 alternating from round to round: fuse's ``DistributedTrainer`` under ``fuserun -np 2``,
 Horovod's under ``horovodrun -np 2 --gloo``.  Both launches get the same thread settings
 (``OMP_NUM_THREADS`` and ``MXNET_CPU_WORKER_NTHREADS`` = ``--threads``, each worker's share of
-the cores; ``MXNET_ENGINE_TYPE`` = ``--engine``).  A job times ``--steps`` steps of each model
+the cores; ``MXNET_ENGINE_TYPE`` = ``--engine``) and ``MXNET_MKLDNN_ENABLED=0`` (see
+:func:`mxnet_env`).  A job times ``--steps`` steps of each model
 after a warm-up and reports the median; the figure is the median over rounds and the ratio
 fuse/Horovod.  Load levels: 0 and ``--load`` (that many ``while True: pass`` processes beside
 the jobs).
@@ -59,10 +60,13 @@ def horovod_python(venv: str) -> str | None:
     return python if ok.returncode == 0 else None
 
 
-def thread_env(args) -> dict[str, str]:
-    """The thread budget both sides' workers get."""
+def mxnet_env(args) -> dict[str, str]:
+    """The thread budget and MXNet settings both sides' workers get.  oneDNN (MKLDNN) is off
+    on both: Horovod 0.28.1's MXNet ops fail on the oneDNN-layout gradients MXNet 1.9.1's
+    convolutions produce ("Check failed: !IsMKLDNNData(): We can't generate TBlob for MKLDNN
+    data"), so with it on the ResNet step cannot run on Horovod's side."""
     return {"OMP_NUM_THREADS": str(args.threads), "MXNET_CPU_WORKER_NTHREADS": str(args.threads),
-            "MXNET_ENGINE_TYPE": args.engine}
+            "MXNET_ENGINE_TYPE": args.engine, "MXNET_MKLDNN_ENABLED": "0"}
 
 
 def worker_args(args, side: str, json_path: str) -> list[str]:
@@ -84,7 +88,7 @@ def run_side(side: str, args, tmp: str) -> dict:
     path = os.path.join(tmp, f"{side}.json")
     if os.path.exists(path):
         os.unlink(path)
-    env = dict(os.environ, **thread_env(args))
+    env = dict(os.environ, **mxnet_env(args))
     if side == "horovod":   # its own environment's tools first (horovodrun starts python)
         env["PATH"] = os.path.dirname(args.horovod_python) + os.pathsep + env["PATH"]
     proc = subprocess.Popen(side_argv(side, args, path), env=env, start_new_session=True)
@@ -161,7 +165,7 @@ def main():
     config = {k: v for k, v in vars(args).items() if k not in ("horovod_python",)}
     common.write_json(args.json, common.job_record(
         "mxnet_step", rows, machine.describe(),
-        config | {"workers": 2, "thread_env": thread_env(args), "sides": info["sides"],
+        config | {"workers": 2, "mxnet_env": mxnet_env(args), "sides": info["sides"],
                   "launchers": {"fuse": "fuserun -np 2",
                                 "Horovod": "horovodrun -np 2 -H localhost:2 --gloo"},
                   "horovod_build": f"{HOROVOD_BUILD}: Horovod 0.28.1 sdist, HOROVOD_WITH_MXNET=1 "

@@ -17,8 +17,9 @@ parameter set is ResNet-50's and the compute small.  A step: forward and backwar
 then ``mx.nd.waitall()`` so that the step's time includes all the work MXNet's asynchronous
 engine was given (Horovod's collectives run on that engine, fuse's return when done).
 
-The thread budget is the launcher's environment (``OMP_NUM_THREADS``, ``MXNET_ENGINE_TYPE``,
-``MXNET_CPU_WORKER_NTHREADS``), set the same for both sides by mxnet_step.py; rank 0 writes the
+The thread budget and MXNet's settings are the launcher's environment (``OMP_NUM_THREADS``,
+``MXNET_ENGINE_TYPE``, ``MXNET_CPU_WORKER_NTHREADS``, ``MXNET_MKLDNN_ENABLED``), set the same
+for both sides by mxnet_step.py; rank 0 writes the
 step times and the values it ran with.
 """
 
@@ -36,7 +37,8 @@ BATCH = 16              # samples per worker and step
 DENSE_WIDTH = 2560
 DENSE_LAYERS = 4
 IMAGE = 32
-THREAD_VARIABLES = ("OMP_NUM_THREADS", "MXNET_ENGINE_TYPE", "MXNET_CPU_WORKER_NTHREADS")
+THREAD_VARIABLES = ("OMP_NUM_THREADS", "MXNET_ENGINE_TYPE", "MXNET_CPU_WORKER_NTHREADS",
+                    "MXNET_MKLDNN_ENABLED")
 
 
 def build_model(name: str, size: str):

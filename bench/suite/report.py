@@ -383,7 +383,7 @@ def mxnet_section(w: dict) -> str:
     sides = c.get("sides", {})
     rows = [[r["case"], fmt_time(r["median"]["fuse"]), fmt_time(r["median"]["Horovod"]),
              _ratio_cell(r["ratio"])] for r in job_rows(w, "mxnet")]
-    env = " ".join(f"{k}={v}" for k, v in (c.get("thread_env") or {}).items())
+    env = " ".join(f"{k}={v}" for k, v in (c.get("mxnet_env") or {}).items())
     package = {label: side.get("package", "?") for label, side in sides.items()}
     return "\n".join([
         _table(["case", "fuse (fuserun -np 2)", "Horovod (horovodrun -np 2 --gloo)",
@@ -395,7 +395,9 @@ def mxnet_section(w: dict) -> str:
         "its own (`scripts/build_horovod_mxnet.sh`). 2 workers on this machine, "
         f"{c.get('steps', '?')} timed steps after {c.get('warmup', '?')} warm-up steps per job "
         f"(median), {c.get('rounds', '?')} rounds alternating which side's job starts first; "
-        f"the figure is the median over rounds. Both sides' workers run with {env}. The same "
+        f"the figure is the median over rounds. Both sides' workers run with {env} (oneDNN "
+        "off: with it on, Horovod 0.28.1's MXNet ops fail on the oneDNN-layout gradients of "
+        "MXNet 1.9.1's convolutions, `Check failed: !IsMKLDNNData()`). The same "
         "Gluon network on both sides, hybridized, parameters broadcast from rank 0, "
         "`DistributedTrainer` with SGD (momentum 0.9), 16 samples per worker; a step is "
         "forward and backward under `autograd.record`, `trainer.step` and `mx.nd.waitall()` "

@@ -60,7 +60,7 @@ def test_without_horovod_the_job_says_how_to_build_it(tmp_path):
 def test_tiny_workload_against_horovod_and_its_page(tmp_path):
     if mxnet_step.horovod_python(mxnet_step.DEFAULT_HOROVOD_VENV) is None:
         pytest.skip("no Horovod with MXNet in .venv-horovod-mxnet (bash "
-                    "scripts/build_horovod_mxnet.sh builds it; about 15 min on 2 cores)")
+                    "scripts/build_horovod_mxnet.sh builds it; about 10 min on 2 cores)")
     out = tmp_path / "mxnet.json"
     subprocess.run([sys.executable, str(SUITE / "mxnet_step.py"), *TINY, "--load", "0",
                     "--rounds", "1", "--json", str(out)], check=True, timeout=380,
