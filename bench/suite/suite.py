@@ -137,10 +137,16 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
                                       "", "--layouts", "2x2", "--rounds", "1", *steps],
                     launcher="self", timeout=1800)]
     if workload == "multihost":
-        args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
-                else ["--rounds", "3", "--steps", "5"])
-        return [Job("multihost", ["multihost.py", *args], launcher="self",
-                    timeout=900 if quick else 2400)]
+        if quick:
+            return [Job("multihost", ["multihost.py", "--layouts", "2x1,2x2", "--rounds", "1",
+                                      "--steps", "2"], launcher="self", timeout=900)]
+        # two jobs, each under 8 minutes, so that each can be rerun alone (--jobs); the three
+        # layouts took 554 s in one
+        args = ["--rounds", "3", "--steps", "5"]
+        return [Job("multihost", ["multihost.py", "--layouts", "2x1,2x2", *args],
+                    launcher="self", timeout=1200),
+                Job("multihost_4x1", ["multihost.py", "--layouts", "4x1", "--job-name",
+                                      "multihost_4x1", *args], launcher="self", timeout=1200)]
     if workload == "tensorflow":
         args = (["--rounds", "1", "--steps", "3", "--warmup", "2"] if quick
                 else ["--rounds", "3", "--steps", "10"])
