@@ -24,7 +24,11 @@ What is modelled, and why each term is there:
   GPUs do not share): each rank has two threads that want a core, the one computing and the
   engine's while it works through shared memory (waiting on the link or on rank 0 takes no
   core).  Every busy thread runs at min(1, C / (P x busy threads per rank)): with as many ranks
-  as cores the engine's memory work no longer hides behind backward but slows it.
+  as cores the engine's memory work no longer hides behind backward but slows it.  And a step
+  of a ring in which every rank takes part cannot end before each rank's thread has had a core:
+  on shared cores it costs at least a round of them (``Cluster.round``, set from the measured
+  negotiation among as many ranks, which is such a round), much more than the link's
+  per-message cost at 64 ranks on 2 cores.
 - **The engine**: a fixed cost per collective (negotiation with rank 0, dispatch), growing with
   the ranks rank 0 hears from, and a cost per tensor on the backward thread (the framework's
   gradient hook and the request; for torch on the CPU also writing each gradient into its
@@ -92,6 +96,9 @@ class Cluster:
     shm: SharedMemory           # inside a host
     cores: int | None = None
     hierarchical_threshold: int = 256 << 10     # FUSE_HIERARCHICAL_THRESHOLD's default
+    # on shared cores, the least time of a step in which every rank takes part: each of their
+    # threads must get a core in turn (0: they have processors of their own)
+    round: float = 0.0
 
     @property
     def ranks(self) -> int:
@@ -114,12 +121,13 @@ class Cluster:
         return 1.0 if self.cores is None else min(1.0, self.cores / (self.ranks * busy))
 
 
-def ring_allreduce(nbytes: float, ranks: int, link: Link) -> float:
-    """A ring over ``ranks`` ranks, one per link: 2(N-1) messages of S/N bytes each."""
+def ring_allreduce(nbytes: float, ranks: int, link: Link, least_step: float = 0.0) -> float:
+    """A ring over ``ranks`` ranks, one per link: 2(N-1) messages of S/N bytes each, a step
+    costing at least ``least_step`` (``Cluster.round``)."""
     if ranks < 2:
         return 0.0
     steps = 2 * (ranks - 1)
-    return steps * link.alpha + steps / ranks * nbytes / link.bandwidth
+    return steps * max(link.alpha, least_step) + steps / ranks * nbytes / link.bandwidth
 
 
 def shm_allreduce(nbytes: float, shm: SharedMemory, stretch: float = 1.0) -> float:
@@ -138,7 +146,7 @@ def hierarchical_allreduce(nbytes: float, cluster: Cluster) -> float:
     seg = min(segment_bytes(nbytes), nbytes)
     count = max(1, math.ceil(nbytes / seg))
     local = shm_allreduce(seg, cluster.shm, cluster.oversubscription)
-    cross = ring_allreduce(seg, cluster.hosts, cluster.inter)
+    cross = ring_allreduce(seg, cluster.hosts, cluster.inter, cluster.round)
     return local + cross + (count - 1) * max(local, cross)
 
 
@@ -153,9 +161,9 @@ def allreduce_parts(nbytes: float, cluster: Cluster) -> tuple[float, float]:
     if cluster.hosts == 1:
         return cluster.shm.per_byte * nbytes, cluster.shm.alpha
     if cluster.local == 1:
-        return 0.0, ring_allreduce(nbytes, cluster.hosts, cluster.inter)
+        return 0.0, ring_allreduce(nbytes, cluster.hosts, cluster.inter, cluster.round)
     if nbytes < cluster.hierarchical_threshold:
-        return 0.0, ring_allreduce(nbytes, cluster.ranks, cluster.inter)
+        return 0.0, ring_allreduce(nbytes, cluster.ranks, cluster.inter, cluster.round)
     seg = min(segment_bytes(nbytes), nbytes)
     work = math.ceil(nbytes / seg) * cluster.shm.per_byte * seg
     return work, hierarchical_allreduce(nbytes, cluster) - work * cluster.oversubscription

@@ -36,9 +36,12 @@ class Point:
         return (self.model - self.measured) / self.measured
 
 
-def layout(text: str, link: Link, shm: SharedMemory) -> Cluster:
+def layout(text: str, link: Link, shm: SharedMemory, engine: Engine) -> Cluster:
+    """This machine's hosts: every rank on the same CORES; a step in which all take part takes
+    at least a negotiation among them (one round of every rank's thread)."""
     hosts, local = (int(x) for x in text.split("x"))
-    return Cluster(hosts=hosts, local=local, inter=link, shm=shm, cores=CORES)
+    return Cluster(hosts=hosts, local=local, inter=link, shm=shm, cores=CORES,
+                   round=engine.collective(hosts * local))
 
 
 def modelled(kind: str, nbytes: int, cluster: Cluster, engine: Engine,
@@ -55,7 +58,7 @@ def multihost_points(record: dict, link: Link, shm: SharedMemory, engine: Engine
     for row in multihost_rows(record):
         if row["model"] not in MULTIHOST_CASES:
             continue
-        cluster = layout(row["layout"], link, shm)
+        cluster = layout(row["layout"], link, shm, engine)
         points.append(Point(f"{row['layout']} hosts, {MULTIHOST_CASES[row['model']]}", source,
                             row["median"]["fuse"],
                             modelled(row["model"], ALLREDUCE_64MIB, cluster, engine, work)))
@@ -68,16 +71,16 @@ def measured_points(params: dict, link: Link, shm: SharedMemory,
     source = f"scaling_params.json, {params['machine_end']['time_utc'][:10]}"
     points = []
     for ranks, seconds in sorted(params.get("one_host_step", {}).items()):
-        cluster = layout(f"1x{ranks}", link, slots[int(ranks)])
+        cluster = layout(f"1x{ranks}", link, slots[int(ranks)], engine)
         points.append(Point(f"1x{ranks} (one host), {MULTIHOST_CASES['step']}", source,
                             seconds, modelled("step", 0, cluster, engine, work)))
     for lay, seconds in params.get("hosts_step", {}).items():
-        cluster = layout(lay, link, shm)
+        cluster = layout(lay, link, shm, engine)
         points.append(Point(f"{lay} hosts, {MULTIHOST_CASES['step']}", source, seconds,
                             modelled("step", 0, cluster, engine, work)))
     run = params.get("ranks_64")
     if run:
-        cluster = layout(f"4x{run['local_ranks']}", link, shm)
+        cluster = layout(f"4x{run['local_ranks']}", link, shm, engine)
         largest = max(int(size) for size in run["allreduce"])
         for size, seconds in run["allreduce"].items():
             # a 4-byte allreduce travels inline: the negotiation alone

@@ -12,6 +12,7 @@ sys.path.insert(1, str(BENCH / "suite"))
 
 import fit  # noqa: E402
 import gpus  # noqa: E402
+import points  # noqa: E402
 import predict  # noqa: E402
 from model import (MIB, Cluster, Engine, Link, SharedMemory, Workload,  # noqa: E402
                    allreduce, allreduce_parts, efficiency, hierarchical_allreduce,
@@ -215,3 +216,22 @@ def test_fits_read_the_step_cpu_measurements():
     slots = fit.slots(params)
     assert slots[2] == SharedMemory(alpha=0.0, per_byte=7e-11)
     assert slots[4].per_byte == 1e-10
+
+
+def test_on_shared_cores_a_ring_step_takes_at_least_a_round_of_the_ranks():
+    # 2 messages of 1e6 / 2 bytes: each at least 1 ms instead of the link's 100 µs
+    assert ring_allreduce(1e6, 2, LINK, least_step=1e-3) == pytest.approx(2e-3 + 1e6 / 1e8)
+    assert ring_allreduce(1e6, 2, LINK, least_step=1e-5) == ring_allreduce(1e6, 2, LINK)
+    engine = Engine(per_collective=60e-6, per_rank=70e-6, per_tensor=0.0)
+    shm = SharedMemory(0.0, 1e-10)
+    cluster = points.layout("4x16", LINK, shm, engine)
+    # this machine's 64 ranks: a negotiation among them, 60 + 62 x 70 µs, is the round
+    assert cluster.ranks == 64 and cluster.cores == points.CORES
+    assert cluster.round == pytest.approx(60e-6 + 62 * 70e-6)
+    # 16 MiB hierarchically: 4 segments of 4 MiB, each across 4 hosts in 6 ring steps
+    seg = 4 * MIB
+    local = seg * 1e-10 * 32
+    cross = 6 * cluster.round + 1.5 * seg / 1e8
+    assert allreduce(16 * MIB, cluster) == pytest.approx(local + 4 * max(local, cross))
+    # GPUs: processors of their own, no round
+    assert gpus.cluster(512, 25, LINK, 1.25e8).round == 0.0
