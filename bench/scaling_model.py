@@ -6,8 +6,9 @@ points measured on this machine, then its prediction for ResNet-101 on 512 GPUs.
     python bench/scaling_model.py --images-per-second 400 --no-write   # another GPU
 
 The model (bench/scaling/model.py) is ring and hierarchical allreduce with a per-message cost
-and a bandwidth, same-host shared memory, the engine's costs per collective and per tensor,
-fusion into buffers at the coordinator's cycle, overlapping backward layer by layer.  Its
+and a bandwidth, same-host shared memory, the engine's costs per collective and the hooks' per
+gradient and per byte, fusion into buffers at the coordinator's cycle, overlapping backward
+layer by layer, and (this machine only) the cores shared by the ranks' compute and the engine.  Its
 parameters come from bench/results/scaling_params.json (bench/scaling/fit.py says which
 measurement gives each); the GPU cluster's are stated in bench/scaling/gpus.py.  Writes
 bench/results/scaling_model.md (the docs page includes it) and bench/plots/scaling_model.png.
