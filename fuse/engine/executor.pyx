@@ -90,6 +90,15 @@ cdef inline size_t _total(const vector[size_t]& sizes) noexcept nogil:
     return total
 
 
+cdef inline size_t _before(const vector[size_t]& sizes, size_t index) noexcept nogil:
+    """Where part ``index`` begins when the parts lie back to back."""
+    cdef size_t at = 0
+    cdef size_t i
+    for i in range(index):
+        at += sizes[i]
+    return at
+
+
 cdef int _b_allreduce(PSet* ps, void* buf, size_t count, int dtype, int op,
                       string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
@@ -513,6 +522,8 @@ cdef class Executor:
         cdef vector[int64_t] out_shape
         cdef int64_t rows = 0
         cdef void* out
+        cdef const void* inp
+        cdef void* staging
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         for i in range(resp.args.size()):
             recvbytes.push_back(<size_t>resp.args[i] * row)
@@ -527,7 +538,18 @@ cdef class Executor:
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
         if self.gathers_via_shm(ps) and rows * row:
             return self._allgather_shm(ps, r.inp, <char*>out, recvbytes, err)
-        if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
+        inp = r.inp
+        if recvbytes[ps.index] and inp == <const void*>(<char*>out + _before(recvbytes, ps.index)):
+            # the input is this member's place in the output (an allgather in place): a
+            # backend may not take a send buffer inside its receive buffer (MPI forbids it),
+            # so it sends from a copy
+            staging = self.fusion.get(recvbytes[ps.index])
+            if staging == NULL:
+                err = _str("out of memory for the fusion buffer (") + _int_str(recvbytes[ps.index]) + _str(" bytes)")
+                return EX_LOCAL
+            memcpy(staging, inp, recvbytes[ps.index])
+            inp = staging
+        if _b_allgatherv(ps, inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
 
@@ -593,7 +615,7 @@ cdef class Executor:
             offsets.push_back(pos)
             owners.push_back(<int>i)
             pos += recvbytes[i]
-        if recvbytes[ps.index]:
+        if recvbytes[ps.index] and <const void*>(out + offsets[ps.index]) != inp:
             memcpy(out + offsets[ps.index], inp, recvbytes[ps.index])
         return self._gather_shm(ps, out, offsets, recvbytes, owners, err)
 
@@ -619,6 +641,8 @@ cdef class Executor:
         cdef vector[int64_t] out_shape
         cdef int64_t rows = 0
         cdef void* out
+        cdef const void* inp
+        cdef void* staging
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         recv_splits.clear()
         for j in range(n):
@@ -686,11 +710,16 @@ cdef class Executor:
             counts.push_back(rows_i * <size_t>rowel)
         my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
         total = <size_t>_numel(r.shape) * dsize
-        buf = <char*>self.fusion.get(total if total else 1)
-        if buf == NULL:
-            err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
-            return EX_LOCAL
-        memcpy(buf, r.inp, total)
+        if r.out != NULL and r.out == r.inp:
+            # the caller gave its input as the output: scratch, reduced where it lies (no
+            # copy into the fusion buffer); the result still goes to an allocated output
+            buf = <char*>r.out
+        else:
+            buf = <char*>self.fusion.get(total if total else 1)
+            if buf == NULL:
+                err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
+                return EX_LOCAL
+            memcpy(buf, r.inp, total)
         scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
         post = _postscale(resp.op, post, n)
         if ps.shm != NULL and ps.hier == NULL and total:

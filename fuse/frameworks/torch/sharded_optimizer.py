@@ -150,14 +150,15 @@ class ShardedOptimizer(HookedOptimizer):
         d["_allreduced"] = [size * b.segment > ALLREDUCE_PAST_PADDING
                             * sum(_filled(b, r, plan.pieces) for r in range(size))
                             for b in self._plan.buckets]
-        d["_bases"] = [_packed_bases(b, size, plan.pieces) if packed
-                       else [r * b.segment for r in range(size + 1)]
-                       for b, packed in zip(self._plan.buckets, self._allreduced)]
+        # and where each rank's parameters lie in it for the allgather: back to back
+        d["_gather_bases"] = [_packed_bases(b, size, plan.pieces) for b in plan.buckets]
+        d["_bases"] = [gather if packed else [r * b.segment for r in range(size + 1)]
+                       for b, packed, gather in zip(plan.buckets, self._allreduced,
+                                                    self._gather_bases)]
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
-        # per bucket, kept from step to step (a bucket's padding stays zero): its gradients'
-        # buffer, laid out for the reduce-scatter; once reduced, this rank's segment of it
-        # carries this rank's updated parameters to the allgather
+        # per bucket, kept from step to step: its gradients' buffer, laid out for the
+        # reduce-scatter; once reduced, the allgather of the updated parameters runs in it
         d["_grad_flats"] = {}
         d["_synchronized"] = False
         self.pass_counter.reset()
@@ -306,6 +307,11 @@ class ShardedOptimizer(HookedOptimizer):
             i = pieces[k].param
             if i not in grads:
                 grads[i] = self._dense_grad(i, self._params[i])
+        if not self._allreduced[b]:
+            # the padding, which the last allgather may have written over, zero again
+            for r, gather in enumerate(self._gather_bases[b][1:]):
+                filled = gather - self._gather_bases[b][r]
+                flat[bases[r] + filled:bases[r + 1]].zero_()
         for r, seg in enumerate(bucket.segments):
             base = bases[r]
             for k in seg:
@@ -320,8 +326,12 @@ class ShardedOptimizer(HookedOptimizer):
             # ZeRO-2: the full gradient is not kept; the owner gets the average back
             self._params[i].grad = None
         wire, ctx = self._compression.compress(flat)
+        # the buffer (or its compressed copy) is scratch from here: the allreduce runs in
+        # it, the reduce-scatter may too (no copy into the engine's fusion buffer)
         collective = "allreduce" if self._allreduced[b] else "reducescatter"
-        handle = getattr(mpi_ops, collective + "_async")(
+        start = mpi_ops.allreduce_async_ if self._allreduced[b] \
+            else mpi_ops.reducescatter_scratch_async
+        handle = start(
             wire, name=f"sharded.{collective}.{self._names[pieces[bucket.members[0]].param]}",
             op=self._op,
             process_set=self._process_set, prescale_factor=self._prescale,
@@ -435,35 +445,42 @@ class ShardedOptimizer(HookedOptimizer):
     def _allgather_parameters(self) -> None:
         """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
         parameters of it, not padded: an allgather takes parts of any size), all in one
-        grouped allgather.  They travel from this rank's segment of the bucket's gradient
-        buffer, free once reduced (no buffer of their own: 1/size of the model less held),
-        which the next step's gradients overwrite whole (the padding is left alone)."""
+        grouped allgather.  It runs in the buckets' gradient buffers, free once reduced:
+        each rank's parameters are copied to their place in the gathered layout (the ranks'
+        parts back to back) and gathered there in place (on CPU), so the step holds no
+        buffer of the model's size beyond them; the next step's gradients overwrite them."""
         buckets, pieces = self._plan.buckets, self._plan.pieces
         if not buckets:
             return
-        mine = []
+        mine, outputs = [], []
         for b, bucket in enumerate(buckets):
-            base = self._bases[b][self._rank]
-            seg = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])[base:]
+            gather = self._gather_bases[b]
+            flat = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])
+            seg = flat[gather[self._rank]:gather[self._rank + 1]]
             for k in bucket.segments[self._rank]:
                 piece = pieces[k]
                 at = bucket.offsets[k]
-                flat = self._params[piece.param].detach().reshape(-1)
-                seg[at:at + piece.numel].copy_(flat[piece.start:piece.stop])
-            mine.append(seg[:_filled(bucket, self._rank, pieces)])
-        gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
-            mine, name="sharded.allgather." + self._names[pieces[buckets[0].members[0]].param],
-            process_set=self._process_set))
+                params = self._params[piece.param].detach().reshape(-1)
+                seg[at:at + piece.numel].copy_(params[piece.start:piece.stop])
+            mine.append(seg)
+            outputs.append(flat[:gather[-1]])
+        name = "sharded.allgather." + self._names[pieces[buckets[0].members[0]].param]
+        if outputs[0].device.type == "cpu":
+            gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_into_async(
+                mine, outputs, name=name, process_set=self._process_set))
+        else:
+            gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
+                mine, name=name, process_set=self._process_set))
         with torch.no_grad():
-            for bucket, full in zip(buckets, gathered):
-                base = 0
+            for b, (bucket, full) in enumerate(zip(buckets, gathered)):
                 for r, seg in enumerate(bucket.segments):
-                    if r != self._rank:
-                        for k in seg:
-                            piece = pieces[k]
-                            at = base + bucket.offsets[k]
-                            self._write(piece, full[at:at + piece.numel])
-                    base += _filled(bucket, r, pieces)
+                    if r == self._rank:
+                        continue
+                    base = self._gather_bases[b][r]
+                    for k in seg:
+                        piece = pieces[k]
+                        at = base + bucket.offsets[k]
+                        self._write(piece, full[at:at + piece.numel])
 
     def _write(self, piece: shard_plan.Piece, values: torch.Tensor) -> None:
         """``values`` into the parameter's elements ``piece`` covers (a parameter that is not
