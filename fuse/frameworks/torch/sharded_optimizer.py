@@ -10,12 +10,16 @@ How a step goes:
   different ranks, if the optimizer is element-wise (:mod:`.shard_state`): the wrapped
   optimizer steps a rank's block as a tensor of its own, a view of the parameter's elements,
   and keeps state for that block only.
-* A ``Tensor.register_post_accumulate_grad_hook`` per parameter counts backward passes (as the
-  unsharded optimizer does, :class:`fuse.collectives.grad_sync.PassCounter`).  When the last
-  gradient of a bucket is complete, the hook copies the bucket's gradients into one flat buffer,
-  laid out as ``size`` equal segments (segment ``r``: the gradients rank ``r`` owns), drops the
+* Each bucket has one flat buffer, kept from step to step, laid out as ``size`` equal
+  segments (segment ``r``: the gradients rank ``r`` owns).  A hook before accumulation writes
+  a parameter's new gradient straight into its place there and hands autograd that view as
+  ``p.grad``.  A ``Tensor.register_post_accumulate_grad_hook`` per parameter counts backward
+  passes (as the unsharded optimizer does, :class:`fuse.collectives.grad_sync.PassCounter`).
+  When the last gradient of a bucket is complete, the hook copies in what is not in the
+  buffer yet (a split parameter's blocks, a gradient accumulated elsewhere), drops the
   gradients from ``p.grad`` and starts one reduce-scatter of the buffer (compressed as asked),
-  while autograd computes the rest.  Each rank receives the average of the gradients it owns.
+  which the engine may run in the buffer itself, while autograd computes the rest.  Each rank
+  receives the average of the gradients it owns.
   (A bucket whose segments differ so much that the padding would cost more than an allreduce,
   ``ALLREDUCE_PAST_PADDING``, is laid out unpadded and allreduced; each rank keeps its part.)
 * :meth:`synchronize` submits the buckets the hooks did not (missing gradients as zeros, so no
@@ -24,8 +28,8 @@ How a step goes:
 * ``step()`` runs the wrapped optimizer, which skips parameters without a gradient, so it
   updates and keeps state for the owned parameters only (while it steps, its param groups
   hold this rank's blocks in place of the split parameters); then every rank's updated parameters
-  are allgathered (one grouped call, one tensor per bucket, not padded) so every rank holds the
-  full model.
+  are allgathered (one grouped call, one tensor per bucket, not padded, in place in the
+  buckets' buffers) so every rank holds the full model.
 
 ``state_dict()`` gathers the full state from every rank (a collective: call it on every rank),
 in the format of the wrapped optimizer class (a split parameter's blocks joined);
@@ -35,6 +39,7 @@ in the format of the wrapped optimizer class (a split parameter's blocks joined)
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
@@ -114,6 +119,10 @@ class ShardedOptimizer(HookedOptimizer):
         self._drop_foreign_state()
         d["_hook_handles"] = [p.register_post_accumulate_grad_hook(self._hook)
                               for p in params if p.requires_grad] if self._active else []
+        if self._active:
+            # and one before accumulation, for backward to write into the buckets' buffers
+            self._hook_handles.extend(p.register_hook(functools.partial(self._receive, i))
+                                      for i, p in enumerate(params) if p.requires_grad)
 
     def __repr__(self):
         return f"DistributedOptimizer({self.wrapped_optimizer!r}, sharded=True)"
@@ -155,6 +164,12 @@ class ShardedOptimizer(HookedOptimizer):
         d["_bases"] = [gather if packed else [r * b.segment for r in range(size + 1)]
                        for b, packed, gather in zip(plan.buckets, self._allreduced,
                                                     self._gather_bases)]
+        # per parameter that is one piece: (bucket, where its gradient lies in the bucket's
+        # buffer), for backward to write it there (see _receive)
+        d["_slots"] = {plan.pieces[k].param: (b, self._bases[b][r] + bucket.offsets[k])
+                       for b, bucket in enumerate(plan.buckets)
+                       for r, seg in enumerate(bucket.segments) for k in seg
+                       if plan.pieces[k].param not in plan.split}
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
         # per bucket, kept from step to step: its gradients' buffer, laid out for the
@@ -287,6 +302,26 @@ class ShardedOptimizer(HookedOptimizer):
             if self._ready[b] == self._params_in[b]:
                 self._submit(b)
 
+    def _receive(self, i, grad):
+        """Before autograd accumulates parameter ``i``'s gradient: when ``p.grad`` is None,
+        the gradient written straight into its place in its bucket's buffer, and that view
+        handed to autograd, which takes it as ``p.grad`` (as the unsharded optimizer's
+        :class:`.GradientLayout` does): ``_submit`` then has nothing to copy, and no gradient
+        tensor is made.  Otherwise None: autograd goes on with ``grad`` (accumulating into a
+        ``p.grad`` it has, even one in the buffer), and ``_submit`` copies what is elsewhere."""
+        self._follow_engine()
+        where = self._slots.get(i) if self._active else None
+        p = self._params[i]
+        if (where is None or p.grad is not None or where[0] in self._handles
+                or grad.layout != torch.strided or grad.requires_grad
+                or grad.dtype != p.dtype or grad.device != p.device):
+            return None
+        b, at = where
+        flat = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])
+        view = flat[at:at + p.numel()].view(p.shape)    # a tensor of its own, for autograd
+        view.copy_(grad)
+        return view
+
     def _dense_grad(self, i, p):
         g = p.grad
         if g is not None and g.is_sparse:
@@ -318,10 +353,11 @@ class ShardedOptimizer(HookedOptimizer):
                 piece = pieces[k]
                 g = grads[piece.param]
                 at = base + bucket.offsets[k]
-                if g is not None:
-                    flat[at:at + piece.numel].copy_(g.reshape(-1)[piece.start:piece.stop])
-                else:
+                if g is None:
                     flat[at:at + piece.numel].zero_()
+                elif g.data_ptr() != flat[at:].data_ptr() or g.dtype != flat.dtype:
+                    # (not written in place by _receive)
+                    flat[at:at + piece.numel].copy_(g.reshape(-1)[piece.start:piece.stop])
         for i in grads:
             # ZeRO-2: the full gradient is not kept; the owner gets the average back
             self._params[i].grad = None
