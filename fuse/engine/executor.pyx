@@ -90,15 +90,6 @@ cdef inline size_t _total(const vector[size_t]& sizes) noexcept nogil:
     return total
 
 
-cdef inline size_t _before(const vector[size_t]& sizes, size_t index) noexcept nogil:
-    """Where part ``index`` begins when the parts lie back to back."""
-    cdef size_t at = 0
-    cdef size_t i
-    for i in range(index):
-        at += sizes[i]
-    return at
-
-
 cdef int _b_allreduce(PSet* ps, void* buf, size_t count, int dtype, int op,
                       string& err) noexcept nogil:
     cdef char errbuf[ERRLEN]
@@ -519,12 +510,14 @@ cdef class Executor:
         cdef vector[int64_t] out_shape
         cdef int64_t rows = 0
         cdef void* out
-        cdef const void* inp
+        cdef const void* inp = r.inp
         cdef void* staging
+        cdef size_t at = 0      # where this member's part begins in the output
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         for i in range(resp.args.size()):
             recvbytes.push_back(<size_t>resp.args[i] * row)
             rows += resp.args[i]
+            at += recvbytes[i] if i < <size_t>ps.index else 0
         out_shape = r.shape
         out_shape[0] = rows
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
@@ -535,8 +528,7 @@ cdef class Executor:
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
         if self.gathers_via_shm(ps) and rows * row:
             return self._allgather_shm(ps, r.inp, <char*>out, recvbytes, err)
-        inp = r.inp
-        if recvbytes[ps.index] and inp == <const void*>(<char*>out + _before(recvbytes, ps.index)):
+        if recvbytes[ps.index] and inp == <const void*>(<char*>out + at):
             # the input is this member's place in the output (an allgather in place): a
             # backend may not take a send buffer inside its receive buffer (MPI forbids it),
             # so it sends from a copy
