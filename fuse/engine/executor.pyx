@@ -15,7 +15,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIG
 from cpython.buffer cimport PyBUF_WRITE
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.stdlib cimport free
-from libc.string cimport memmove, memset
+from libc.string cimport memset
 
 from fuse.engine.protocol cimport *
 from fuse.engine.request cimport RequestSpec
@@ -693,6 +693,8 @@ cdef class Executor:
                 rows_i += 1
             counts.push_back(rows_i * <size_t>rowel)
         my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
+        for i in range(<size_t>ps.index):
+            offset += counts[i]     # where this member's part lies, reduced in place
         total = <size_t>_numel(r.shape) * dsize
         if r.out != NULL and r.out == r.inp:
             # the caller gave its input as the output: scratch, reduced where it lies (no
@@ -719,13 +721,10 @@ cdef class Executor:
                                    post, err)
             if rc != EX_OK:
                 return rc
-            for i in range(<size_t>ps.index):
-                offset += counts[i]
-            if offset and counts[ps.index]:
-                memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         else:
             if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
                 return EX_BACKEND
+            offset = 0              # the backend leaves this member's part at the front
             scale_buffer(buf, counts[ps.index], resp.dtype, post)
         out_shape = r.shape
         if out_shape.size():
@@ -734,7 +733,7 @@ cdef class Executor:
         if out == NULL and counts[ps.index]:
             return EX_LOCAL
         if counts[ps.index]:
-            memcpy(out, buf, counts[ps.index] * dsize)
+            memcpy(out, buf + offset * dsize, counts[ps.index] * dsize)
         return EX_OK
 
     cdef int _reduce_shm(self, PSet* ps, char* buf, size_t count, int dtype, int op,
@@ -752,8 +751,8 @@ cdef class Executor:
                                 int dtype, int op, double post, string& err) noexcept nogil:
         """A reduce-scatter among members that share this host, through shared memory: when
         every member's part is as large, each rank reduces its own part only; otherwise the
-        whole buffer is reduced.  This member's part, scaled by ``post``, is then moved to the
-        front of ``buf``, where the backend's reduce-scatter leaves it.  Gloo's reduce-scatter sends
+        whole buffer is reduced.  This member's part, scaled by ``post``, stays where it lies
+        in ``buf`` (the caller copies it out from there).  Gloo's reduce-scatter sends
         every part through its TCP pairs: 2.7 ms for 1 MiB at 2 ranks beside test jobs, where
         the shared-memory allreduce of all of it took 0.27 ms quiet (bench/results/allreduce.md);
         bench/suite/collectives.py compares both with torch.distributed."""
@@ -776,8 +775,6 @@ cdef class Executor:
             rc = self._reduce_shm(ps, buf, count, dtype, op, post, err)
             if rc != EX_OK:
                 return rc
-        if offset and counts[ps.index]:
-            memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         return EX_OK
 
     cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,
