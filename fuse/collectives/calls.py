@@ -290,8 +290,24 @@ def allgather_async(ops: ArrayOps, tensor, *, name=None, process_set=global_proc
         allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
 
 
+def _given_output(ops, output, what: str):
+    """An allocator that hands out ``output`` (contiguous), refusing another shape."""
+    buf, _, have = ops.describe(output)
+
+    def allocate(shape):
+        if tuple(shape) != tuple(have):
+            raise ValueError(f"{what}: the members' parts make shape {tuple(shape)}, the "
+                             f"output given has shape {tuple(have)}")
+        return output, buf
+    return allocate
+
+
 def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
-                            process_set=global_process_set):
+                            process_set=global_process_set, outputs: Sequence | None = None):
+    """``outputs`` (fuse's own, not Horovod's): a contiguous tensor per tensor to gather into,
+    of the gathered shape, in place of new ones; a tensor may be its rank's place in its
+    output (rows this rank's parts, the members' parts back to back in rank order), then it
+    is not copied."""
     pset = _pset(process_set)
     described = []
     for t in tensors:
@@ -299,10 +315,19 @@ def grouped_allgather_async(ops: ArrayOps, tensors: Sequence, *, name=None,
         if len(shape) == 0:
             raise ValueError("allgather needs tensors with at least one dimension")
         described.append((t, buf, dtype, shape))
+    if outputs is not None and len(outputs) != len(described):
+        raise ValueError(f"grouped allgather of {len(described)} tensors given "
+                         f"{len(outputs)} outputs")
+
+    def allocator(i, t):
+        if outputs is None:
+            return _new_output(ops, t)
+        return _given_output(ops, outputs[i], f"allgather of tensor {i} of {len(described)}"
+                             f"{f' ({name})' if name else ''}")
 
     def specs(base):
         return [RequestSpec(ALLGATHER, f"{base}.{i}", dtype, shape, pset, input=buf,
-                            allocator=_new_output(ops, t), group_key=base)
+                            allocator=allocator(i, t), group_key=base)
                 for i, (t, buf, dtype, shape) in enumerate(described)]
     handles = _enqueue_named(name, "grouped_allgather", pset, specs, lambda v, a, r: r.result)
     return _Group(handles, list)
@@ -328,7 +353,10 @@ def check_not_scalar(shapes: Sequence, what: str) -> None:
 
 def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
                         process_set=global_process_set, prescale_factor=1.0,
-                        postscale_factor=1.0):
+                        postscale_factor=1.0, scratch=False):
+    """``scratch`` (fuse's own, not Horovod's): ``tensor`` may be overwritten (its memory
+    is the engine's working buffer, which saves copying it into the fusion buffer); the
+    result is a new tensor all the same."""
     op = reducescatter_op(op)
     buf, dtype, shape = ops.describe(tensor)
     check_not_scalar([shape], "reducescatter")
@@ -336,6 +364,8 @@ def reducescatter_async(ops: ArrayOps, tensor, *, name=None, op=Average,
     return _enqueue_named(name, "reducescatter", pset, lambda n: [RequestSpec(
         REDUCESCATTER, n, dtype, shape, pset, input=buf, op=op,
         prescale=prescale_factor, postscale=postscale_factor,
+        # the input given as the output too: what tells the engine it may reduce there
+        output=buf if scratch else None,
         allocator=_new_output(ops, tensor))], lambda v, a, r: r.result)[0]
 
 

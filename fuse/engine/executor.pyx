@@ -15,7 +15,7 @@ from cpython.buffer cimport PyObject_GetBuffer, PyBuffer_Release, PyBUF_C_CONTIG
 from cpython.buffer cimport PyBUF_WRITE
 from cpython.memoryview cimport PyMemoryView_FromMemory
 from libc.stdlib cimport free
-from libc.string cimport memmove, memset
+from libc.string cimport memset
 
 from fuse.engine.protocol cimport *
 from fuse.engine.request cimport RequestSpec
@@ -510,10 +510,14 @@ cdef class Executor:
         cdef vector[int64_t] out_shape
         cdef int64_t rows = 0
         cdef void* out
+        cdef const void* inp = r.inp
+        cdef void* staging
+        cdef size_t at = 0      # where this member's part begins in the output
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         for i in range(resp.args.size()):
             recvbytes.push_back(<size_t>resp.args[i] * row)
             rows += resp.args[i]
+            at += recvbytes[i] if i < <size_t>ps.index else 0
         out_shape = r.shape
         out_shape[0] = rows
         out = self._allocate(r.handle, out_shape, <size_t>rows * row, err)
@@ -524,7 +528,17 @@ cdef class Executor:
             return self._allgather_hier(ps, r.inp, <char*>out, recvbytes, err)
         if self.gathers_via_shm(ps) and rows * row:
             return self._allgather_shm(ps, r.inp, <char*>out, recvbytes, err)
-        if _b_allgatherv(ps, r.inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
+        if recvbytes[ps.index] and inp == <const void*>(<char*>out + at):
+            # the input is this member's place in the output (an allgather in place): a
+            # backend may not take a send buffer inside its receive buffer (MPI forbids it),
+            # so it sends from a copy
+            staging = self.fusion.get(recvbytes[ps.index])
+            if staging == NULL:
+                err = _str("out of memory for the fusion buffer (") + _int_str(recvbytes[ps.index]) + _str(" bytes)")
+                return EX_LOCAL
+            memcpy(staging, inp, recvbytes[ps.index])
+            inp = staging
+        if _b_allgatherv(ps, inp, <size_t>r.shape[0] * row, out, recvbytes, err) != 0:
             return EX_BACKEND
         return EX_OK
 
@@ -589,7 +603,7 @@ cdef class Executor:
             offsets.push_back(pos)
             owners.push_back(<int>i)
             pos += recvbytes[i]
-        if recvbytes[ps.index]:
+        if recvbytes[ps.index] and <const void*>(out + offsets[ps.index]) != inp:
             memcpy(out + offsets[ps.index], inp, recvbytes[ps.index])
         return self._gather_shm(ps, out, offsets, recvbytes, owners, err)
 
@@ -613,6 +627,8 @@ cdef class Executor:
         cdef vector[int64_t] out_shape
         cdef int64_t rows = 0
         cdef void* out
+        cdef const void* inp
+        cdef void* staging
         row = <size_t>_row_elems(r.shape) * dtype_size(r.dtype)
         recv_splits.clear()
         for j in range(n):
@@ -677,12 +693,19 @@ cdef class Executor:
                 rows_i += 1
             counts.push_back(rows_i * <size_t>rowel)
         my_rows = <int64_t>(counts[ps.index] // <size_t>rowel) if rowel else 0
+        for i in range(<size_t>ps.index):
+            offset += counts[i]     # where this member's part lies, reduced in place
         total = <size_t>_numel(r.shape) * dsize
-        buf = <char*>self.fusion.get(total if total else 1)
-        if buf == NULL:
-            err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
-            return EX_LOCAL
-        memcpy(buf, r.inp, total)
+        if r.out != NULL and r.out == r.inp:
+            # the caller gave its input as the output: scratch, reduced where it lies (no
+            # copy into the fusion buffer); the result still goes to an allocated output
+            buf = <char*>r.out
+        else:
+            buf = <char*>self.fusion.get(total if total else 1)
+            if buf == NULL:
+                err = _str("out of memory for the fusion buffer (") + _int_str(total) + _str(" bytes)")
+                return EX_LOCAL
+            memcpy(buf, r.inp, total)
         scale_buffer(buf, total // dsize, resp.dtype, resp.prescale)
         post = _postscale(resp.op, post, n)
         if ps.shm != NULL and ps.hier == NULL and total:
@@ -698,13 +721,10 @@ cdef class Executor:
                                    post, err)
             if rc != EX_OK:
                 return rc
-            for i in range(<size_t>ps.index):
-                offset += counts[i]
-            if offset and counts[ps.index]:
-                memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         else:
             if _b_reducescatter(ps, buf, counts, resp.dtype, _backend_op(resp.op), err) != 0:
                 return EX_BACKEND
+            offset = 0              # the backend leaves this member's part at the front
             scale_buffer(buf, counts[ps.index], resp.dtype, post)
         out_shape = r.shape
         if out_shape.size():
@@ -713,7 +733,7 @@ cdef class Executor:
         if out == NULL and counts[ps.index]:
             return EX_LOCAL
         if counts[ps.index]:
-            memcpy(out, buf, counts[ps.index] * dsize)
+            memcpy(out, buf + offset * dsize, counts[ps.index] * dsize)
         return EX_OK
 
     cdef int _reduce_shm(self, PSet* ps, char* buf, size_t count, int dtype, int op,
@@ -731,8 +751,8 @@ cdef class Executor:
                                 int dtype, int op, double post, string& err) noexcept nogil:
         """A reduce-scatter among members that share this host, through shared memory: when
         every member's part is as large, each rank reduces its own part only; otherwise the
-        whole buffer is reduced.  This member's part, scaled by ``post``, is then moved to the
-        front of ``buf``, where the backend's reduce-scatter leaves it.  Gloo's reduce-scatter sends
+        whole buffer is reduced.  This member's part, scaled by ``post``, stays where it lies
+        in ``buf`` (the caller copies it out from there).  Gloo's reduce-scatter sends
         every part through its TCP pairs: 2.7 ms for 1 MiB at 2 ranks beside test jobs, where
         the shared-memory allreduce of all of it took 0.27 ms quiet (bench/results/allreduce.md);
         bench/suite/collectives.py compares both with torch.distributed."""
@@ -755,8 +775,6 @@ cdef class Executor:
             rc = self._reduce_shm(ps, buf, count, dtype, op, post, err)
             if rc != EX_OK:
                 return rc
-        if offset and counts[ps.index]:
-            memmove(buf, buf + offset * dsize, counts[ps.index] * dsize)
         return EX_OK
 
     cdef void* _allocate(self, int64_t handle, vector[int64_t]& shape, size_t nbytes,

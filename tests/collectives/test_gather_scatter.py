@@ -235,6 +235,49 @@ def gather_scatter_suite() -> int:
     return c.finish()
 
 
+def in_place_suite() -> int:
+    """fuse's own variants that the sharded optimizer uses: a grouped allgather into given
+    outputs, one of its inputs already at its rank's place in its output (gathered in place),
+    and a reduce-scatter that may overwrite its input; the same results as the plain calls."""
+    import fuse
+    from fuse._api import ops
+    from fuse.collectives import calls
+    fuse.init()
+    r, n = fuse.rank(), fuse.size()
+    c = Checker(r)
+    for dt, tail in (("float32", (3,)), ("int64", ()), ("float64", BIG_ROW)):
+        tag = f"agi.{dt}"
+        parts = [rank_array(dt, (k + 2,) + tail, k, tag) for k in range(n)]
+        expected = np.concatenate(parts)
+        at = sum(k + 2 for k in range(r))
+        gathered_here = np.zeros_like(expected)
+        mine = gathered_here[at:at + r + 2]
+        mine[...] = parts[r]
+        elsewhere = np.full_like(expected, 7)
+        got = calls.synchronize(calls.grouped_allgather_async(
+            ops, [mine, parts[r]], name=tag, outputs=[gathered_here, elsewhere]))
+        c.true(got[0] is gathered_here and got[1] is elsewhere, f"{tag}: the outputs given",
+               f"got arrays of shapes {[g.shape for g in got]}")
+        c.array(gathered_here, expected, f"{tag} in place")
+        c.array(elsewhere, expected, f"{tag} into an output given")
+    c.raises(Exception, lambda: calls.synchronize(calls.grouped_allgather_async(
+        ops, [parts[r]], name="agi.short", outputs=[np.zeros((1,) + BIG_ROW)])),
+        "an output of the wrong shape", match=("agi.short", "(1, 40, 50)"))
+    c.array(fuse.allgather(parts[r], name="agi.after"), expected, "an allgather after it")
+    for op in ("sum", "average"):
+        for rows in (2 * n, 2 * n + 1):      # even parts, and the remainder to the first
+            tag = f"rs.scratch.{op}.{rows}"
+            ins = [rank_array("float32", (rows, 1003), k, tag) for k in range(n)]
+            cuts = np.cumsum([0] + split_rows(rows, n))
+            scratch = ins[r].copy()
+            out = calls.synchronize(calls.reducescatter_async(
+                ops, scratch, name=tag, op=op_value(op), scratch=True))
+            c.array(out, reduce_ref(ins, op)[cuts[r]:cuts[r + 1]], tag)
+            c.true(not np.shares_memory(out, scratch), f"{tag}: a new array")
+    fuse.shutdown()
+    return c.finish()
+
+
 # ------------------------------------------------------------------------ tests
 
 @pytest.mark.parametrize("np_,config", [
@@ -244,6 +287,14 @@ def gather_scatter_suite() -> int:
 def test_gather_broadcast_alltoall_reducescatter(np_, config):
     results = run_job(gather_scatter_suite, np_, CONFIGS[config])
     assert_counts(results, minimum=500)
+
+
+@pytest.mark.parametrize("np_,env", [(2, {}), (3, {"FUSE_SHM_THRESHOLD": 0})],
+                         ids=["shared-memory", "backend"])
+def test_allgather_into_outputs_and_reducescatter_in_scratch(np_, env):
+    """Through same-host shared memory, and through the backend (which must not get a send
+    buffer inside its receive buffer: MPI forbids it)."""
+    assert_counts(run_job(in_place_suite, np_, env), minimum=15)
 
 
 def _vm_flags_at(address: int) -> list[str]:

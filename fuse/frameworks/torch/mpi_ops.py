@@ -326,6 +326,23 @@ def grouped_allgather_async(tensors, name=None, process_set=global_process_set):
                  device)
 
 
+def grouped_allgather_into_async(tensors, outputs, name=None, process_set=global_process_set):
+    """fuse's own (Horovod has none): :func:`grouped_allgather_async` of contiguous CPU
+    tensors into ``outputs``, contiguous CPU tensors of the gathered shapes, in place of new
+    ones, so that a caller holding that memory already (the sharded optimizer's gradient
+    buffers) allocates none.  A tensor may be its rank's place in its output (a view of it):
+    an allgather in place.  Not differentiable; ``synchronize`` returns ``outputs``."""
+    tensors, outputs = list(tensors), list(outputs)
+    for t in tensors + outputs:
+        if _check_tensor(t).device.type != "cpu":
+            raise ValueError(f"grouped_allgather_into_async takes CPU tensors, got one on "
+                             f"{t.device}; use grouped_allgather_async")
+    _check_not_scalar(tensors, "allgather")
+    hosts, _ = _intake(tensors, inplace=True)
+    return _c.grouped_allgather_async(ops, hosts, name=name, process_set=process_set,
+                                      outputs=_intake(outputs, inplace=True)[0])
+
+
 class _GroupedAllgather(torch.autograd.Function):
     @staticmethod
     def forward(ctx, name, process_set, *tensors):
@@ -484,6 +501,22 @@ def reducescatter_async(tensor, name=None, op=Average, process_set=global_proces
                                prescale_factor=prescale_factor,
                                postscale_factor=postscale_factor)
     return _wrap(h, device)
+
+
+def reducescatter_scratch_async(tensor, name=None, op=Average, process_set=global_process_set,
+                                prescale_factor=1.0, postscale_factor=1.0):
+    """fuse's own (Horovod has none): :func:`reducescatter_async` that may overwrite
+    ``tensor``, a contiguous buffer the caller no longer needs (the sharded optimizer's
+    gradient buffers): on CPU the engine reduces in its memory instead of copying it into
+    the fusion buffer first.  The result is a new tensor all the same."""
+    if _check_tensor(tensor).device.type != "cpu" or not tensor.is_contiguous():
+        return reducescatter_async(tensor, name=name, op=op, process_set=process_set,
+                                   prescale_factor=prescale_factor,
+                                   postscale_factor=postscale_factor)
+    _check_not_scalar([tensor], "reducescatter")
+    return _c.reducescatter_async(ops, tensor, name=name, op=op, process_set=process_set,
+                                  prescale_factor=prescale_factor,
+                                  postscale_factor=postscale_factor, scratch=True)
 
 
 def _reducescatter_backward(grads, op, process_set, scale):

@@ -44,21 +44,27 @@ def splits_parameters(optimizer, split_parameters: bool | None) -> bool:
 
 def assemble(pieces, start: int, stop: int, name: str, shape=None) -> dict | None:
     """The state of a parameter's elements ``start:stop`` from ``pieces``, ``(begin, end,
-    state)`` of the same parameter (of two that both fit, the first wins: pass the newest
-    first), or None when they do not cover those elements.  Element-wise tensors are cut and
-    joined (shaped as ``shape`` when given, flat otherwise); scalars come from the first
-    piece used.  ValueError, naming the parameter, for a tensor that is not one value per
-    element of its piece.  A single piece that is the whole range, asked for with its
-    ``shape``, comes back as it is (as torch's ``state_dict`` hands out its live state)."""
+    state)`` of the same parameter, or None when they do not cover those elements.  Where
+    pieces overlap, each element comes from the first piece passed that holds it (pass the
+    newest first).  Element-wise tensors are cut and joined (shaped as ``shape`` when given,
+    flat otherwise); scalars come from the piece that gives element ``start``.  ValueError,
+    naming the parameter, for a tensor that is not one value per element of its piece.  A
+    single piece that is the whole range, asked for with its ``shape``, comes back as it is
+    (as torch's ``state_dict`` hands out its live state)."""
+    pieces = list(pieces)
     chain, at = [], start
-    for begin, end, state in sorted(pieces, key=lambda piece: piece[0]):
-        if begin <= at < end:
-            _check_elementwise(state, end - begin, name)
-            chain.append((at, min(end, stop), begin, state))
-            at = min(end, stop)
-        if at >= stop:
-            break
-    if at < stop or not chain:
+    while at < stop:
+        holder = next((j for j, (begin, end, _) in enumerate(pieces) if begin <= at < end),
+                      None)
+        if holder is None:
+            return None
+        begin, end, state = pieces[holder]
+        # it gives elements up to its end, or up to where a piece passed before it begins
+        upto = min([end, stop] + [b for b, _, _ in pieces[:holder] if at < b < end])
+        _check_elementwise(state, end - begin, name)
+        chain.append((at, upto, begin, state))
+        at = upto
+    if not chain:
         return None
     first = chain[0][3]
     if len(chain) == 1 and chain[0][2] == start and shape is not None \

@@ -10,12 +10,16 @@ How a step goes:
   different ranks, if the optimizer is element-wise (:mod:`.shard_state`): the wrapped
   optimizer steps a rank's block as a tensor of its own, a view of the parameter's elements,
   and keeps state for that block only.
-* A ``Tensor.register_post_accumulate_grad_hook`` per parameter counts backward passes (as the
-  unsharded optimizer does, :class:`fuse.collectives.grad_sync.PassCounter`).  When the last
-  gradient of a bucket is complete, the hook copies the bucket's gradients into one flat buffer,
-  laid out as ``size`` equal segments (segment ``r``: the gradients rank ``r`` owns), drops the
+* Each bucket has one flat buffer, kept from step to step, laid out as ``size`` equal
+  segments (segment ``r``: the gradients rank ``r`` owns).  A hook before accumulation writes
+  a parameter's new gradient straight into its place there and hands autograd that view as
+  ``p.grad``.  A ``Tensor.register_post_accumulate_grad_hook`` per parameter counts backward
+  passes (as the unsharded optimizer does, :class:`fuse.collectives.grad_sync.PassCounter`).
+  When the last gradient of a bucket is complete, the hook copies in what is not in the
+  buffer yet (a split parameter's blocks, a gradient accumulated elsewhere), drops the
   gradients from ``p.grad`` and starts one reduce-scatter of the buffer (compressed as asked),
-  while autograd computes the rest.  Each rank receives the average of the gradients it owns.
+  which the engine may run in the buffer itself, while autograd computes the rest.  Each rank
+  receives the average of the gradients it owns.
   (A bucket whose segments differ so much that the padding would cost more than an allreduce,
   ``ALLREDUCE_PAST_PADDING``, is laid out unpadded and allreduced; each rank keeps its part.)
 * :meth:`synchronize` submits the buckets the hooks did not (missing gradients as zeros, so no
@@ -24,8 +28,8 @@ How a step goes:
 * ``step()`` runs the wrapped optimizer, which skips parameters without a gradient, so it
   updates and keeps state for the owned parameters only (while it steps, its param groups
   hold this rank's blocks in place of the split parameters); then every rank's updated parameters
-  are allgathered (one grouped call, one tensor per bucket, not padded) so every rank holds the
-  full model.
+  are allgathered (one grouped call, one tensor per bucket, not padded, in place in the
+  buckets' buffers) so every rank holds the full model.
 
 ``state_dict()`` gathers the full state from every rank (a collective: call it on every rank),
 in the format of the wrapped optimizer class (a split parameter's blocks joined);
@@ -35,6 +39,7 @@ in the format of the wrapped optimizer class (a split parameter's blocks joined)
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 
 import torch
@@ -114,6 +119,10 @@ class ShardedOptimizer(HookedOptimizer):
         self._drop_foreign_state()
         d["_hook_handles"] = [p.register_post_accumulate_grad_hook(self._hook)
                               for p in params if p.requires_grad] if self._active else []
+        if self._active:
+            # and one before accumulation, for backward to write into the buckets' buffers
+            self._hook_handles.extend(p.register_hook(functools.partial(self._receive, i))
+                                      for i, p in enumerate(params) if p.requires_grad)
 
     def __repr__(self):
         return f"DistributedOptimizer({self.wrapped_optimizer!r}, sharded=True)"
@@ -150,14 +159,21 @@ class ShardedOptimizer(HookedOptimizer):
         d["_allreduced"] = [size * b.segment > ALLREDUCE_PAST_PADDING
                             * sum(_filled(b, r, plan.pieces) for r in range(size))
                             for b in self._plan.buckets]
-        d["_bases"] = [_packed_bases(b, size, plan.pieces) if packed
-                       else [r * b.segment for r in range(size + 1)]
-                       for b, packed in zip(self._plan.buckets, self._allreduced)]
+        # and where each rank's parameters lie in it for the allgather: back to back
+        d["_gather_bases"] = [_packed_bases(b, size, plan.pieces) for b in plan.buckets]
+        d["_bases"] = [gather if packed else [r * b.segment for r in range(size + 1)]
+                       for b, packed, gather in zip(plan.buckets, self._allreduced,
+                                                    self._gather_bases)]
+        # per parameter that is one piece: (bucket, where its gradient lies in the bucket's
+        # buffer), for backward to write it there (see _receive)
+        d["_slots"] = {plan.pieces[k].param: (b, self._bases[b][r] + bucket.offsets[k])
+                       for b, bucket in enumerate(plan.buckets)
+                       for r, seg in enumerate(bucket.segments) for k in seg
+                       if plan.pieces[k].param not in plan.split}
         d["_ready"] = [0] * len(self._plan.buckets)
         d["_handles"] = {}      # bucket index -> (handle, compression ctx)
-        # per bucket, kept from step to step (a bucket's padding stays zero): its gradients'
-        # buffer, laid out for the reduce-scatter; once reduced, this rank's segment of it
-        # carries this rank's updated parameters to the allgather
+        # per bucket, kept from step to step: its gradients' buffer, laid out for the
+        # reduce-scatter; once reduced, the allgather of the updated parameters runs in it
         d["_grad_flats"] = {}
         d["_synchronized"] = False
         self.pass_counter.reset()
@@ -286,6 +302,26 @@ class ShardedOptimizer(HookedOptimizer):
             if self._ready[b] == self._params_in[b]:
                 self._submit(b)
 
+    def _receive(self, i, grad):
+        """Before autograd accumulates parameter ``i``'s gradient: when ``p.grad`` is None,
+        the gradient written straight into its place in its bucket's buffer, and that view
+        handed to autograd, which takes it as ``p.grad`` (as the unsharded optimizer's
+        :class:`.GradientLayout` does): ``_submit`` then has nothing to copy, and no gradient
+        tensor is made.  Otherwise None: autograd goes on with ``grad`` (accumulating into a
+        ``p.grad`` it has, even one in the buffer), and ``_submit`` copies what is elsewhere."""
+        self._follow_engine()
+        where = self._slots.get(i) if self._active else None
+        p = self._params[i]
+        if (where is None or p.grad is not None or where[0] in self._handles
+                or grad.layout != torch.strided or grad.requires_grad
+                or grad.dtype != p.dtype or grad.device != p.device):
+            return None
+        b, at = where
+        flat = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])
+        view = flat[at:at + p.numel()].view(p.shape)    # a tensor of its own, for autograd
+        view.copy_(grad)
+        return view
+
     def _dense_grad(self, i, p):
         g = p.grad
         if g is not None and g.is_sparse:
@@ -306,22 +342,32 @@ class ShardedOptimizer(HookedOptimizer):
             i = pieces[k].param
             if i not in grads:
                 grads[i] = self._dense_grad(i, self._params[i])
+        if not self._allreduced[b]:
+            # the padding, which the last allgather may have written over, zero again
+            for r, gather in enumerate(self._gather_bases[b][1:]):
+                filled = gather - self._gather_bases[b][r]
+                flat[bases[r] + filled:bases[r + 1]].zero_()
         for r, seg in enumerate(bucket.segments):
             base = bases[r]
             for k in seg:
                 piece = pieces[k]
                 g = grads[piece.param]
                 at = base + bucket.offsets[k]
-                if g is not None:
-                    flat[at:at + piece.numel].copy_(g.reshape(-1)[piece.start:piece.stop])
-                else:
+                if g is None:
                     flat[at:at + piece.numel].zero_()
+                elif g.data_ptr() != flat[at:].data_ptr() or g.dtype != flat.dtype:
+                    # (not written in place by _receive)
+                    flat[at:at + piece.numel].copy_(g.reshape(-1)[piece.start:piece.stop])
         for i in grads:
             # ZeRO-2: the full gradient is not kept; the owner gets the average back
             self._params[i].grad = None
         wire, ctx = self._compression.compress(flat)
+        # the buffer (or its compressed copy) is scratch from here: the allreduce runs in
+        # it, the reduce-scatter may too (no copy into the engine's fusion buffer)
         collective = "allreduce" if self._allreduced[b] else "reducescatter"
-        handle = getattr(mpi_ops, collective + "_async")(
+        start = mpi_ops.allreduce_async_ if self._allreduced[b] \
+            else mpi_ops.reducescatter_scratch_async
+        handle = start(
             wire, name=f"sharded.{collective}.{self._names[pieces[bucket.members[0]].param]}",
             op=self._op,
             process_set=self._process_set, prescale_factor=self._prescale,
@@ -435,35 +481,42 @@ class ShardedOptimizer(HookedOptimizer):
     def _allgather_parameters(self) -> None:
         """Every rank's updated parameters to every rank: one tensor per bucket (this rank's
         parameters of it, not padded: an allgather takes parts of any size), all in one
-        grouped allgather.  They travel from this rank's segment of the bucket's gradient
-        buffer, free once reduced (no buffer of their own: 1/size of the model less held),
-        which the next step's gradients overwrite whole (the padding is left alone)."""
+        grouped allgather.  It runs in the buckets' gradient buffers, free once reduced:
+        each rank's parameters are copied to their place in the gathered layout (the ranks'
+        parts back to back) and gathered there in place (on CPU), so the step holds no
+        buffer of the model's size beyond them; the next step's gradients overwrite them."""
         buckets, pieces = self._plan.buckets, self._plan.pieces
         if not buckets:
             return
-        mine = []
+        mine, outputs = [], []
         for b, bucket in enumerate(buckets):
-            base = self._bases[b][self._rank]
-            seg = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])[base:]
+            gather = self._gather_bases[b]
+            flat = self._bucket_buffer(self._grad_flats, b, self._bases[b][-1])
+            seg = flat[gather[self._rank]:gather[self._rank + 1]]
             for k in bucket.segments[self._rank]:
                 piece = pieces[k]
                 at = bucket.offsets[k]
-                flat = self._params[piece.param].detach().reshape(-1)
-                seg[at:at + piece.numel].copy_(flat[piece.start:piece.stop])
-            mine.append(seg[:_filled(bucket, self._rank, pieces)])
-        gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
-            mine, name="sharded.allgather." + self._names[pieces[buckets[0].members[0]].param],
-            process_set=self._process_set))
+                params = self._params[piece.param].detach().reshape(-1)
+                seg[at:at + piece.numel].copy_(params[piece.start:piece.stop])
+            mine.append(seg)
+            outputs.append(flat[:gather[-1]])
+        name = "sharded.allgather." + self._names[pieces[buckets[0].members[0]].param]
+        if outputs[0].device.type == "cpu":
+            gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_into_async(
+                mine, outputs, name=name, process_set=self._process_set))
+        else:
+            gathered = mpi_ops.synchronize(mpi_ops.grouped_allgather_async(
+                mine, name=name, process_set=self._process_set))
         with torch.no_grad():
-            for bucket, full in zip(buckets, gathered):
-                base = 0
+            for b, (bucket, full) in enumerate(zip(buckets, gathered)):
                 for r, seg in enumerate(bucket.segments):
-                    if r != self._rank:
-                        for k in seg:
-                            piece = pieces[k]
-                            at = base + bucket.offsets[k]
-                            self._write(piece, full[at:at + piece.numel])
-                    base += _filled(bucket, r, pieces)
+                    if r == self._rank:
+                        continue
+                    base = self._gather_bases[b][r]
+                    for k in seg:
+                        piece = pieces[k]
+                        at = base + bucket.offsets[k]
+                        self._write(piece, full[at:at + piece.numel])
 
     def _write(self, piece: shard_plan.Piece, values: torch.Tensor) -> None:
         """``values`` into the parameter's elements ``piece`` covers (a parameter that is not

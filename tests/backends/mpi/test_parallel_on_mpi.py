@@ -72,7 +72,8 @@ from test_failures import (stalled,  # noqa: F401
                            test_exception_in_fuse_run_function_reaches_the_waiting_ranks,
                            test_stall_shutdown_raises_stall_error,
                            test_stall_shutdown_reaches_other_ranks_as_stall_error)
-from test_gather_scatter import (test_gather_broadcast_alltoall_reducescatter,  # noqa: F401
+from test_gather_scatter import (test_allgather_into_outputs_and_reducescatter_in_scratch,  # noqa: F401
+                                 test_gather_broadcast_alltoall_reducescatter,
                                  test_large_outputs_ask_for_huge_pages)
 from test_hierarchical import (test_a_layout_that_does_not_fit_stays_flat,  # noqa: F401
                                test_automatic_choice_and_off,

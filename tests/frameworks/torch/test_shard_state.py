@@ -56,6 +56,17 @@ def test_blocks_of_a_state_join_back_to_it():
     newer = {k: v + 1 for k, v in blocks[0][2].items()}
     got = assemble([(0, 5, newer)] + blocks, 0, 12, "w", p.shape)
     assert torch.equal(got["exp_avg"].reshape(-1)[:5], newer["exp_avg"])
+    # ... also where the first begins after the one that covers everything
+    newer_tail = {k: v + 1 for k, v in blocks[1][2].items()}
+    got = assemble([(5, 12, newer_tail), (0, 12, whole)], 0, 12, "w", p.shape)
+    assert torch.equal(got["exp_avg"].reshape(-1)[5:], newer_tail["exp_avg"])
+    assert torch.equal(got["exp_avg"].reshape(-1)[:5], whole["exp_avg"].reshape(-1)[:5])
+    assert float(got["step"]) == float(whole["step"])     # the scalars of element 0's piece
+    # and a piece passed later fills only what the earlier ones leave
+    middle = {k: v + 1 for k, v in assemble([(0, 12, whole)], 3, 7, "w").items()}
+    got = assemble([(3, 7, middle), (0, 12, whole)], 2, 9, "w")
+    flat = whole["exp_avg"].reshape(-1)
+    assert torch.equal(got["exp_avg"], torch.cat([flat[2:3], middle["exp_avg"], flat[7:9]]))
 
 
 def test_a_state_that_is_not_one_value_per_element_is_refused():
