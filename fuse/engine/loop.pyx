@@ -330,8 +330,11 @@ cdef class Loop(CoordinatorLink):
         if self.rank == 0:
             self._ingest(0, msg)
         elif self.channel.send_up(msg) != 0:
-            self.table.fail(_str("lost the connection to the coordinator (rank 0)") + when,
-                       ERR_SHUTDOWN)
+            if self.channel.mail_corrupt(0):
+                self.table.fail(_str("rank 0 ") + self.channel.bad_framing(0), ERR_INTERNAL)
+            else:
+                self.table.fail(_str("lost the connection to the coordinator (rank 0)") + when,
+                                ERR_SHUTDOWN)
 
     cdef bint drivable(self, Request& r) noexcept nogil:
         """Whether a thread waiting for ``r`` alone may run the loop itself (drive): when
@@ -422,6 +425,9 @@ cdef class Loop(CoordinatorLink):
             self.watch.heard(now_seconds())
         if framed < 0:
             self.table.fail(_str("rank 0 ") + self.channel.bad_framing(0), ERR_INTERNAL)
+            if self.channel.mail_corrupt(0):
+                # the socket is sound: rank 0 (and through it everyone) hears why
+                self.report_up(_str("rank 0 ") + self.channel.bad_framing(0))
             self.channel.close(0)
             return True
         if not still_open:
