@@ -199,10 +199,11 @@ cdef class ControlChannel:
     cdef string bad_framing(self, int peer) noexcept nogil:
         """Why ``peer``'s bytes are refused, after next_frame returned -1."""
         if self.mail_corrupt(peer):
-            return string(b"shares a shared-memory mailbox (the same-host control channel) "
-                          b"with rank ") + _int_str(self.rank) + string(b" that holds a length or position no fuse process "
-                          b"writes there: another process wrote into it, or a bug "
-                          b"(FUSE_MAILBOX=0 keeps the control channel on its sockets)")
+            return (string(b"shares a shared-memory mailbox (the same-host control channel) "
+                           b"with rank ") + _int_str(self.rank) +
+                    string(b" that holds a length or position no fuse process writes there: "
+                           b"another process wrote into it, or a bug (FUSE_MAILBOX=0 keeps the "
+                           b"control channel on its sockets)"))
         return (string(b"sent a control frame announcing ") + _int_str(frame_length(self.inbox[peer])) +
                 string(b" bytes, more than the limit of ") + _int_str(kMaxFrameBytes) +
                 string(b": its bytes are not fuse's framing (a bug, or not a fuse process)"))
