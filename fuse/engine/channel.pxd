@@ -11,6 +11,8 @@ cdef extern from "idle_wait.h" namespace "fuse" nogil:
 cdef extern from "mailbox.h" namespace "fuse" nogil:
     cppclass Mailbox:
         string sock_inbox               # the socket's bytes (doorbells, spilled frames)
+    cppclass MailMute:
+        pass
 
 # A peer's connection, as this rank sees it (ControlChannel.state)
 cdef enum PeerState:
@@ -38,6 +40,8 @@ cdef class ControlChannel:
     cdef vector[Mailbox*] mail          # per peer: its same-host mailbox, or NULL (the socket)
     cdef object mail_views              # the mapped segments the mailboxes point into
     cdef bint muted                     # another thread drives the loop (mute)
+    cdef bint all_mail                  # every peer is reached through a mailbox
+    cdef MailMute* mail_mute            # the sleeper's muting then (csrc/mailbox.h)
 
     cdef bint readable(self, int peer) noexcept nogil
     cdef bint receive(self, int peer) noexcept nogil

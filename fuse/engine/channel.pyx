@@ -44,6 +44,12 @@ cdef extern from "mailbox.h" namespace "fuse" nogil:
     void mail_after_sleep(Mailbox*)
     bint mail_pending(Mailbox*)
     bint mail_is_corrupt "fuse::mail_corrupt"(Mailbox*)
+    MailMute* mail_mute_new()
+    void mail_mute_free(MailMute*)
+    bint mail_mute_set(MailMute*, bint mute)
+    bint mail_mute_before_sleep(MailMute*)
+    bint mail_mute_epoll(MailMute*, bint mute)
+    void mail_mute_after_sleep(MailMute*)
     const unsigned long long kMailSegmentBytes
     const unsigned int kMailInlineMax
     const unsigned long long kMailRingStride
@@ -76,6 +82,7 @@ cdef class ControlChannel:
     def __cinit__(self):
         self.wake_fd = -1
         self.idle = NULL
+        self.mail_mute = mail_mute_new()
 
     def __init__(self, int rank, int coordinator_fd, worker_fds):
         cdef int fd
@@ -102,6 +109,7 @@ cdef class ControlChannel:
         cdef size_t i
         for i in range(self.mail.size()):
             mail_free(self.mail[i])
+        mail_mute_free(self.mail_mute)
         idle_free(self.idle)
         if self.wake_fd >= 0:
             c_close(self.wake_fd)
@@ -126,6 +134,8 @@ cdef class ControlChannel:
             views.append(view)
             self.mail[peer] = mail_new(<void*>&view[0], self.rank != 0)
         self.mail_views = views
+        self.all_mail = all(self.mail[i] != NULL or self.fds[i] < 0
+                            for i in range(self.mail.size())) and len(views) > 0
 
     @property
     def mailboxes(self):
@@ -292,6 +302,12 @@ cdef class ControlChannel:
         cdef size_t i
         cdef bint waiting = False
         cdef bint watched = not self.muted
+        cdef bint mute
+        if self.all_mail:
+            mute = mail_mute_before_sleep(self.mail_mute)
+            if mail_mute_epoll(self.mail_mute, mute):
+                idle_mute_sockets(self.idle, mute)
+            watched = not mute
         if watched:
             for i in range(self.mail.size()):
                 if self.mail[i] != NULL and mail_prepare_sleep(self.mail[i]):
@@ -302,16 +318,22 @@ cdef class ControlChannel:
         for i in range(self.mail.size()):
             if self.mail[i] != NULL:
                 mail_after_sleep(self.mail[i])
+        if self.all_mail:
+            mail_mute_after_sleep(self.mail_mute)
 
     cdef void mute(self, bint mute) noexcept nogil:
         """Whether readable sockets wake the sleeper: muted while another thread drives the
         loop (see csrc/idle_wait.h).  The mailboxes follow: a driving thread polls them, so
         their writers ring no doorbells; once unmuted, a frame that came meanwhile wakes the
-        engine thread, and later ones ring."""
+        engine thread, and later ones ring.  When every peer has a mailbox, no system call
+        mutes the sockets: see MailMute in csrc/mailbox.h."""
         cdef size_t i
         cdef bint waiting = False
         self.muted = mute
-        idle_mute_sockets(self.idle, mute)
+        if self.all_mail:       # the sleeper mutes itself (csrc/mailbox.h: MailMute)
+            waiting = mail_mute_set(self.mail_mute, mute)
+        else:
+            idle_mute_sockets(self.idle, mute)
         for i in range(self.mail.size()):
             if self.mail[i] == NULL:
                 continue

@@ -203,10 +203,10 @@ inline int mail_drain(Mailbox* m, std::string& inbox) {
 
 // Whether the socket is to be read at this receive: always while a spilled frame is awaited
 // or after the thread slept (a doorbell, or the peer's exit, woke it), otherwise one receive
-// in 32, so that a thread polling the rings notices a closed socket without a system call per
+// in 128, so that a thread polling the rings notices a closed socket without a system call per
 // poll.
 inline bool mail_check_socket(Mailbox* m) {
-  if (m->awaiting_spill || m->woke.load(std::memory_order_relaxed) || (++m->polls & 31u) == 0) {
+  if (m->awaiting_spill || m->woke.load(std::memory_order_relaxed) || (++m->polls & 127u) == 0) {
     m->woke.store(false, std::memory_order_relaxed);
     return true;
   }
@@ -239,6 +239,50 @@ inline bool mail_pending(Mailbox* m) {
 inline bool mail_corrupt(Mailbox* m) {
   return m->corrupt_in.load(std::memory_order_relaxed) ||
          m->corrupt_out.load(std::memory_order_relaxed);
+}
+
+// How the engine thread's sleep is muted while another thread drives the loop, when every
+// peer is reached through a mailbox (ControlChannel.mute, .sleep).  With sockets, the driving
+// thread mutes them in the sleeper's epoll set itself (an epoll_ctl on the way in and one on
+// the way out of every driven call).  With mailboxes the sockets carry next to nothing while a
+// thread drives (no doorbells are asked for), so the epoll set is left as it is and only the
+// engine thread changes it: it mutes it before sleeping again if a driver holds the loop, and
+// says so (sleeping_muted), so that the driver handing the loop back wakes it.
+struct MailMute {
+  std::atomic<bool> muted{false};           // a thread other than the engine thread drives
+  std::atomic<bool> sleeping_muted{false};  // the engine thread sleeps with its sockets muted
+  bool epoll_muted = false;                 // the engine thread's epoll set is muted (its own)
+};
+
+inline MailMute* mail_mute_new() { return new MailMute(); }
+inline void mail_mute_free(MailMute* q) { delete q; }
+
+// A driver takes (true) or hands back (false) the loop.  Returns whether the engine thread
+// sleeps muted and must be woken (on handing back).
+inline bool mail_mute_set(MailMute* q, bool mute) {
+  q->muted.store(mute, std::memory_order_seq_cst);
+  return !mute && q->sleeping_muted.load(std::memory_order_seq_cst);
+}
+
+// The engine thread, about to sleep: whether its sockets are to be muted for this sleep.
+// Pairs with mail_mute_set: a driver handing back either sees sleeping_muted or is seen here.
+inline bool mail_mute_before_sleep(MailMute* q) {
+  if (!q->muted.load(std::memory_order_seq_cst)) return false;
+  q->sleeping_muted.store(true, std::memory_order_seq_cst);
+  if (q->muted.load(std::memory_order_seq_cst)) return true;
+  q->sleeping_muted.store(false, std::memory_order_seq_cst);
+  return false;
+}
+
+// Whether the engine thread's epoll set must change to `mute` (it records the change).
+inline bool mail_mute_epoll(MailMute* q, bool mute) {
+  if (q->epoll_muted == mute) return false;
+  q->epoll_muted = mute;
+  return true;
+}
+
+inline void mail_mute_after_sleep(MailMute* q) {
+  q->sleeping_muted.store(false, std::memory_order_seq_cst);
 }
 
 }  // namespace fuse
