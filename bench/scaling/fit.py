@@ -4,14 +4,21 @@ Each parameter is read off the measurement that isolates it:
 
 - the engine: a 4-byte allreduce at 2 ranks on one host is one negotiation round trip (it
   travels inline), its cost per collective; at 4 ranks, the extra per rank rank 0 hears from;
-  the slope of a burst of K tiny allreduces over K, its cost per tensor;
-- shared memory: same-host allreduces from 1 MiB up at 2 and 4 ranks, least squares of
+- the hooks: the CPU time of the torch step's gradient hooks on the backward thread at 2 ranks
+  (bench/scaling/step_cpu.py), per gradient (the request) and per byte (the write into the
+  gradient's shared slot);
+- the shared gradient slots: the engine threads' CPU time in the same step on one host at the
+  same number of ranks, per byte of gradient (it reduces straight between the ranks' slots
+  there, and reads from more of them at more ranks);
+- shared memory: same-host allreduces from 1 MiB up at 2 and 4 ranks on buffers that are not
+  in the cache (each call on another), least squares of
   T = per collective + alpha + per_byte * S * max(1, L / cores) (smaller ones sit in the
   caches and take another path);
 - the link: a ring of 2 namespace hosts with nothing inline: the bandwidth from 1-16 MiB, the
   per-message cost from 4 bytes, less the negotiation across the link (a 4-byte allreduce
   inline between the same hosts);
-- compute: bench/scaling/step_compute.py's forward, per-gradient backward and optimizer times.
+- compute: bench/scaling/step_compute.py's forward, per-gradient backward and optimizer times,
+  one copy per core computing at once.
 """
 
 from __future__ import annotations
@@ -40,9 +47,9 @@ def engine(params: dict) -> Engine:
     two, four = params["one_host"]["2"], params["one_host"]["4"]
     per_collective = two["allreduce"]["4"]
     per_rank = max(0.0, (four["allreduce"]["4"] - per_collective) / 2)
-    burst = sorted((int(k), v) for k, v in two["burst"].items())
-    _, per_tensor = least_squares([k for k, _ in burst], [v for _, v in burst])
-    return Engine(per_collective=per_collective, per_rank=per_rank, per_tensor=per_tensor)
+    hooks = params["step_cpu"]["2"]
+    return Engine(per_collective=per_collective, per_rank=per_rank,
+                  per_tensor=hooks["per_gradient_s"], per_gradient_byte=hooks["per_byte_s"])
 
 
 def shared_memory(params: dict, eng: Engine, cores: int) -> SharedMemory:
@@ -55,6 +62,14 @@ def shared_memory(params: dict, eng: Engine, cores: int) -> SharedMemory:
                 ys.append(t - eng.collective(int(ranks)))
     alpha, per_byte = least_squares(xs, ys)
     return SharedMemory(alpha=max(0.0, alpha), per_byte=per_byte)
+
+
+def slots(params: dict) -> dict[int, SharedMemory]:
+    """The one-host step's shared memory by ranks: the engine's reduction between the shared
+    gradient slots, work per byte of gradient (its fixed costs are the engine's per
+    collective)."""
+    return {int(ranks): SharedMemory(alpha=0.0, per_byte=run["engine_per_byte_s"])
+            for ranks, run in params["step_cpu"].items()}
 
 
 def link(params: dict, eng: Engine) -> Link:

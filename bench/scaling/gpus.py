@@ -16,15 +16,20 @@ set (``ASSUMPTIONS`` is printed with every prediction and shown on the docs page
   2 (L - 1) / L of the buffer per GPU;
 - between hosts: the stated rate at the fraction of it a TCP stream reached between this
   machine's namespace hosts (measured), plus 5 µs per message for the NIC and the switch on top
-  of the per-message cost measured here (a negotiation with rank 0 crosses twice).
+  of the per-message cost measured here (a negotiation with rank 0 crosses twice);
+- the engine and the hooks: the costs per collective and per gradient measured here (the same
+  Python and engine thread drive NCCL); a hook's write of the gradient into its slot is a copy
+  in device memory (a P100's HBM2, 732 GB/s, read and written: 366 GB/s of gradient);
+- every GPU's rank has its own processor: nothing is time-shared (``cores=None``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 
-from model import Cluster, Link, SharedMemory, Workload
+from model import Cluster, Engine, Link, SharedMemory, Workload
 
 sys.path.append(os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
                                 "suite"))
@@ -36,6 +41,7 @@ NVLINK_BYTES_PER_S = 80e9
 NVLINK_ALPHA = 10e-6
 WIRE_ALPHA = 5e-6
 GPUS_PER_HOST = 8
+DEVICE_COPY_BYTES_PER_S = 732e9 / 2
 
 ASSUMPTIONS = [
     f"ResNet-101 (44.5 M parameters, 314 tensors), batch {BATCH} per GPU, "
@@ -47,7 +53,15 @@ ASSUMPTIONS = [
     "inside the host",
     f"between hosts: the rate at the payload fraction measured here, the per-message cost "
     f"measured here + {WIRE_ALPHA * 1e6:.0f} µs",
+    "the engine's costs per collective and the hooks' per gradient as measured here; a "
+    f"gradient's write into its slot at {DEVICE_COPY_BYTES_PER_S / 1e9:.0f} GB/s (device memory)",
+    "one processor per GPU: no term of the shared cores applies",
 ]
+
+
+def engine(measured: Engine) -> Engine:
+    """The engine measured here, its hooks writing the gradients in device memory."""
+    return dataclasses.replace(measured, per_gradient_byte=1 / DEVICE_COPY_BYTES_PER_S)
 
 
 def resnet101(images_per_second: float = IMAGES_PER_SECOND) -> Workload:

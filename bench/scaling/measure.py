@@ -5,10 +5,13 @@
 In one run, each part its own job:
 
 1. ``compute``: the multihost step's forward, per-gradient backward and optimizer times on one
-   thread (bench/scaling/step_compute.py);
+   thread, one copy per core computing at once as the ranks do (bench/scaling/step_compute.py);
 2. ``one host``: fuserun -np 2 and -np 4 on this host: 4 B to 64 MiB allreduces (same-host
-   shared memory from 16 KiB up) and bursts of 1, 32 and 161 tiny allreduces (the engine's
-   cost per collective and per tensor);
+   shared memory from 16 KiB up; from 1 MiB up each call on another buffer, none in the cache)
+   (the engine's cost per collective, shared memory's throughput);
+   ``step_cpu``: the torch step at 2 and 4 ranks, the CPU time of its gradient hooks per
+   gradient and per byte written into the shared slots, and of the engine per byte of gradient
+   reduced between the slots (bench/scaling/step_cpu.py);
    ``step``: the multihost workload's step (bench/suite/launched_worker.py) on this host at 2
    and 4 ranks, two check points;
 3. ``link``: 2 network-namespace hosts x 1 rank over links capped at ``--rate`` (the multihost
@@ -45,7 +48,7 @@ STEP_WORKER = os.path.join(BENCH, "suite", "launched_worker.py")
 PROFILE = os.path.join(HERE, "step_compute.py")
 ONE_HOST_SIZES = "4,16K,256K,1M,4M,16M,64M"
 LINK_SIZES = "4,64K,256K,1M,4M,16M"
-BURSTS = "1,32,161"
+STEP_CPU = os.path.join(HERE, "step_cpu.py")
 ENV = dict(os.environ, **multihost.THREADS)
 
 
@@ -56,8 +59,8 @@ def read(path: str) -> dict:
 
 def compute(tmp: str, reps: int) -> dict:
     path = os.path.join(tmp, "compute.json")
-    subprocess.run([sys.executable, PROFILE, "--reps", str(2 * reps), "--json", path],
-                   env=ENV, check=True, timeout=600)
+    subprocess.run([sys.executable, PROFILE, "--reps", str(2 * reps), "--copies",
+                    str(os.cpu_count()), "--json", path], env=ENV, check=True, timeout=600)
     return read(path)
 
 
@@ -65,8 +68,16 @@ def one_host(tmp: str, ranks: int, reps: int) -> dict:
     path = os.path.join(tmp, f"one_host_{ranks}.json")
     fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
     subprocess.run([fuserun, "-np", str(ranks), sys.executable, WORKER, "--sizes",
-                    ONE_HOST_SIZES, "--burst", BURSTS, "--reps", str(reps), "--json", path],
+                    ONE_HOST_SIZES, "--uncached", "--reps", str(reps), "--json", path],
                    env=ENV, check=True, timeout=600)
+    return read(path)
+
+
+def step_cpu(tmp: str, ranks: int, reps: int) -> dict:
+    path = os.path.join(tmp, f"step_cpu_{ranks}.json")
+    fuserun = os.path.join(os.path.dirname(sys.executable), "fuserun")
+    subprocess.run([fuserun, "-np", str(ranks), sys.executable, STEP_CPU, "--steps", str(reps),
+                    "--json", path], env=ENV, check=True, timeout=600)
     return read(path)
 
 
@@ -113,7 +124,8 @@ def main():
     ap.add_argument("--rate", default="1gbit")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--skip", default="",
-                    help="parts to leave out: compute,one_host,step,link,hosts_step,64")
+                    help="parts to leave out: compute,one_host,step_cpu,step,link,hosts_step,"
+                    "64")
     ap.add_argument("--json", default=os.path.join(BENCH, "results", "scaling_params.json"))
     args = ap.parse_args()
     skip = set(filter(None, args.skip.split(",")))
@@ -127,6 +139,9 @@ def main():
             save(record, args.json)
         if "one_host" not in skip:
             record["one_host"] = {str(n): one_host(tmp, n, args.reps) for n in (2, 4)}
+            save(record, args.json)
+        if "step_cpu" not in skip:
+            record["step_cpu"] = {str(n): step_cpu(tmp, n, args.reps) for n in (2, 4)}
             save(record, args.json)
         if "step" not in skip:
             record["one_host_step"] = {str(n): one_host_step(tmp, n) for n in (2, 4)}

@@ -5,13 +5,16 @@ multihost.json: 2x1, 4x1 and 2x2 namespace hosts at 1 Gbit/s, the ResNet-50-shap
 a 64 MiB allreduce), and bench/scaling/measure.py's run (bench/results/scaling_params.json:
 the same step on one host at 2 and 4 ranks and again at 2x1, 4x1 and 2x2 hosts, beside the
 parameters; 4 hosts x 16 ranks, 1 to 16 MiB allreduces).
-All on this machine's 2 cores, which every rank shares.
+All on this machine's 2 cores, which every rank shares.  The torch step on one host reduces its
+gradients straight between the ranks' shared slots (``slots``, by ranks); across hosts, and NumPy
+allreduces anywhere, go through the engine's staging segments (``shm``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
+from report import multihost_rows
 from model import Cluster, Engine, Link, SharedMemory, Workload, allreduce, simulate_step
 
 CORES = 2
@@ -33,9 +36,12 @@ class Point:
         return (self.model - self.measured) / self.measured
 
 
-def layout(text: str, link: Link, shm: SharedMemory) -> Cluster:
+def layout(text: str, link: Link, shm: SharedMemory, engine: Engine) -> Cluster:
+    """This machine's hosts: every rank on the same CORES; a step in which all take part takes
+    at least a negotiation among them (one round of every rank's thread)."""
     hosts, local = (int(x) for x in text.split("x"))
-    return Cluster(hosts=hosts, local=local, inter=link, shm=shm, cores=CORES)
+    return Cluster(hosts=hosts, local=local, inter=link, shm=shm, cores=CORES,
+                   round=engine.collective(hosts * local))
 
 
 def modelled(kind: str, nbytes: int, cluster: Cluster, engine: Engine,
@@ -47,34 +53,34 @@ def modelled(kind: str, nbytes: int, cluster: Cluster, engine: Engine,
 
 def multihost_points(record: dict, link: Link, shm: SharedMemory, engine: Engine,
                      work: Workload) -> list[Point]:
-    (job,) = record["jobs"]
     source = f"multihost.json, {record['finished'][:10]}"
     points = []
-    for row in job["rows"]:
+    for row in multihost_rows(record):
         if row["model"] not in MULTIHOST_CASES:
             continue
-        cluster = layout(row["layout"], link, shm)
+        cluster = layout(row["layout"], link, shm, engine)
         points.append(Point(f"{row['layout']} hosts, {MULTIHOST_CASES[row['model']]}", source,
                             row["median"]["fuse"],
                             modelled(row["model"], ALLREDUCE_64MIB, cluster, engine, work)))
     return points
 
 
-def measured_points(params: dict, link: Link, shm: SharedMemory, engine: Engine,
+def measured_points(params: dict, link: Link, shm: SharedMemory,
+                    slots: dict[int, SharedMemory], engine: Engine,
                     work: Workload) -> list[Point]:
     source = f"scaling_params.json, {params['machine_end']['time_utc'][:10]}"
     points = []
     for ranks, seconds in sorted(params.get("one_host_step", {}).items()):
-        cluster = layout(f"1x{ranks}", link, shm)
+        cluster = layout(f"1x{ranks}", link, slots[int(ranks)], engine)
         points.append(Point(f"1x{ranks} (one host), {MULTIHOST_CASES['step']}", source,
                             seconds, modelled("step", 0, cluster, engine, work)))
     for lay, seconds in params.get("hosts_step", {}).items():
-        cluster = layout(lay, link, shm)
+        cluster = layout(lay, link, shm, engine)
         points.append(Point(f"{lay} hosts, {MULTIHOST_CASES['step']}", source, seconds,
                             modelled("step", 0, cluster, engine, work)))
     run = params.get("ranks_64")
     if run:
-        cluster = layout(f"4x{run['local_ranks']}", link, shm)
+        cluster = layout(f"4x{run['local_ranks']}", link, shm, engine)
         largest = max(int(size) for size in run["allreduce"])
         for size, seconds in run["allreduce"].items():
             # a 4-byte allreduce travels inline: the negotiation alone

@@ -50,7 +50,7 @@ def limits(work: Workload, engine: Engine, cluster: Cluster) -> dict[str, float]
         cluster, inter=dataclasses.replace(cluster.inter, alpha=0.0),
         shm=dataclasses.replace(cluster.shm, alpha=0.0))
     quiet_engine = dataclasses.replace(engine, per_collective=0.0, per_rank=0.0,
-                                       per_tensor=0.0)
+                                       per_tensor=0.0, per_gradient_byte=0.0)
     return {
         "as modelled": efficiency(work, cluster, engine),
         "no per-message latency, no engine cost": efficiency(work, no_latency, quiet_engine),

@@ -13,33 +13,54 @@ def us(seconds: float) -> str:
     return f"{seconds * 1e6:.1f} µs"
 
 
-def parameter_rows(engine, shm, link, work, params) -> list[str]:
+BOTH = "both"
+HERE_ONLY = "this machine"
+
+
+def parameter_rows(engine, shm, slots, link, work, params) -> list[str]:
     load = params["machine_start"]["load_average"]
     return [
-        "| parameter | value | measured by |",
-        "|---|---|---|",
+        "| parameter | value | measured by | applies to |",
+        "|---|---|---|---|",
         f"| engine, per collective (2 ranks) | {us(engine.per_collective)} | 4 B allreduce, "
-        "2 ranks, one host |",
-        f"| engine, per extra rank | {us(engine.per_rank)} | 4 B allreduce at 4 ranks less 2 |",
-        f"| engine, per tensor | {us(engine.per_tensor)} | bursts of 1, 32, 161 tiny "
-        "allreduces, slope |",
-        f"| shared memory, per collective | {us(shm.alpha)} | 1-64 MiB allreduces, "
-        "2 and 4 ranks, least squares |",
-        f"| shared memory, one rank's throughput | {1 / shm.per_byte / 1e9:.2f} GB/s | the same |",
+        f"2 ranks, one host | {BOTH} |",
+        f"| engine, per extra rank | {us(engine.per_rank)} | 4 B allreduce at 4 ranks less 2 | "
+        f"{BOTH} |",
+        f"| hooks, per gradient | {us(engine.per_tensor)} | the torch step's hooks at 2 ranks "
+        f"(bench/scaling/step_cpu.py), CPU time of the backward thread | {BOTH} |",
+        f"| hooks, writing a gradient into its shared slot | "
+        f"{1 / engine.per_gradient_byte / 1e9:.2f} GB/s | the same, over the bytes written | "
+        f"{HERE_ONLY} (GPUs: a copy in device memory) |",
+        f"| engine, reducing between the shared gradient slots | "
+        + ", ".join(f"{1 / s.per_byte / 1e9:.2f} GB/s at {n} ranks"
+                    for n, s in sorted(slots.items()))
+        + f" | the same step, CPU time of the engine's threads | {HERE_ONLY}, the torch step "
+        "on one host |",
+        f"| shared memory, per collective | {us(shm.alpha)} | 1-64 MiB allreduces on uncached "
+        f"buffers, 2 and 4 ranks, least squares | {HERE_ONLY} (GPUs: NVLink) |",
+        f"| shared memory, one rank's throughput | {1 / shm.per_byte / 1e9:.2f} GB/s | the same | "
+        f"{HERE_ONLY} |",
+        f"| cores shared by compute and the engine | {params['machine_start']['cores']} cores | "
+        f"the machine | {HERE_ONLY} (a GPU's rank has its own processor) |",
         f"| link, per message | {us(link.alpha)} | 4 B allreduce through the ring, 2 hosts x 1 "
-        "rank, less the negotiation |",
+        f"rank, less the negotiation | {BOTH} (GPUs: + wire) |",
         f"| link, negotiation beyond one host's | {us(link.negotiation)} | 4 B allreduce inline, "
-        "2 hosts x 1 rank |",
+        f"2 hosts x 1 rank | {BOTH} |",
         f"| link, payload bandwidth | {link.bandwidth / 1e6:.1f} MB/s "
         f"({link.bandwidth / 1e9 / params['config']['link_GBps'] * 100:.1f} % of "
-        f"{params['config']['rate']}) | 1-16 MiB allreduces, 2 hosts x 1 rank, slope |",
+        f"{params['config']['rate']}) | 1-16 MiB allreduces, 2 hosts x 1 rank, slope | "
+        f"{BOTH} (GPUs: the fraction) |",
         f"| step: forward, backward, optimizer | {ms(work.forward)}, "
         f"{ms(sum(t for t, _ in work.backward))} over {len(work.backward)} gradients, "
-        f"{ms(work.optimizer)} | bench/scaling/step_compute.py, one thread |",
+        f"{ms(work.optimizer)} | bench/scaling/step_compute.py, one thread, "
+        f"{params['compute'].get('copies', 1)} at once | {HERE_ONLY} "
+        "(GPUs: ResNet-101's stated rate) |",
         "",
         f"Taken {params['machine_end']['time_utc']} on {params['machine_start']['cores']} cores "
         f"({params['machine_start']['cpu']}), load average {load[0]} / {load[1]} / {load[2]} "
-        f"at the start; `python bench/scaling/measure.py` ({params['seconds']:.0f} s).",
+        f"at the start; `python bench/scaling/measure.py` ({params['seconds']:.0f} s). "
+        "*Applies to*: *this machine* for the check, *both* for the check and the GPU "
+        "prediction.",
     ]
 
 

@@ -5,7 +5,9 @@ framework, so that 64 ranks fit in memory).  Started by bench/scaling/measure.py
         --json out.json
 
 ``--sizes``: one float32 sum allreduce per size, ``--reps`` times after two untimed ones, every
-rank passing a barrier before each; the median time per size. ``--no-inline``: every allreduce
+rank passing a barrier before each; the median time per size. ``--uncached``: from 1 MiB up, each
+call on the next of enough buffers of that size to fill four times the last-level cache, so
+that none is in the cache when its turn comes (a training step's gradients are not). ``--no-inline``: every allreduce
 through the backend's ring (FUSE_INLINE_THRESHOLD=0), so that a tiny one shows the ring's
 per-message cost. ``--burst K,...``: K asynchronous 4-byte allreduces started back to back, then
 waited for: the slope over K is the engine's cost per tensor, the time of one its cost per
@@ -25,6 +27,7 @@ import numpy as np
 import fuse
 
 UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
+UNCACHED_FROM = 1 << 20
 
 
 def parse_size(text: str) -> int:
@@ -48,9 +51,24 @@ def timed(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def allreduce_of(nbytes: int, name: str):
-    buf = np.ones(max(1, nbytes // 4), dtype=np.float32)
-    return lambda: fuse.allreduce_(buf, op=fuse.Sum, name=name)
+def cache_bytes() -> int:
+    """The last-level cache's size (Linux's sysfs; 32 MiB when it does not say)."""
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    sizes = []
+    for index in sorted(os.listdir(base)) if os.path.isdir(base) else []:
+        try:
+            with open(os.path.join(base, index, "size")) as f:
+                sizes.append(parse_size(f.read().strip()))
+        except (OSError, ValueError):
+            continue
+    return max(sizes, default=32 << 20)
+
+
+def allreduce_of(nbytes: int, name: str, uncached: bool = False):
+    count = -(-4 * cache_bytes() // nbytes) if uncached and nbytes >= UNCACHED_FROM else 1
+    bufs = [np.ones(max(1, nbytes // 4), dtype=np.float32) for _ in range(count)]
+    turn = iter(range(1 << 62))
+    return lambda: fuse.allreduce_(bufs[next(turn) % count], op=fuse.Sum, name=name)
 
 
 def burst_of(count: int, tag: str):
@@ -70,6 +88,7 @@ def main():
     ap.add_argument("--burst", default="")
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--no-inline", action="store_true")
+    ap.add_argument("--uncached", action="store_true")
     ap.add_argument("--json", required=True)
     args = ap.parse_args()
     if args.no_inline:
@@ -79,7 +98,7 @@ def main():
            "burst": {}, "load_average": list(os.getloadavg())}
     for text in filter(None, args.sizes.split(",")):
         n = parse_size(text)
-        out["allreduce"][str(n)] = timed(allreduce_of(n, f"ar{n}"), args.reps)
+        out["allreduce"][str(n)] = timed(allreduce_of(n, f"ar{n}", args.uncached), args.reps)
     for text in filter(None, args.burst.split(",")):
         k = int(text)
         out["burst"][str(k)] = timed(burst_of(k, f"burst{k}"), args.reps)

@@ -184,6 +184,8 @@ def main():
     ap.add_argument("--models", default="step,allreduce")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--job-name", default="multihost",
+                    help="the name of the record (the suite runs one job per group of layouts)")
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     layouts = [tuple(int(x) for x in lay.split("x")) for lay in args.layouts.split(",")]
@@ -192,7 +194,7 @@ def main():
     reason = why_not()
     if reason is not None:
         print(f"multihost: skipped: {reason}")
-        common.write_json(args.json, common.job_record("multihost", [], machine.describe(),
+        common.write_json(args.json, common.job_record(args.job_name, [], machine.describe(),
                                                        config, skipped=reason))
         return
     rows = []
@@ -237,7 +239,7 @@ def main():
                              if "ratio_uncompressed" in row else ""), flush=True)
     finally:
         cluster.down()
-    common.write_json(args.json, common.job_record("multihost", rows, machine.describe(),
+    common.write_json(args.json, common.job_record(args.job_name, rows, machine.describe(),
                                                    config))
 
 

@@ -10,7 +10,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from common import format_bytes  # noqa: E402
-from report import job_rows  # noqa: E402
+from report import job_rows, multihost_rows  # noqa: E402
 
 # one colour per implementation, the same in every plot
 COLOURS = {"fuse (gloo)": "tab:blue", "torch.distributed (gloo)": "tab:orange",
@@ -133,7 +133,7 @@ def loaded_plot(w: dict, out_dir: str) -> list[str]:
 
 
 def multihost_plot(w: dict, out_dir: str) -> list[str]:
-    rows = job_rows(w, "multihost")
+    rows = multihost_rows(w)
     if not rows:
         return []
     return _step_time_plot(rows, [r["case"].replace(", ", "\n") for r in rows],

@@ -54,6 +54,17 @@ def job_rows(workload: dict, prefix: str) -> list[dict]:
             for row in job["rows"]]
 
 
+MULTIHOST_LAYOUTS = ["2x1", "4x1", "2x2"]     # the page's order, whichever job ran last
+
+
+def multihost_rows(workload: dict) -> list[dict]:
+    """The multihost workload's rows (its jobs run in parts), in the order of its layouts."""
+    def place(row):
+        lay = row.get("layout")
+        return MULTIHOST_LAYOUTS.index(lay) if lay in MULTIHOST_LAYOUTS else len(MULTIHOST_LAYOUTS)
+    return sorted(job_rows(workload, "multihost"), key=place)
+
+
 def _table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -287,7 +298,7 @@ def multihost_section(w: dict) -> str:
         return f"Not measured in this run: {skipped[0]}."
     config = jobs[0].get("config", {}) if jobs else {}
     rows = []
-    for r in job_rows(w, "multihost"):
+    for r in multihost_rows(w):
         med = r["median"]
         bw = r.get("bandwidth_GBps")
         cells = [r["case"], fmt_time(med["fuse"]), fmt_time(med["DDP"]), _ratio_cell(r["ratio"])]

@@ -137,10 +137,16 @@ def jobs_for(workload: str, quick: bool, load: int = 1) -> list[Job]:
                                       "", "--layouts", "2x2", "--rounds", "1", *steps],
                     launcher="self", timeout=1800)]
     if workload == "multihost":
-        args = (["--layouts", "2x1,2x2", "--rounds", "1", "--steps", "2"] if quick
-                else ["--rounds", "3", "--steps", "5"])
-        return [Job("multihost", ["multihost.py", *args], launcher="self",
-                    timeout=900 if quick else 2400)]
+        if quick:
+            return [Job("multihost", ["multihost.py", "--layouts", "2x1,2x2", "--rounds", "1",
+                                      "--steps", "2"], launcher="self", timeout=900)]
+        # two jobs, each under 8 minutes, so that each can be rerun alone (--jobs); the three
+        # layouts took 554 s in one
+        args = ["--rounds", "3", "--steps", "5"]
+        return [Job("multihost", ["multihost.py", "--layouts", "2x1,2x2", *args],
+                    launcher="self", timeout=1200),
+                Job("multihost_4x1", ["multihost.py", "--layouts", "4x1", "--job-name",
+                                      "multihost_4x1", *args], launcher="self", timeout=1200)]
     if workload == "tensorflow":
         args = (["--rounds", "1", "--steps", "3", "--warmup", "2"] if quick
                 else ["--rounds", "3", "--steps", "10"])
@@ -229,6 +235,7 @@ def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
             print(f"--- {job.name}: skipped, {', '.join(lacking)} not installed", flush=True)
             continue
         path = os.path.join(tmp, f"{job.name}.json")
+        job_started = time.perf_counter()
         error = run_job(job, path, max(job.timeout or 0, timeout))
         if error:
             ok = False
@@ -238,6 +245,7 @@ def run_workload(workload: str, quick: bool, timeout: float, tmp: str,
         with open(path) as f:
             job_record = json.load(f)
         job_record["env"] = job.env
+        job_record["seconds"] = time.perf_counter() - job_started
         record["jobs"].append(job_record)
     record["machine_end"] = machine.describe()
     record["finished"] = record["machine_end"]["time_utc"]
@@ -251,9 +259,15 @@ def merge_jobs(old: dict, new: dict) -> dict:
     add up, the machine is described as at each part's start and end."""
     ran = {job["job"] for job in new["jobs"]}
     kept = [job for job in old.get("jobs", []) if job["job"] not in ran]
+    if not kept:        # every job ran again: nothing of the old record stands
+        return new
+    # a kept job's own run time where it was recorded (a job run again takes its old time
+    # out of the total)
+    kept_seconds = (sum(job["seconds"] for job in kept) if all("seconds" in job for job in kept)
+                    else old.get("seconds", 0))
     return new | {"jobs": kept + new["jobs"], "notes": old.get("notes", []) + new["notes"],
                   "machine_start": old.get("machine_start", new["machine_start"]),
-                  "seconds": old.get("seconds", 0) + new["seconds"]}
+                  "seconds": kept_seconds + new["seconds"]}
 
 
 def load_results() -> dict[str, dict]:

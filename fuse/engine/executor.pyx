@@ -220,10 +220,12 @@ cdef int _run_half(void* arg) noexcept nogil:
     return rc
 
 
-cdef inline int _shm_outcome(int rc) noexcept nogil:
-    """An Executor outcome (EX_*) for what a shared-memory step returned."""
+cdef inline int _shm_outcome(int rc, const char* errbuf, string& err) noexcept nogil:
+    """An Executor outcome (EX_*) for what a shared-memory step returned; on a failure, the
+    text the step wrote into ``errbuf`` goes to ``err``."""
     if rc == 0:
         return EX_OK
+    err = _str(errbuf)
     return EX_STALL if rc == kShmStalled else EX_BACKEND
 
 
@@ -303,8 +305,7 @@ cdef class Executor:
         errbuf[0] = 0
         rc = h.local.reduce_scatter(buf, min(step, count), dtype, op, errbuf, ERRLEN)
         if rc != 0:
-            err = _str(errbuf)
-            return _shm_outcome(rc)
+            return _shm_outcome(rc, errbuf, err)
         for s in range(nseg):
             if rc_cross == 0:
                 _start_cross(self.lane, h, &job, buf + s * step * dsize,
@@ -329,9 +330,7 @@ cdef class Executor:
         if rc_cross != 0:
             err = cross_err
             return EX_BACKEND
-        if rc != 0:
-            err = _str(errbuf)
-        return _shm_outcome(rc)
+        return _shm_outcome(rc, errbuf, err)
 
     cdef int _hier_piece(self, Hierarchy* h, char* buf, size_t count, int dtype, int op,
                          double post, string& err) noexcept nogil:
@@ -344,16 +343,14 @@ cdef class Executor:
         errbuf[0] = 0
         rc_local = h.local.reduce_scatter(buf, count, dtype, op, errbuf, ERRLEN)
         if rc_local != 0:
-            err = _str(errbuf)
-            return _shm_outcome(rc_local)
+            return _shm_outcome(rc_local, errbuf, err)
         lo = h.local.shard_begin(count, me)
         hi = h.local.shard_begin(count, me + 1)
         rc = self._reduce(h.cross, buf + lo * dtype_size(dtype), hi - lo, dtype, op, post, err)
         # even after a failure: the host's other ranks wait in it and learn of the failure
         rc_local = h.local.allgather(buf, count, dtype, rc == 0, errbuf, ERRLEN)
         if rc_local != 0 and rc == EX_OK:
-            err = _str(errbuf)
-            rc = _shm_outcome(rc_local)
+            rc = _shm_outcome(rc_local, errbuf, err)
         return rc
 
     cdef int _reduce(self, PSet* ps, char* buf, size_t count, int dtype, int op, double post,
@@ -570,8 +567,7 @@ cdef class Executor:
         rc_local = h.local.allgather_ranges(out, offsets, recvbytes, owners, rc == 0, errbuf,
                                             ERRLEN)
         if rc_local != 0 and rc == 0:
-            err = _str(errbuf)
-            return _shm_outcome(rc_local)
+            return _shm_outcome(rc_local, errbuf, err)
         return EX_BACKEND if rc else EX_OK
 
     cdef bint gathers_via_shm(self, PSet* ps) noexcept nogil:
@@ -606,9 +602,7 @@ cdef class Executor:
         errbuf[0] = 0
         rc = ps.shm.allgather_ranges(buf, offsets, nbytes, owners, True, errbuf, ERRLEN)
         self.st_shm_gather += 1
-        if rc:
-            err = _str(errbuf)
-        return _shm_outcome(rc)
+        return _shm_outcome(rc, errbuf, err)
 
     cdef int alltoall(self, Response& resp, PSet* ps, Request* r, vector[int64_t]& recv_splits,
                       string& err) noexcept nogil:
@@ -660,9 +654,7 @@ cdef class Executor:
         rc = ps.shm.alltoall(send, send_off, sendbytes, out, recv_off, recvbytes, longest,
                              errbuf, ERRLEN)
         self.st_shm_gather += 1
-        if rc:
-            err = _str(errbuf)
-        return _shm_outcome(rc)
+        return _shm_outcome(rc, errbuf, err)
 
     cdef int reducescatter(self, Response& resp, PSet* ps, Request* r, string& err) noexcept nogil:
         cdef size_t dsize = dtype_size(resp.dtype)
@@ -733,9 +725,7 @@ cdef class Executor:
         errbuf[0] = 0
         rc = ps.shm.allreduce(buf, count, dtype, op, post, errbuf, ERRLEN)
         self.st_shm += 1
-        if rc:
-            err = _str(errbuf)
-        return _shm_outcome(rc)
+        return _shm_outcome(rc, errbuf, err)
 
     cdef int _reducescatter_shm(self, PSet* ps, char* buf, size_t count, vector[size_t]& counts,
                                 int dtype, int op, double post, string& err) noexcept nogil:
@@ -759,8 +749,7 @@ cdef class Executor:
             rc = ps.shm.reduce_scatter(buf, count, dtype, op, errbuf, ERRLEN)
             self.st_shm += 1
             if rc:
-                err = _str(errbuf)
-                return _shm_outcome(rc)
+                return _shm_outcome(rc, errbuf, err)
             scale_buffer(buf + offset * dsize, counts[ps.index], dtype, post)
         else:
             rc = self._reduce_shm(ps, buf, count, dtype, op, post, err)

@@ -248,3 +248,21 @@ def test_a_run_of_some_jobs_keeps_the_others_latest_records():
         ("collectives_2_world", ["old 2"]), ("collectives_4_world", ["new 4"])]
     assert merged["seconds"] == 150 and merged["notes"] == ["old note"]
     assert merged["machine_start"] == {"load": 1} and merged["machine_end"] == {"load": 3}
+
+
+def test_a_job_run_again_takes_its_old_run_time_out_of_the_total():
+    old = {"workload": "multihost", "machine_start": {"load": 1}, "seconds": 520, "notes": [],
+           "jobs": [{"job": "multihost", "rows": ["old"], "seconds": 300},
+                    {"job": "multihost_4x1", "rows": ["old 4x1"], "seconds": 220}]}
+    new = {"workload": "multihost", "machine_start": {"load": 2}, "machine_end": {"load": 3},
+           "seconds": 310, "notes": [], "jobs": [{"job": "multihost", "rows": ["new"],
+                                                  "seconds": 310}]}
+    merged = suite.merge_jobs(old, new)
+    assert merged["seconds"] == 220 + 310
+    # every job again: the new record alone
+    again = new | {"jobs": new["jobs"] + [{"job": "multihost_4x1", "rows": [], "seconds": 1}]}
+    assert suite.merge_jobs(old, again) == again
+    # the multihost workload runs in two jobs, each under 8 minutes
+    jobs = suite.jobs_for("multihost", quick=False)
+    assert [j.name for j in jobs] == ["multihost", "multihost_4x1"]
+    assert "--job-name" in jobs[1].argv and "4x1" in jobs[1].argv
