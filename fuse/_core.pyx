@@ -88,6 +88,21 @@ cdef class Engine:
         self.channel.set_hosts(names)
         self.loop.coord.set_hosts(names)
 
+    def use_mailboxes(self, segments):
+        """Negotiate through same-host shared-memory mailboxes (fuse.engine.mailbox.connect)
+        instead of the control sockets; before start()."""
+        self.channel.use_mailboxes(segments)
+
+    @property
+    def mailboxes(self):
+        """How many peers this rank negotiates with through a mailbox (0: the sockets)."""
+        return self.channel.mailboxes
+
+    @property
+    def mailbox_segments(self):
+        """This rank's mapped mailbox segments (writable views; a worker has its own)."""
+        return self.channel.mailbox_segments
+
     def set_straggler_hook(self, hook):
         """Rank 0: what the coordinator calls when it flags a straggler (see
         Coordinator.set_straggler_hook)."""

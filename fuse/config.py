@@ -157,6 +157,12 @@ class Config:
                                    "alltoalls and broadcasts too large to travel inline go "
                                    "through shared memory at every size; 0 turns all of "
                                    "this off", bounds=_BYTES)
+    mailbox: bool = _knob(True, "MAILBOX", parse=parse_bool,
+                          doc="when every rank is on one host, the control channel's messages "
+                              "(negotiation, inline small collectives) go through rings in "
+                              "shared memory instead of the loopback sockets, which still "
+                              "wake a sleeping engine thread and report a rank's exit; 0 "
+                              "keeps them on the sockets")
     # the torch DistributedOptimizer's hooks queue ready gradients together up to this many
     # bytes (and whatever is left when backward ends): one engine wake-up per batch instead of
     # one per gradient, while a large gradient still goes the moment it is ready

@@ -15,7 +15,8 @@ does) and once with a blocking ``recv`` (a thread woken by the data).  A fuse al
 goes to rank 0 and back cannot take less than the polling round trip; what it takes beyond is
 the engine's own work and its Python call.  The shared-memory round trip is the same exchange
 through a counter each in a page both processes map, the receiver polling it, also from
-Python: what a same-host mailbox for negotiation would cost instead of the socket.
+Python: the transport fuse negotiates over on one host when its mailbox is on (FUSE_MAILBOX,
+the default; set it to 0 to time the sockets).
 """
 
 from __future__ import annotations

@@ -8,6 +8,12 @@ cdef extern from "idle_wait.h" namespace "fuse" nogil:
     cppclass IdleWait:
         pass
 
+cdef extern from "mailbox.h" namespace "fuse" nogil:
+    cppclass Mailbox:
+        string sock_inbox               # the socket's bytes (doorbells, spilled frames)
+    cppclass MailMute:
+        pass
+
 # A peer's connection, as this rank sees it (ControlChannel.state)
 cdef enum PeerState:
     PEER_LIVE = 0       # connected and taking part
@@ -31,6 +37,11 @@ cdef class ControlChannel:
     cdef deque[string] local_frames     # rank 0: frames from its coordinator to itself
     cdef int wake_fd                    # eventfd: any thread signals work (wake)
     cdef IdleWait* idle                 # what the idle engine thread sleeps on (sleep)
+    cdef vector[Mailbox*] mail          # per peer: its same-host mailbox, or NULL (the socket)
+    cdef object mail_views              # the mapped segments the mailboxes point into
+    cdef bint muted                     # another thread drives the loop (mute)
+    cdef bint all_mail                  # every peer is reached through a mailbox
+    cdef MailMute* mail_mute            # the sleeper's muting then (csrc/mailbox.h)
 
     cdef bint readable(self, int peer) noexcept nogil
     cdef bint receive(self, int peer) noexcept nogil
@@ -44,6 +55,8 @@ cdef class ControlChannel:
     cdef void send_to(self, int rank, const string& frame) noexcept nogil
     cdef void send_all(self, const string& frame, int skip) noexcept nogil
     cdef int send_up(self, const string& frame) noexcept nogil
+    cdef int _send(self, int peer, const string& frame) noexcept nogil
+    cdef bint mail_corrupt(self, int peer) noexcept nogil
     cdef bint next_local(self, string& frame) noexcept nogil
     cdef bint poll_open(self, int timeout_ms) noexcept nogil
     cdef void sleep(self, int timeout_ms) noexcept nogil

@@ -63,6 +63,7 @@ cdef class Loop(CoordinatorLink):
     cdef int drive(self, int64_t handle) noexcept nogil
     cdef void adapt_spin(self, int drove) noexcept nogil
     cdef bint drivable(self, Request& r) noexcept nogil
+    cdef bint _coordinator_only(self, Request& r) noexcept nogil
     cdef bint take_loop(self, bint block) noexcept nogil
     cdef void hand_back_loop(self, bint wake) noexcept nogil
     cdef void report_up(self, const string& msg) noexcept nogil

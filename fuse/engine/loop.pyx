@@ -150,17 +150,30 @@ cdef class Loop(CoordinatorLink):
         sockets, unmuted again below, unless the caller is by then waiting and reads it
         itself.  The engine thread's timers (the coordinator's stall check, a worker's watch
         on rank 0) start when the caller waits and hands the loop back, or at the next
-        message."""
+        message.
+
+        On rank 0 the request may be the last one a response waited for, which the
+        coordinator must emit even if this caller does not wait for it now.  When the whole
+        collective is the coordinator's (a barrier, a join, an allreduce or broadcast that
+        travels inline), emitting and completing it here costs less than waking the engine
+        thread to do it (one system call here, and a thread that then races the caller for
+        the loop); any other collective is left to the engine thread, woken for it."""
         cdef vector[Request] batch
         cdef bint wake
+        cdef bint settle = False
+        cdef string frame
         if not self.take_loop(False):
             self.take_loop(True)
         if self.table.take_queue(batch) == S_RUNNING and batch.size():
+            settle = self.rank == 0 and batch.size() == 1 and self._coordinator_only(batch[0])
             self._submit(batch)
             self.st_sent_here += 1
-        # rank 0: its own request may have been the last one a response waited for, which
-        # the coordinator must emit even if this caller does not wait for it now
         wake = self.rank == 0 and self.coord.ready.size() != 0
+        if wake and settle:
+            self._coordinator_step()
+            while self.channel.next_local(frame):
+                self._handle_coordinator_frame(frame)
+            wake = self.coord.ready.size() != 0
         self.channel.mute(False)
         lock_release(self.loop_lock)
         if wake or self.table.has_queued():
@@ -330,8 +343,11 @@ cdef class Loop(CoordinatorLink):
         if self.rank == 0:
             self._ingest(0, msg)
         elif self.channel.send_up(msg) != 0:
-            self.table.fail(_str("lost the connection to the coordinator (rank 0)") + when,
-                       ERR_SHUTDOWN)
+            if self.channel.mail_corrupt(0):
+                self.table.fail(_str("rank 0 ") + self.channel.bad_framing(0), ERR_INTERNAL)
+            else:
+                self.table.fail(_str("lost the connection to the coordinator (rank 0)") + when,
+                                ERR_SHUTDOWN)
 
     cdef bint drivable(self, Request& r) noexcept nogil:
         """Whether a thread waiting for ``r`` alone may run the loop itself (drive): when
@@ -351,6 +367,16 @@ cdef class Loop(CoordinatorLink):
                 and self.executor.gathers_via_shm(&self.psets.map[r.pset])):
             return True
         return r.kind == K_ALLREDUCE and self.executor._via_shm(&self.psets.map[r.pset], nbytes)
+
+    cdef bint _coordinator_only(self, Request& r) noexcept nogil:
+        """Whether the coordinator's answer alone settles ``r`` on every rank (see drivable):
+        a barrier, a join, or an allreduce or broadcast that travels inline."""
+        cdef size_t nbytes = <size_t>_numel(r.shape) * dtype_size(r.dtype)
+        if r.kind == K_BARRIER or r.kind == K_JOIN:
+            return True
+        return ((r.kind == K_ALLREDUCE or r.kind == K_BROADCAST) and
+                self.psets.map.count(r.pset) != 0 and
+                self.submitter.inlines(r.kind, r.pset, nbytes))
 
     # ---- worker side: reading the response stream
 
@@ -422,6 +448,9 @@ cdef class Loop(CoordinatorLink):
             self.watch.heard(now_seconds())
         if framed < 0:
             self.table.fail(_str("rank 0 ") + self.channel.bad_framing(0), ERR_INTERNAL)
+            if self.channel.mail_corrupt(0):
+                # the socket is sound: rank 0 (and through it everyone) hears why
+                self.report_up(_str("rank 0 ") + self.channel.bad_framing(0))
             self.channel.close(0)
             return True
         if not still_open:

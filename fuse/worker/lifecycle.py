@@ -119,14 +119,17 @@ def _start_engine(config: Config, backend, log):
     """Connect this rank to the others (the backend's world, the control channel, shared
     memory on one host, the hierarchy across hosts) and start the engine on them."""
     from fuse._core import Engine
-    from fuse.engine import hierarchy, shm
+    from fuse.engine import hierarchy, mailbox, shm
 
     world = backend.create_group(list(range(config.size)), 0)
     ctl_fd, worker_fds, hosts = _connect_control_channel(backend, config, log)
     segments = shm.connect(config, backend.exchange)    # None unless one host
+    mailboxes = mailbox.connect(config, backend.exchange)  # None unless one host
     hier = hierarchy.connect(config, backend, log)      # None unless several hosts
     engine = Engine(config, backend, world, ctl_fd, worker_fds, log, backend.create_group)
     engine.set_hosts(hosts)
+    if mailboxes is not None:
+        engine.use_mailboxes(mailboxes)
     from fuse.worker import straggler
     straggler.install(engine, config, log)
     if segments is not None:

@@ -3,7 +3,7 @@ under mpirun.
 
 Every test function of tests/collectives, tests/engine and tests/worker whose job is started
 by ``run_job`` runs here again
-(24 of its 30).  Left out, and why (LEFT_OUT below; a test checks that every
+(26 of its 32).  Left out, and why (LEFT_OUT below; a test checks that every
 other test function of those modules is imported here):
 
 - ``test_large_allreduce_splits_in_two_halves``: the split sends half of a large allreduce over
@@ -49,6 +49,7 @@ import test_failures
 import test_gather_scatter
 import test_hierarchical
 import test_join_barrier
+import test_mailbox
 import test_process_sets
 import test_threads
 import test_timeline
@@ -79,6 +80,8 @@ from test_hierarchical import (test_a_layout_that_does_not_fit_stays_flat,  # no
                                test_automatic_choice_and_off,
                                test_every_dtype_and_op_on_two_hosts_of_two)
 from test_join_barrier import test_join_uneven_steps_and_barrier  # noqa: F401
+from test_mailbox import (test_a_corrupt_ring_fails_the_job_with_a_clear_error,  # noqa: F401
+                          test_collectives_with_the_mailbox_on_and_off)
 from test_process_sets import (test_collectives_are_not_held_for_requests_they_cannot_fuse_with,  # noqa: F401
                                test_dynamic_process_sets, test_static_process_sets)
 from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
@@ -86,8 +89,8 @@ from test_timeline import (test_dynamic_start_stop_inline, test_env_timeline_pha
                            test_no_timeline_without_env)
 
 PARALLEL_MODULES = (test_adasum, test_allreduce, test_auto_names, test_autotune, test_errors,
-                    test_failures, test_gather_scatter, test_hierarchical, test_join_barrier, test_process_sets,
-                    test_threads, test_timeline)
+                    test_failures, test_gather_scatter, test_hierarchical, test_join_barrier,
+                    test_mailbox, test_process_sets, test_threads, test_timeline)
 LEFT_OUT = {"test_large_allreduce_splits_in_two_halves", "test_bfloat16_available",
             "test_uncaught_exception_reaches_the_waiting_ranks",
             "test_uncaught_exception_message_reaches_every_rank",
