@@ -271,10 +271,10 @@ cdef class Engine:
         if self.rank == 0:
             frame_abort_all(frame, 0, ERR_INTERNAL, msg)    # who: this rank
             with nogil:
-                self.channel.send_all(frame, -1)
+                self.channel.send_all(frame, -1, False)
         else:
             with nogil:
-                self.loop.report_up(msg)
+                self.loop.report_up(msg, False)
         self.channel.wake()
 
     def shutdown(self, double timeout=5.0):
@@ -293,11 +293,11 @@ cdef class Engine:
         if self.rank == 0:
             frame_signal(frame, MSG_COORD_BYE)
             with nogil:
-                self.channel.send_all(frame, -1)
+                self.channel.send_all(frame, -1, False)
         else:
             frame_signal(frame, MSG_BYE)
             with nogil:
-                self.channel.send_up(frame)
+                self.channel.send_up(frame, False)
         if self._thread is None or not self._thread.is_alive():
             self.loop.detach()      # (the thread never ran, or has ended: see _run)
         self.psets.close()

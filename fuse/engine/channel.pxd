@@ -26,7 +26,8 @@ cdef class ControlChannel:
     # has one socket, to rank 0, at index 0.
     # Read, closed and (apart from the send_* methods) used only by whoever holds the engine's
     # loop (Engine.loop_lock).  The send_* methods are also called by Python threads failing or
-    # shutting down (Engine.abort, Engine._finish_shutdown) while the loop may be running.
+    # shutting down (Engine.abort, Engine._finish_shutdown) while the loop may be running: they
+    # pass holder=False, so that they do not read into the inboxes.
     cdef int rank
     cdef vector[int] fds                # per peer: its socket, -1 once closed
     cdef vector[string] inbox           # per peer: bytes received that are not a whole frame yet
@@ -52,10 +53,10 @@ cdef class ControlChannel:
     cdef bint rank_gone(self, int rank) noexcept nogil
     cdef bint stopped_answering(self, int peer) noexcept nogil
     cdef string who(self, int rank) noexcept nogil
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil
-    cdef void send_all(self, const string& frame, int skip) noexcept nogil
-    cdef int send_up(self, const string& frame) noexcept nogil
-    cdef int _send(self, int peer, const string& frame) noexcept nogil
+    cdef void send_to(self, int rank, const string& frame, bint holder=*) noexcept nogil
+    cdef void send_all(self, const string& frame, int skip, bint holder=*) noexcept nogil
+    cdef int send_up(self, const string& frame, bint holder=*) noexcept nogil
+    cdef int _send(self, int peer, const string& frame, bint holder) noexcept nogil
     cdef bint mail_corrupt(self, int peer) noexcept nogil
     cdef bint next_local(self, string& frame) noexcept nogil
     cdef bint poll_open(self, int timeout_ms) noexcept nogil

@@ -36,7 +36,17 @@ cdef extern from "idle_wait.h" namespace "fuse" nogil:
 cdef extern from "mailbox.h" namespace "fuse" nogil:
     Mailbox* mail_new(void* base, bint worker)
     void mail_free(Mailbox*)
-    int mail_send(Mailbox*, int fd, const string& payload)
+    ctypedef cbool (*PeerRead)(void* ctx)
+    int mail_send(Mailbox*, int fd, const string& payload, PeerRead read, void* ctx)
+    int send_frame_reading "fuse::send_frame"(int fd, const string& payload, PeerRead read,
+                                              void* ctx)
+    cppclass PeerIntake:
+        int fd
+        Mailbox* m
+        string* inbox
+        cbool took
+        cbool timed_out
+    cbool peer_intake(void* ctx)
     int mail_drain(Mailbox*, string& inbox)
     bint mail_check_socket(Mailbox*)
     bint mail_prepare_sleep(Mailbox*)
@@ -264,34 +274,50 @@ cdef class ControlChannel:
 
     # ---- sending (a failed send shows up as EOF on the next read)
 
-    cdef void send_to(self, int rank, const string& frame) noexcept nogil:
+    # ``holder``: the calling thread holds the loop, so while the peer's socket (or ring) is
+    # full it reads what the peer sent into its inbox (see send_all in csrc/core_support.h);
+    # other threads (a failure, a shutdown) send without reading.
+
+    cdef void send_to(self, int rank, const string& frame, bint holder=True) noexcept nogil:
         """Rank 0: a frame to ``rank`` if it is still there (to rank 0 itself: next_local)."""
         if rank == 0:
             self.local_frames.push_back(frame)
         elif self.fds[rank] >= 0 and self.state[rank] == PEER_LIVE:
-            self._send(rank, frame)
+            self._send(rank, frame, holder)
 
-    cdef void send_all(self, const string& frame, int skip) noexcept nogil:
+    cdef void send_all(self, const string& frame, int skip, bint holder=True) noexcept nogil:
         """Rank 0: a frame to every worker still there but ``skip`` (-1: none)."""
         cdef size_t i
         for i in range(1, self.fds.size()):
             if self.fds[i] >= 0 and self.state[i] == PEER_LIVE and <int>i != skip:
-                self._send(<int>i, frame)
+                self._send(<int>i, frame, holder)
 
-    cdef int send_up(self, const string& frame) noexcept nogil:
+    cdef int send_up(self, const string& frame, bint holder=True) noexcept nogil:
         """A worker: a frame to rank 0.  Non-zero when it could not be sent."""
         if self.rank == 0 or self.fds[0] < 0:
             return -1
-        return self._send(0, frame)
+        return self._send(0, frame, holder)
 
-    cdef int _send(self, int peer, const string& frame) noexcept nogil:
+    cdef int _send(self, int peer, const string& frame, bint holder) noexcept nogil:
         cdef int failed
+        cdef PeerIntake intake
+        cdef PeerRead read = NULL
+        if holder:
+            read = peer_intake
+        intake.fd = self.fds[peer]
+        intake.m = self.mail[peer]
+        intake.inbox = &self.inbox[peer]
         if self.mail[peer] != NULL:
-            failed = mail_send(self.mail[peer], self.fds[peer], frame)
+            failed = mail_send(self.mail[peer], self.fds[peer], frame, read, &intake)
             if failed and mail_is_corrupt(self.mail[peer]):
                 self.wake()     # the loop's next read of this peer fails the job (next_frame)
-            return failed
-        return send_frame(self.fds[peer], frame)
+        else:
+            failed = send_frame_reading(self.fds[peer], frame, read, &intake)
+        if intake.timed_out:
+            self.unanswered[peer] = True
+        if intake.took:
+            self.wake()         # frames read meanwhile: the loop looks before it sleeps
+        return failed
 
     # ---- sleeping and waking
 

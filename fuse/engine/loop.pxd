@@ -66,7 +66,7 @@ cdef class Loop(CoordinatorLink):
     cdef bint _coordinator_only(self, Request& r) noexcept nogil
     cdef bint take_loop(self, bint block) noexcept nogil
     cdef void hand_back_loop(self, bint wake) noexcept nogil
-    cdef void report_up(self, const string& msg) noexcept nogil
+    cdef void report_up(self, const string& msg, bint holder=*) noexcept nogil
     # the loop
     cdef void run(self) noexcept nogil
     cdef int iterate(self) noexcept nogil

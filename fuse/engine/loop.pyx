@@ -587,11 +587,12 @@ cdef class Loop(CoordinatorLink):
         self.table.fail(err, ERR_STALL)
         self.report_up(err)
 
-    cdef void report_up(self, const string& msg) noexcept nogil:
-        """A worker tells rank 0 (and through it everyone) why it is failing."""
+    cdef void report_up(self, const string& msg, bint holder=True) noexcept nogil:
+        """A worker tells rank 0 (and through it everyone) why it is failing (``holder``: the
+        calling thread holds the loop; see ControlChannel.send_to)."""
         cdef string frame
         frame_abort(frame, msg)
-        self.channel.send_up(frame)
+        self.channel.send_up(frame, holder)
 
     cdef void _backend_failed(self, Response& resp, const string& err) noexcept nogil:
         """A collective failed in the backend (usually: a peer died).  Wait briefly for the

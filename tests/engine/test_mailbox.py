@@ -85,3 +85,35 @@ def test_a_corrupt_ring_fails_the_job_with_a_clear_error():
     out = run_job(corrupt_ring, 2, {"FUSE_MAILBOX": "1"})
     for rank in out:
         assert "shared-memory mailbox" in (rank["error"] or ""), out
+
+
+def flood(count: int, elems: int) -> dict:
+    """Every rank starts ``count`` asynchronous inline allreduces at once: the requests going up
+    and the responses coming down each hold far more than a socket (or a ring) takes, so both
+    sides send at the same moment while the other is sending too."""
+    import fuse
+
+    fuse.init()
+    try:
+        r, n = fuse.rank(), fuse.size()
+        arrays = [np.full(elems, r + i, dtype=np.float32) for i in range(count)]
+        handles = [fuse.allreduce_async_(a, name=f"flood.{i}", op=fuse.Sum)
+                   for i, a in enumerate(arrays)]
+        for h in handles:
+            fuse.synchronize(h)
+        want = n * (n - 1) // 2
+        return {"ok": all(float(a[0]) == want + n * i and float(a[-1]) == want + n * i
+                          for i, a in enumerate(arrays))}
+    finally:
+        fuse.shutdown()
+
+
+@pytest.mark.parametrize("mailbox", ["1", "0"], ids=["mailbox", "sockets"])
+def test_ranks_sending_each_other_more_than_the_channel_holds_do_not_wait_for_each_other(mailbox):
+    # 2000 x 16 KB requests up (32 MB) while the responses come down: a sender that waited for
+    # its peer to read, without reading its peer's bytes meanwhile, waited for a peer doing the
+    # same, until the keep-alive timeout called the other rank lost (a short one here, so that
+    # a regression fails fast rather than after FUSE_PEER_TIMEOUT_SECONDS' default)
+    out = run_job(flood, 2, {"FUSE_MAILBOX": mailbox, "FUSE_PEER_TIMEOUT_SECONDS": "5"},
+                  args=(2000, 4000))
+    assert [rank["ok"] for rank in out] == [True, True], out

@@ -46,26 +46,47 @@ inline double now_seconds() {
 }
 
 // ---- sockets: every control message is a 4-byte little-endian length, then the payload ----
-inline int send_all(int fd, const char* data, size_t n) {
+
+// Reads what the peer sent while a sender waits for its socket to take more (see send_all);
+// returns whether to go on reading (false once the peer's end or an error was read).
+typedef bool (*PeerRead)(void* ctx);
+
+// Send all of `data`.  Without `read`, a plain blocking send.  With it, the sender never waits
+// for the peer to read while the peer's own bytes wait unread: two ranks that send each other
+// more than the sockets hold at the same moment (a flood of requests up, of responses down)
+// would otherwise both wait forever, until the keep-alive timeout called the peer lost.
+inline int send_all(int fd, const char* data, size_t n, PeerRead read = nullptr,
+                    void* ctx = nullptr) {
+  bool reading = read != nullptr;
   while (n > 0) {
-    ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL);
-    if (k < 0) {
-      if (errno == EINTR) continue;
-      return -1;
+    ssize_t k = ::send(fd, data, n, MSG_NOSIGNAL | (read ? MSG_DONTWAIT : 0));
+    if (k >= 0) {
+      data += k;
+      n -= (size_t)k;
+      continue;
     }
-    data += k;
-    n -= (size_t)k;
+    if (errno == EINTR) continue;
+    if (!read || (errno != EAGAIN && errno != EWOULDBLOCK)) return -1;
+    // full: wait until it takes more, reading the peer's bytes meanwhile (an error or the
+    // peer's exit shows up as the next send failing)
+    struct pollfd p;
+    p.fd = fd;
+    p.events = (short)(POLLOUT | (reading ? POLLIN : 0));
+    p.revents = 0;
+    if (::poll(&p, 1, -1) < 0 && errno != EINTR) return -1;
+    if (reading && (p.revents & POLLIN)) reading = read(ctx);
   }
   return 0;
 }
 
-inline int send_frame(int fd, const std::string& payload) {
+inline int send_frame(int fd, const std::string& payload, PeerRead read = nullptr,
+                      void* ctx = nullptr) {
   uint32_t n = (uint32_t)payload.size();
   std::string buf;
   buf.resize(4 + payload.size());
   std::memcpy(&buf[0], &n, 4);
   if (!payload.empty()) std::memcpy(&buf[4], payload.data(), payload.size());
-  return send_all(fd, buf.data(), buf.size());
+  return send_all(fd, buf.data(), buf.size(), read, ctx);
 }
 
 // Append whatever is readable now to `inbox`.  Returns bytes read, 0 on orderly close, -1 on error.

@@ -100,12 +100,17 @@ inline void mail_ring_read(const MailRing& r, uint64_t pos, void* dst, size_t n)
   memcpy(static_cast<char*>(dst) + first, r.data, n - first);
 }
 
-inline int mail_doorbell(int fd) { return send_frame(fd, std::string()); }
+inline int mail_doorbell(int fd, PeerRead read = nullptr, void* ctx = nullptr) {
+  return send_frame(fd, std::string(), read, ctx);
+}
 
 // Send one frame to the peer (`fd`: its socket).  0, or -1 when it could not be sent (the
 // socket failed: the peer is gone; or the mailbox is corrupt).  Waits only while the ring is
 // full, ringing the doorbell so that the consumer drains it; a dead consumer fails the socket.
-inline int mail_send(Mailbox* m, int fd, const std::string& payload) {
+// `read` (see send_all): what the peer sent is read meanwhile, so that two sides filling their
+// rings (or sockets) towards each other at once do not wait for each other forever.
+inline int mail_send(Mailbox* m, int fd, const std::string& payload, PeerRead read = nullptr,
+                     void* ctx = nullptr) {
   std::lock_guard<std::mutex> hold(m->send_lock);
   if (m->corrupt_out.load(std::memory_order_relaxed)) return -1;
   uint32_t n = (uint32_t)payload.size();
@@ -121,7 +126,8 @@ inline int mail_send(Mailbox* m, int fd, const std::string& payload) {
       return -1;
     }
     if (kMailRingBytes - used >= need) break;
-    if (waited % 64 == 0 && mail_doorbell(fd) != 0) return -1;
+    if (waited % 64 == 0 && mail_doorbell(fd, read, ctx) != 0) return -1;
+    if (read) read(ctx);
     struct timespec pause = {0, 20000};
     nanosleep(&pause, nullptr);
   }
@@ -130,13 +136,13 @@ inline int mail_send(Mailbox* m, int fd, const std::string& payload) {
   if (!spill && n) mail_ring_write(m->out, m->out_tail + 4, payload.data(), n);
   m->out_tail += need;
   __atomic_store_n(&m->out.h->tail, m->out_tail, __ATOMIC_RELEASE);
-  if (spill && send_frame(fd, payload) != 0) return -1;
+  if (spill && send_frame(fd, payload, read, ctx) != 0) return -1;
   // Pairs with mail_prepare_sleep: either the consumer sees this frame before it sleeps, or
   // this sees its flag and rings.
   __atomic_thread_fence(__ATOMIC_SEQ_CST);
   if (__atomic_load_n(&m->out.h->sleeping, __ATOMIC_RELAXED) &&
       __atomic_exchange_n(&m->out.h->sleeping, 0u, __ATOMIC_SEQ_CST))
-    return mail_doorbell(fd);
+    return mail_doorbell(fd, read, ctx);
   return 0;
 }
 
@@ -199,6 +205,38 @@ inline int mail_drain(Mailbox* m, std::string& inbox) {
     while (m->sock_inbox.size() >= 4 && frame_length(m->sock_inbox) == 0) m->sock_inbox.erase(0, 4);
   }
   return 0;
+}
+
+// What a thread that holds the engine's loop reads from a peer while it waits to send to it
+// (PeerRead for send_all and mail_send): the socket into the peer's inbox, or with a mailbox
+// the socket into sock_inbox and the ring into the inbox.  `took`: the inbox may hold new
+// frames, so the loop must look before it sleeps (nothing wakes it for bytes already read).
+struct PeerIntake {
+  int fd = -1;
+  Mailbox* m = nullptr;
+  std::string* inbox = nullptr;
+  bool took = false;
+  bool timed_out = false;  // the socket failed for want of answers (ETIMEDOUT)
+  bool closed = false;     // the socket's end or error was read: read it no more
+};
+
+inline bool peer_intake(void* ctx) {
+  PeerIntake* in = static_cast<PeerIntake*>(ctx);
+  if (!in->closed) {
+    ssize_t got = recv_some(in->fd, in->m ? in->m->sock_inbox : *in->inbox);
+    if (got == 0 || got == -1) {
+      in->timed_out = got == -1 && errno == ETIMEDOUT;
+      in->closed = true;
+    } else if (got > 0) {
+      in->took = true;
+    }
+  }
+  if (in->m) {
+    size_t before = in->inbox->size();
+    mail_drain(in->m, *in->inbox);
+    in->took = in->took || in->inbox->size() != before;
+  }
+  return !in->closed;
 }
 
 // Whether the socket is to be read at this receive: always while a spilled frame is awaited

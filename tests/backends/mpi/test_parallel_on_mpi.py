@@ -2,9 +2,8 @@
 under mpirun.
 
 Every test function of tests/collectives, tests/engine and tests/worker whose job is started
-by ``run_job`` runs here again
-(26 of its 32).  Left out, and why (LEFT_OUT below; a test checks that every
-other test function of those modules is imported here):
+by ``run_job`` runs here again (35 test functions).  Left out, and why (LEFT_OUT below, 13
+names; a test checks that every other test function of those modules is imported here):
 
 - ``test_large_allreduce_splits_in_two_halves``: the split sends half of a large allreduce over
   a second connection of a backend with native ops (Gloo); the MPI backend has none, so nothing
@@ -81,7 +80,8 @@ from test_hierarchical import (test_a_layout_that_does_not_fit_stays_flat,  # no
                                test_every_dtype_and_op_on_two_hosts_of_two)
 from test_join_barrier import test_join_uneven_steps_and_barrier  # noqa: F401
 from test_mailbox import (test_a_corrupt_ring_fails_the_job_with_a_clear_error,  # noqa: F401
-                          test_collectives_with_the_mailbox_on_and_off)
+                          test_collectives_with_the_mailbox_on_and_off,
+                          test_ranks_sending_each_other_more_than_the_channel_holds_do_not_wait_for_each_other)
 from test_process_sets import (test_collectives_are_not_held_for_requests_they_cannot_fuse_with,  # noqa: F401
                                test_dynamic_process_sets, test_static_process_sets)
 from test_threads import test_collectives_from_several_threads_do_not_deadlock  # noqa: F401
