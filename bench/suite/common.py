@@ -114,6 +114,20 @@ def write_json(path: str | None, record: dict) -> None:
         f.write("\n")
 
 
+def add_step_options(ap, threads_help: str) -> None:
+    """The options every framework step driver (tf_step.py, mxnet_step.py) takes: levels of
+    load, rounds and steps, the models and their size, and the threads per worker."""
+    ap.add_argument("--load", type=int, default=1, help="busy processes beside the jobs")
+    ap.add_argument("--no-quiet", action="store_true", help="skip the level without load")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--models", default="dense,resnet50")
+    ap.add_argument("--size", choices=("full", "tiny"), default="full")
+    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
+                    help=threads_help)
+
+
 def free_port() -> int:
     """A TCP port free on loopback right now (for torch.distributed's rendezvous)."""
     with socket.socket() as s:

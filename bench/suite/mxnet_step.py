@@ -137,15 +137,7 @@ def measure(args, models: list[str], loads: list[int], tmp: str) -> tuple[list, 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--load", type=int, default=1, help="busy processes beside the jobs")
-    ap.add_argument("--no-quiet", action="store_true", help="skip the level without load")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--models", default="dense,resnet50")
-    ap.add_argument("--size", choices=("full", "tiny"), default="full")
-    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                    help="OMP and MXNet CPU worker threads per worker, both sides")
+    common.add_step_options(ap, "OMP and MXNet CPU worker threads per worker, both sides")
     ap.add_argument("--engine", default="ThreadedEnginePerDevice",
                     help="MXNET_ENGINE_TYPE, both sides")
     ap.add_argument("--horovod-venv", default=DEFAULT_HOROVOD_VENV,

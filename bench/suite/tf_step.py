@@ -179,15 +179,7 @@ def measure(args, models: list[str], loads: list[int], tmp: str, hosts) -> tuple
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--load", type=int, default=1, help="busy processes beside the jobs")
-    ap.add_argument("--no-quiet", action="store_true", help="skip the level without load")
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--models", default="dense,resnet50")
-    ap.add_argument("--size", choices=("full", "tiny"), default="full")
-    ap.add_argument("--threads", type=int, default=max(1, (os.cpu_count() or 2) // 2),
-                    help="TensorFlow intra-op and inter-op threads per worker, both sides")
+    common.add_step_options(ap, "TensorFlow intra-op and inter-op threads per worker, both sides")
     ap.add_argument("--fit", action="store_true", help="also time Keras model.fit")
     ap.add_argument("--hosts", action="store_true",
                     help="one worker on each of 2 network-namespace hosts (scripts/cluster.sh, "
